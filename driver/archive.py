@@ -1,0 +1,112 @@
+"""Archive: one run folder in bench_results/, written whole or not at all.
+
+Everything is written into `bench_results/.tmp-<run id>/` and renamed into place
+at the end, so an interrupted run leaves nothing that looks like a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from pathlib import Path
+
+from driver import paths
+from driver.records import BuildMeta, RunArchive
+
+RESULTS_FILE = "results.json"
+
+
+def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
+    stamp = dt.datetime.strptime(created_utc, "%Y-%m-%dT%H:%M:%SZ").strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{git_sha[:8]}-{device_kind}"
+
+
+def _speed_table(run: RunArchive) -> list[str]:
+    lines = []
+    for suite in ("allreduce", "sdpa"):
+        recs = [r for r in run.records if r.suite == suite]
+        if not recs:
+            continue
+        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | correct | gate |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in recs:
+            m = r.measurement
+            metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
+            gate = r.performance.status if r.performance else ""
+            why = "; ".join(r.performance.reasons) if r.performance else ""
+            lines.append(
+                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
+                f"{r.correctness.status} | {gate} {why} |"
+            )
+        lines.append("")
+    return lines
+
+
+def compare_markdown(run: RunArchive) -> str:
+    gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
+    head = [
+        f"# Run {run.run_id}",
+        "",
+        f"- device: {run.device.kind} ({gpus}), driver {run.device.driver_version}",
+        f"- git: {run.git_sha}{' (dirty)' if run.git_dirty else ''}",
+        f"- command: `{' '.join(run.command)}`",
+        "",
+    ]
+    skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
+    return "\n".join(head + _speed_table(run) + skipped) + "\n"
+
+
+def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
+    root = paths.results_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / run.run_id
+    tmp = root / f".tmp-{run.run_id}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        (tmp / RESULTS_FILE).write_text(run.model_dump_json(indent=1))
+        (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
+        (tmp / "thresholds.toml").write_text(thresholds_text)
+        (tmp / "COMPARE.md").write_text(compare_markdown(run))
+        for name, data in (extra or {}).items():
+            (tmp / name).write_bytes(data)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    update_index(root)
+    return final
+
+
+def load_run(folder: Path) -> RunArchive:
+    return RunArchive.model_validate_json((folder / RESULTS_FILE).read_text())
+
+
+def archived_runs(root: Path | None = None) -> list[Path]:
+    root = root or paths.results_dir()
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / RESULTS_FILE).is_file()) if root.is_dir() else []
+
+
+def _headline(run: RunArchive) -> str:
+    n_pass = sum(r.passed for r in run.records)
+    parts = [f"{n_pass}/{len(run.records)} correct"]
+    for r in run.records:
+        if r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
+            parts.append(f"{r.config} {r.performance.reasons[0].split(' (')[0]}")
+    return "; ".join(parts[:4])
+
+
+def update_index(root: Path) -> None:
+    rows = ["# bench_results", "", "Archived runs, newest first. Each folder holds results.json (schema in schema/),",
+            "build_meta.json, the thresholds used and COMPARE.md.", "",
+            "| run | device | git | headline |", "|---|---|---|---|"]
+    for folder in reversed(archived_runs(root)):
+        try:
+            run = load_run(folder)
+        except ValueError:
+            continue
+        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {_headline(run)} |")
+    tmp = root / ".README.md.tmp"
+    tmp.write_text("\n".join(rows) + "\n")
+    os.replace(tmp, root / "README.md")

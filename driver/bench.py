@@ -1,0 +1,74 @@
+"""The bench and stress pipelines: configure -> build -> launch -> verify -> gate -> archive."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from driver import archive, build, device, paths, targets, thresholds
+from driver.config import DEFAULT_ARCH
+from driver.errors import BuildFailed, PerfGateFailed, WrongResults
+from driver.host import git_state, host_info, utc_now
+from driver.options import RunOptions
+from driver.records import BuildMeta, RunArchive
+from driver.suites import allreduce, sdpa
+from driver.suites.common import SuiteResult, progress
+
+SUITES = {"allreduce": allreduce, "sdpa": sdpa}
+
+
+def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
+    """Validate the gates, build (or find the bundle's build), find the GPU arch.
+
+    Builds before asking for a GPU, so a CPU box still compiles and checks.
+    """
+    gates = thresholds.load(opts.thresholds)
+    wanted = targets.select(",".join(opts.suites))
+    can_build = opts.build and not paths.is_bundle()
+    if can_build:
+        build.build_all(wanted, (opts.arch or DEFAULT_ARCH,), gates.build)
+    meta = build.load_meta()
+    arch = opts.arch or device.arch_of(0)  # raises NoGPU on a CPU box, after the build
+    if arch not in meta.archs:
+        if not can_build:
+            raise BuildFailed(f"this build has no executables for {arch} (it has {', '.join(meta.archs)})",
+                              f"rebuild with --arch {arch}")
+        build.build_all(wanted, (arch,), gates.build)
+        meta = build.load_meta()
+    return gates, meta, arch
+
+
+def run(opts: RunOptions, argv: list[str]) -> Path:
+    gates, meta, arch = prepare(opts)
+    dev = device.probe()
+    sha, dirty = git_state()
+    exe_dir = paths.build_dir() / arch
+    results = SuiteResult()
+    for suite in opts.suites:
+        progress(f"suite {suite} on {dev.kind} ({arch})")
+        results.extend(SUITES[suite].run(opts, exe_dir, dev, gates, sha))
+    run_rec = RunArchive(
+        run_id=archive.run_id(utc_now(), sha, dev.kind),
+        created_utc=utc_now(),
+        command=argv,
+        git_sha=sha,
+        git_dirty=dirty,
+        device=dev,
+        device_after=device.probe(),
+        host=host_info(),
+        records=results.records,
+        skipped=results.skipped,
+    )
+    thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
+    folder = archive.write_run(run_rec, meta, thresholds_text)
+    print(archive.compare_markdown(run_rec))
+    print(f"archived: {folder}", file=sys.stderr)
+    wrong = [r for r in run_rec.records if not r.passed]
+    if wrong:
+        raise WrongResults(f"{len(wrong)} record(s) failed correctness, e.g. {wrong[0].config} {wrong[0].impl}: "
+                           + "; ".join(wrong[0].correctness.reasons), f"archived in {folder}")
+    slow = [r for r in run_rec.records if r.performance and r.performance.status == "fail"]
+    if slow:
+        raise PerfGateFailed(f"{len(slow)} gate(s) failed, e.g. {slow[0].config} {slow[0].impl}: "
+                             + "; ".join(slow[0].performance.reasons), f"archived in {folder}")
+    return folder

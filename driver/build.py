@@ -1,0 +1,187 @@
+"""Build: compile every target for every requested arch, with a content-hash cache.
+
+A target rebuilds only when its sources, its command line (flags, defines, arch)
+or its toolchain version change. Each result is a TargetBuild record kept in a
+stamp beside the executable, so a cached build still reports its ptxas numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from driver import inspect_ptx, paths, toolchain
+from driver.errors import BuildFailed
+from driver.host import git_state, host_info, utc_now
+from driver.launch import run_process
+from driver.records import BuildMeta, TargetBuild, Toolchain
+from driver.targets import Target
+from driver.thresholds import BuildGates
+
+BUILD_TIMEOUT_S = 1800
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> list[str]:
+    if t.lang == "mojo":
+        assert tc.mojo is not None
+        cmd = [tc.mojo.path, "build", "-I", "kernels_mojo", "--target-accelerator", arch]
+        cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
+        return cmd + [t.entry, "-o", str(out)]
+    assert tc.nvcc is not None
+    cc = arch.removeprefix("sm_")
+    cmd = [tc.nvcc.path, *t.flags, "-gencode", f"arch=compute_{cc},code=[sm_{cc},compute_{cc}]", "-Xptxas", "-v"]
+    cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
+    return cmd + ["-keep", "-keep-dir", str(keep_dir), t.entry, "-o", str(out)]
+
+
+def _portable(cmd: list[str], out: Path, keep_dir: Path) -> list[str]:
+    """The command as recorded: no temporary folders, output relative to the repo."""
+    rel = os.path.relpath(out, paths.ROOT)
+    return [rel if c == str(out) else "<keep-dir>" if c == str(keep_dir) else c for c in cmd]
+
+
+def _source_hash(t: Target, arch: str, recorded_cmd: list[str], tc: Toolchain) -> str:
+    h = hashlib.sha256()
+    for src in t.sources():
+        h.update(str(src.relative_to(paths.ROOT)).encode() + b"\0" + src.read_bytes() + b"\0")
+    tool = tc.mojo if t.lang == "mojo" else tc.nvcc
+    h.update(json.dumps([arch, recorded_cmd, tool.version if tool else None]).encode())
+    return h.hexdigest()
+
+
+def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) -> tuple[TargetBuild, bool]:
+    """Return (record, compiled): compiled is False when the cache was valid."""
+    out_dir = paths.build_dir() / arch
+    out = out_dir / t.name
+    stamp = out_dir / f"{t.name}.stamp.json"
+    with tempfile.TemporaryDirectory(prefix=f"keep-{t.name}-") as keep:
+        keep_dir = Path(keep)
+        cmd = _command(t, arch, tc, out, keep_dir)
+        recorded = _portable(cmd, out, keep_dir)
+        key = _source_hash(t, arch, recorded, tc)
+        if not force and out.is_file() and stamp.is_file():
+            cached = TargetBuild.model_validate_json(stamp.read_text())
+            if cached.source_hash == key:
+                return cached, False
+        if not Path(paths.ROOT / t.entry).is_file():
+            raise BuildFailed(f"{t.name}: source {t.entry} does not exist")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log(f"[build] {arch} {t.name}: compiling ...")
+        res = run_process(cmd, timeout_s=BUILD_TIMEOUT_S, cwd=paths.ROOT)
+        log_path = out_dir / f"{t.name}.log"
+        write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
+        if res.timed_out or res.returncode != 0:
+            first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()), res.last_error_line())
+            raise BuildFailed(f"{t.name} for {arch}: {first.strip()}", f"full log: {log_path}")
+        ptxas: list = []
+        if t.lang == "cuda":
+            ptxas = inspect_ptx.parse_ptxas(res.stderr + res.stdout)
+            ptx_text = "".join(p.read_text(errors="replace") for p in sorted(keep_dir.glob("*.ptx")))
+            kernels = inspect_ptx.scan_ptx(ptx_text)
+        else:
+            kernels = inspect_ptx.scan_binary_ptx(out)
+    cuobjdump = toolchain.find_cuobjdump() if t.lang == "cuda" else None
+    record = TargetBuild(
+        target=t.name,
+        lang=t.lang,
+        arch=arch,
+        source_hash=key,
+        command=recorded,
+        defines=dict(t.defines),
+        flags=list(t.flags),
+        output=os.path.relpath(out, paths.ROOT),
+        build_seconds=round(res.seconds, 2),
+        ptxas=ptxas,
+        ptx_kernels=kernels,
+        sass=inspect_ptx.sass_check(cuobjdump, out) if cuobjdump else None,
+    )
+    write_atomic(stamp, record.model_dump_json(indent=1))
+    log(f"[build] {arch} {t.name}: compiled in {res.seconds:.1f} s")
+    return record, True
+
+
+def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[str]:
+    """Resource gates (ptxas) and instruction expectations (PTX) for one built target."""
+    bad: list[str] = []
+    where = f"{rec.target} {rec.arch}"
+    for k in rec.ptxas:
+        if k.registers > gates.max_registers_per_thread:
+            bad.append(f"{where} {k.name}: {k.registers} registers > {gates.max_registers_per_thread}")
+        if k.smem_bytes > gates.max_smem_bytes_per_block:
+            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {gates.max_smem_bytes_per_block}")
+        spill = k.spill_store_bytes + k.spill_load_bytes
+        if spill > gates.max_spill_bytes:
+            bad.append(f"{where} {k.name}: {k.spill_store_bytes} B spill stores, {k.spill_load_bytes} B spill loads")
+    if t.lang == "cuda" and not rec.ptxas:
+        bad.append(f"{where}: no ptxas report was parsed")
+    for exp in t.ptx:
+        hits = [k for k in rec.ptx_kernels if exp.pattern in k.name]
+        if not hits:
+            bad.append(f"{where}: no PTX kernel matches {exp.pattern!r}")
+            continue
+        for k in hits:
+            if exp.cp_async is not None and k.has_cp_async != exp.cp_async:
+                bad.append(f"{where} {k.name}: cp.async {'missing' if exp.cp_async else 'present'} in PTX")
+            if exp.mma is not None and k.has_mma != exp.mma:
+                bad.append(f"{where} {k.name}: mma {'missing' if exp.mma else 'present'} in PTX")
+    return bad
+
+
+def build_all(
+    targets: tuple[Target, ...], archs: tuple[str, ...], gates: BuildGates, *, force: bool = False
+) -> tuple[BuildMeta, int]:
+    """Build everything, write build/build_meta.json, enforce static gates.
+
+    Returns the metadata and how many targets were actually compiled.
+    """
+    tc = toolchain.describe(
+        need_mojo=any(t.lang == "mojo" for t in targets), need_cuda=any(t.lang == "cuda" for t in targets)
+    )
+    records: list[TargetBuild] = []
+    compiled = 0
+    violations: list[str] = []
+    for arch in archs:
+        for t in targets:
+            rec, did = build_target(t, arch, tc, force=force)
+            compiled += did
+            records.append(rec)
+            violations += static_violations(t, rec, gates)
+    sha, dirty = git_state()
+    # Keep what an earlier call built for other targets or archs, so that
+    # `build --arch sm_89` does not forget the sm_90 executables.
+    try:
+        earlier = [r for r in load_meta().targets if (r.target, r.arch) not in {(n.target, n.arch) for n in records}]
+    except (BuildFailed, ValueError):
+        earlier = []
+    all_records = sorted(earlier + records, key=lambda r: (r.arch, r.target))
+    meta = BuildMeta(
+        created_utc=utc_now(), git_sha=sha, git_dirty=dirty, toolchain=tc, host=host_info(),
+        archs=sorted({r.arch for r in all_records}), targets=all_records,
+    )
+    write_atomic(paths.build_dir() / "build_meta.json", meta.model_dump_json(indent=1))
+    if violations:
+        raise BuildFailed(f"{len(violations)} static gate(s) failed: " + "; ".join(violations))
+    return meta, compiled
+
+
+def load_meta() -> BuildMeta:
+    path = paths.build_dir() / "build_meta.json"
+    if not path.is_file():
+        raise BuildFailed(f"{path} does not exist", "run `nox -s build` (or `python -m driver build`) first")
+    return BuildMeta.model_validate_json(path.read_text())

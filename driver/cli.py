@@ -1,0 +1,161 @@
+"""`python -m driver`: one subcommand per nox session, one error line per failure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from driver import build, config, paths, targets, thresholds
+from driver.errors import DriverError
+from driver.options import RunOptions
+from driver.records import SCHEMA_MODELS
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors become ConfigError
+        from driver.errors import ConfigError
+
+        raise ConfigError(message, f"see `python -m driver {self.prog.split()[-1]} --help`")
+
+
+def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes: str, dtypes: str) -> None:
+    p.add_argument("--suite", default="all", help="allreduce, sdpa or all")
+    p.add_argument("--sizes", default="256K,16M", help="allreduce sizes in bytes, K/M/G suffixes: 256K,16M")
+    p.add_argument("--dtype", default=dtypes, help="float32, bfloat16, float16 (comma list)")
+    p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
+    p.add_argument("--kernel", default="auto", help="allreduce kernel override: auto, 1stage, 2stage, 1stage_cpasync_s3")
+    p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
+    p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
+    p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
+    p.add_argument("--warmup", default="10", help="warm-up iterations per launch")
+    p.add_argument("--rounds", default="1", help="interleaved rounds of ours and the peers")
+    p.add_argument("--arch", default=None, help="GPU architecture (default: GPU 0's)")
+    p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
+    p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")
+    p.add_argument("--no-build", action="store_true", help="use the existing build as it is")
+
+
+def _run_options(ns: argparse.Namespace) -> RunOptions:
+    """Every string is validated here, before any build or GPU work starts."""
+    tpath = Path(ns.thresholds) if ns.thresholds else None
+    thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
+    return RunOptions(
+        suites=config.parse_suite(ns.suite),
+        sizes_bytes=config.parse_sizes(ns.sizes),
+        dtypes=config.parse_dtypes(ns.dtype),
+        ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
+        shapes=config.parse_shapes(ns.shapes),
+        seeds=config.parse_seeds(ns.seeds),
+        iters=config.parse_positive_int(ns.iters, "--iters"),
+        warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
+        kernel=config.parse_kernel(ns.kernel),
+        arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
+        rounds=config.parse_positive_int(ns.rounds, "--rounds"),
+        timeout_s=float(config.parse_positive_int(ns.timeout, "--timeout")),
+        thresholds=tpath,
+        build=not ns.no_build,
+    )
+
+
+def cmd_build(ns: argparse.Namespace) -> int:
+    archs = config.parse_archs(ns.arch)
+    wanted = targets.select(ns.targets)
+    gates = thresholds.load(Path(ns.thresholds) if ns.thresholds else None).build
+    if paths.is_bundle():
+        print("this is a GPU-host bundle: its executables are prebuilt, nothing to build", file=sys.stderr)
+        return 0
+    t0 = time.perf_counter()
+    meta, compiled = build.build_all(wanted, archs, gates, force=ns.force)
+    seconds = time.perf_counter() - t0
+    print(f"build: {compiled} of {len(wanted) * len(archs)} target(s) compiled, "
+          f"{len(wanted) * len(archs) - compiled} cached, {seconds:.2f} s; metadata: {paths.build_dir() / 'build_meta.json'}")
+    for t in meta.targets:
+        for k in t.ptxas:
+            print(f"  {t.arch} {t.target} {k.name[:60]}: {k.registers} regs, {k.smem_bytes} B smem, "
+                  f"{k.spill_store_bytes + k.spill_load_bytes} B spills")
+        n_cp = sum(k.has_cp_async for k in t.ptx_kernels)
+        print(f"  {t.arch} {t.target}: {len(t.ptx_kernels)} PTX kernel(s), {n_cp} with cp.async")
+    return 0
+
+
+def cmd_bench(ns: argparse.Namespace) -> int:
+    opts = _run_options(ns)
+    from driver import bench
+
+    bench.run(opts, ["python", "-m", "driver", *sys.argv[1:]])
+    return 0
+
+
+def cmd_bundle(ns: argparse.Namespace) -> int:
+    from driver import bundle
+
+    archs = config.parse_archs(ns.arch)
+    out = bundle.make(Path(ns.out), archs, tuple(ns.python.split(",")))
+    print(f"bundle: {out}")
+    return 0
+
+
+def cmd_schema(ns: argparse.Namespace) -> int:
+    out = Path(ns.out) if ns.out else paths.results_dir() / "schema"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in SCHEMA_MODELS.items():
+        (out / f"{name}.schema.json").write_text(json.dumps(model.model_json_schema(), indent=1) + "\n")
+    print(f"schema: {len(SCHEMA_MODELS)} JSON Schemas in {out}")
+    return 0
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from driver import compare
+
+    return compare.main(ns.runs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="driver", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("build", help="compile every kernel target (cached by content hash)")
+    b.add_argument("--arch", default=config.DEFAULT_ARCH, help="sm_90, sm_89, sm_80 (comma list)")
+    b.add_argument("--targets", default="all", help="target names or suites (comma list)")
+    b.add_argument("--thresholds", default=None)
+    b.add_argument("--force", action="store_true", help="ignore the cache")
+    b.set_defaults(func=cmd_build)
+
+    for name, iters, seeds, shapes, dtypes, helptext in (
+        ("bench", 100, "0", "mission,large", "float32", "build, check correctness, time ours against the peers, archive"),
+        ("stress", 1000, "0,1,2", "small,mission,tail,large", "float32,bfloat16,float16",
+         "long soak of every kernel with every result checked, archived"),
+    ):
+        s = sub.add_parser(name, help=helptext)
+        _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
+        s.set_defaults(func=cmd_bench)
+
+    u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")
+    u.add_argument("--out", default="bundle")
+    u.add_argument("--arch", default=config.DEFAULT_ARCH)
+    u.add_argument("--python", default="3.10,3.11,3.12,3.13", help="Python versions the GPU host may have")
+    u.set_defaults(func=cmd_bundle)
+
+    c = sub.add_parser("compare", help="per-config deltas between two archived runs")
+    c.add_argument("runs", nargs="*", help="two run folders (default: the newest two on one device kind)")
+    c.set_defaults(func=cmd_compare)
+
+    sc = sub.add_parser("schema", help="write the JSON Schemas of every record")
+    sc.add_argument("--out", default=None)
+    sc.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        ns = build_parser().parse_args(argv)
+        return ns.func(ns)
+    except DriverError as exc:
+        print(exc.one_line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: nothing was archived", file=sys.stderr)
+        return 130

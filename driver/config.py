@@ -1,0 +1,153 @@
+"""Configure: turn user strings into validated values, once, before anything runs.
+
+Every parser here raises ConfigError with a message that says what was wrong and
+what is accepted, so a typo never reaches a compiler or a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+
+from driver.errors import ConfigError
+
+SUPPORTED_ARCHS = ("sm_90", "sm_89", "sm_80")
+DEFAULT_ARCH = "sm_90"
+DTYPES = ("float32", "bfloat16", "float16")
+SUPPORTED_NGPUS = (2, 4, 8)
+ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_cpasync")
+CPASYNC_STAGES = (2, 3, 4)
+SUITES = ("allreduce", "sdpa", "all")
+
+# (B, H, S, D) of the named SDPA shapes the seeds and issue 4 use.
+SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "small": (1, 2, 128, 64),
+    "mission": (1, 8, 512, 64),
+    "tail": (1, 8, 1000, 64),
+    "large": (2, 16, 2048, 64),
+}
+SDPA_HEAD_DIMS = (64, 128)
+
+_SIZE_RE = re.compile(r"^(\d+)([KMG]?)$")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_SIZE_BYTES = 16 << 30
+
+
+def parse_size(text: str) -> int:
+    """`256K` -> 262144. Suffixes are powers of 1024, as in nccl-tests."""
+    token = text.strip().upper()
+    if token.endswith("B") and len(token) > 1 and token[-2] in "KMG":
+        token = token[:-1]
+    m = _SIZE_RE.match(token)
+    if not m:
+        raise ConfigError(
+            f"malformed size {text!r}",
+            "sizes are whole byte counts with an optional K, M or G suffix, e.g. 256K,16M,1G",
+        )
+    value = int(m.group(1)) * _UNITS[m.group(2)]
+    if value > MAX_SIZE_BYTES:
+        raise ConfigError(f"size {text!r} is {value} bytes, above the {MAX_SIZE_BYTES >> 30}G limit")
+    return value
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    parts = [p for p in text.split(",")]
+    if not text.strip() or any(not p.strip() for p in parts):
+        raise ConfigError(f"malformed size list {text!r}", "give comma-separated sizes, e.g. 256K,16M")
+    return tuple(parse_size(p) for p in parts)
+
+
+def format_size(nbytes: int) -> str:
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= unit and nbytes % unit == 0:
+            return f"{nbytes // unit}{suffix}"
+    return str(nbytes)
+
+
+def _parse_choice_list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not items:
+        raise ConfigError(f"empty {what} list", f"choose from {', '.join(allowed)}")
+    for item in items:
+        if item not in allowed:
+            raise ConfigError(f"unknown {what} {item!r}", f"choose from {', '.join(allowed)}")
+    return items
+
+
+def parse_archs(text: str) -> tuple[str, ...]:
+    return _parse_choice_list(text, SUPPORTED_ARCHS, "GPU architecture")
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    return _parse_choice_list(text, DTYPES, "dtype")
+
+
+def parse_suite(text: str) -> tuple[str, ...]:
+    (suite,) = _parse_choice_list(text, SUITES, "suite")[:1]
+    return ("allreduce", "sdpa") if suite == "all" else (suite,)
+
+
+def parse_kernel(text: str) -> str:
+    """An allreduce kernel name: auto, 1stage, 2stage, 1stage_cpasync or 1stage_cpasync_sN."""
+    name = text.strip()
+    m = re.fullmatch(r"1stage_cpasync_s(\d+)", name)
+    if m and int(m.group(1)) in CPASYNC_STAGES:
+        return name
+    if name in ALLREDUCE_KERNELS:
+        return name
+    allowed = list(ALLREDUCE_KERNELS) + [f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES]
+    raise ConfigError(f"unknown kernel {text!r}", f"choose from {', '.join(allowed)}")
+
+
+def parse_ngpus(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) not in SUPPORTED_NGPUS:
+            raise ConfigError(
+                f"unsupported GPU count {part!r}",
+                f"the allreduce kernels are built for {', '.join(map(str, SUPPORTED_NGPUS))} GPUs",
+            )
+        out.append(int(part))
+    return tuple(out)
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
+    """A named shape (`mission`) or an explicit `BxHxSxD`."""
+    name = text.strip()
+    if name in SDPA_SHAPES:
+        return name, SDPA_SHAPES[name]
+    parts = name.lower().split("x")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise ConfigError(
+            f"malformed shape {text!r}",
+            f"use a name ({', '.join(SDPA_SHAPES)}) or BxHxSxD, e.g. 1x8x512x64",
+        )
+    b, h, s, d = (int(p) for p in parts)
+    if min(b, h, s, d) <= 0:
+        raise ConfigError(f"shape {text!r} has a zero dimension", "B, H, S and D must be at least 1")
+    if d not in SDPA_HEAD_DIMS:
+        raise ConfigError(f"unsupported head dim {d} in {text!r}", f"supported: {SDPA_HEAD_DIMS}")
+    return f"{b}x{h}x{s}x{d}", (b, h, s, d)
+
+
+def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, int, int, int]], ...]:
+    items = text.split(",")
+    if not text.strip() or any(not p.strip() for p in items):
+        raise ConfigError("empty shape list", f"use names ({', '.join(SDPA_SHAPES)}) or BxHxSxD")
+    return tuple(parse_shape(p) for p in items)
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise ConfigError(f"malformed seed list {text!r}", "give comma-separated integers, e.g. 0,1,2") from None
+    if any(s < 0 for s in seeds):
+        raise ConfigError(f"negative seed in {text!r}")
+    return seeds
+
+
+def parse_positive_int(text: str, what: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise ConfigError(f"malformed {what} {text!r}", f"{what} must be a positive integer")
+    return int(text)

@@ -1,0 +1,88 @@
+"""GPU discovery and telemetry through NVML (nvidia-ml-py).
+
+Read before and after each config: clocks, temperature, power, throttle reasons,
+and whether other processes share the GPUs, so a number can be trusted or not.
+"""
+
+from __future__ import annotations
+
+import os
+
+from driver.errors import NoGPU
+from driver.records import DeviceInfo, GpuInfo
+
+
+def _nvml():
+    try:
+        import pynvml
+    except ImportError:
+        raise NoGPU("nvidia-ml-py is not installed, so no GPU can be found", "pip install nvidia-ml-py") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise NoGPU(f"NVML cannot start ({exc}): this machine has no usable NVIDIA GPU or driver") from None
+    return pynvml
+
+
+def _safe(fn, *args, default=None):
+    try:
+        return fn(*args)
+    except Exception:  # NVML raises per-field "not supported" errors on some parts
+        return default
+
+
+def _throttle_names(nv, mask: int | None) -> list[str]:
+    if not mask:
+        return []
+    names = {
+        "clocksEventReasonGpuIdle": "idle",
+        "clocksEventReasonApplicationsClocksSetting": "app_clocks",
+        "clocksEventReasonSwPowerCap": "sw_power_cap",
+        "clocksThrottleReasonHwSlowdown": "hw_slowdown",
+        "clocksEventReasonSwThermalSlowdown": "sw_thermal",
+        "clocksThrottleReasonHwThermalSlowdown": "hw_thermal",
+        "clocksThrottleReasonHwPowerBrakeSlowdown": "power_brake",
+        "clocksEventReasonSyncBoost": "sync_boost",
+    }
+    return sorted({label for attr, label in names.items() if hasattr(nv, attr) and mask & getattr(nv, attr)})
+
+
+def probe() -> DeviceInfo:
+    nv = _nvml()
+    try:
+        count = nv.nvmlDeviceGetCount()
+        if count == 0:
+            raise NoGPU("NVML reports 0 GPUs")
+        gpus = []
+        for i in range(count):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            name = nv.nvmlDeviceGetName(h)
+            procs = _safe(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
+            power_mw = _safe(nv.nvmlDeviceGetPowerUsage, h)
+            gpus.append(
+                GpuInfo(
+                    index=i,
+                    name=name.decode() if isinstance(name, bytes) else name,
+                    memory_mib=nv.nvmlDeviceGetMemoryInfo(h).total >> 20,
+                    sm_clock_mhz=_safe(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                    mem_clock_mhz=_safe(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+                    temperature_c=_safe(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                    power_w=round(power_mw / 1000, 1) if power_mw is not None else None,
+                    throttle_reasons=_throttle_names(nv, _safe(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
+                    other_processes=sum(1 for p in procs if p.pid != os.getpid()),
+                )
+            )
+        driver = nv.nvmlSystemGetDriverVersion()
+        return DeviceInfo(driver_version=driver.decode() if isinstance(driver, bytes) else driver, gpus=gpus)
+    finally:
+        _safe(nv.nvmlShutdown)
+
+
+def arch_of(gpu_index: int = 0) -> str:
+    """`sm_90` for an H100/H200: the arch the bench builds and runs."""
+    nv = _nvml()
+    try:
+        major, minor = nv.nvmlDeviceGetCudaComputeCapability(nv.nvmlDeviceGetHandleByIndex(gpu_index))
+        return f"sm_{major}{minor}"
+    finally:
+        _safe(nv.nvmlShutdown)

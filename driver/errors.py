@@ -1,0 +1,85 @@
+"""One exception class and one exit code per failure class.
+
+A script can tell "you asked for something wrong" (2) from "the build broke" (4)
+from "the kernel computed garbage" (7) by the exit code alone.
+"""
+
+from __future__ import annotations
+
+
+class DriverError(Exception):
+    """Base class: `exit_code` is what `python -m driver` exits with."""
+
+    exit_code = 1
+    label = "error"
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = f"{self.label}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text.replace("\n", " ")
+
+
+class ConfigError(DriverError):
+    """The request itself is wrong: a size, an arch, a kernel name, a threshold file."""
+
+    exit_code = 2
+    label = "configuration error"
+
+
+class ToolchainMissing(DriverError):
+    """mojo, nvcc or ptxas cannot be found; the message says what to install."""
+
+    exit_code = 3
+    label = "toolchain missing"
+
+
+class BuildFailed(DriverError):
+    """A compiler returned non-zero, or a static check of its output failed."""
+
+    exit_code = 4
+    label = "build failed"
+
+
+class NoGPU(DriverError):
+    """A GPU run was asked for on a machine without (enough) usable GPUs."""
+
+    exit_code = 5
+    label = "no GPU"
+
+
+class KernelFailed(DriverError):
+    """A kernel executable crashed, hung past its timeout, or printed malformed output."""
+
+    exit_code = 6
+    label = "kernel failed"
+
+
+class WrongResults(DriverError):
+    """A kernel ran but its results disagree with the reference."""
+
+    exit_code = 7
+    label = "wrong results"
+
+
+class PerfGateFailed(DriverError):
+    """A kernel is correct but slower than its threshold against the peer."""
+
+    exit_code = 8
+    label = "performance gate failed"
+
+
+ALL_ERRORS: tuple[type[DriverError], ...] = (
+    ConfigError,
+    ToolchainMissing,
+    BuildFailed,
+    NoGPU,
+    KernelFailed,
+    WrongResults,
+    PerfGateFailed,
+)

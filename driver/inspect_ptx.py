@@ -1,0 +1,74 @@
+"""Static checks of what a build produced: ptxas resource reports and PTX contents.
+
+These run on any machine, GPU or not, and are how `nox -s test` proves on a CPU
+box that a cp.async kernel really contains cp.async and the baseline does not.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from driver.records import PtxasKernel, PtxKernel
+
+_COMPILING = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_ptxas(text: str) -> list[PtxasKernel]:
+    """Parse `nvcc -Xptxas -v` output into one record per (kernel, arch)."""
+    kernels: list[PtxasKernel] = []
+    name = arch = None
+    frame = (0, 0, 0)
+    for line in text.splitlines():
+        if m := _COMPILING.search(line):
+            name, arch, frame = m.group(1), m.group(2), (0, 0, 0)
+        elif (m := _FRAME.search(line)) and name:
+            frame = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        elif (m := _USED.search(line)) and name and arch:
+            smem = _SMEM.search(line)
+            cmem = _CMEM.search(line)
+            kernels.append(
+                PtxasKernel(
+                    name=name,
+                    arch=arch,
+                    registers=int(m.group(1)),
+                    smem_bytes=int(smem.group(1)) if smem else 0,
+                    stack_frame_bytes=frame[0],
+                    spill_store_bytes=frame[1],
+                    spill_load_bytes=frame[2],
+                    cmem_bytes=int(cmem.group(1)) if cmem else 0,
+                )
+            )
+            name = arch = None
+    return kernels
+
+
+_ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(")
+_SECTION_END = re.compile(r"\.(entry|func)\s+[\w$.]+\s*\(|\.version\s+\d")
+_MMA = re.compile(r"\b(wgmma|wmma|mma)\.")
+
+
+def scan_ptx(text: str) -> list[PtxKernel]:
+    """One record per `.entry` in PTX text (also PTX embedded in an executable)."""
+    out: list[PtxKernel] = []
+    for m in _ENTRY.finditer(text):
+        nxt = _SECTION_END.search(text, m.end())
+        body = text[m.end() : nxt.start() if nxt else len(text)]
+        out.append(PtxKernel(name=m.group(1), has_cp_async="cp.async" in body, has_mma=bool(_MMA.search(body))))
+    return out
+
+
+def scan_binary_ptx(path: Path) -> list[PtxKernel]:
+    """Mojo executables embed their kernels as PTX text; read it straight out of the file."""
+    return scan_ptx(path.read_bytes().decode("latin-1"))
+
+
+def sass_check(cuobjdump: str, exe: Path) -> dict[str, bool]:
+    """Where cuobjdump exists: does the machine code hold LDGSTS (cp.async) and HMMA?"""
+    sass = subprocess.run([cuobjdump, "--dump-sass", str(exe)], capture_output=True, text=True, timeout=120).stdout
+    return {"LDGSTS": "LDGSTS" in sass, "HMMA": "HMMA" in sass}

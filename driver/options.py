@@ -1,0 +1,30 @@
+"""The typed, frozen options every GPU command runs from, parsed once from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from driver.config import DEFAULT_ARCH, SDPA_SHAPES
+from driver.records import Record
+
+
+class RunOptions(Record):
+    suites: tuple[str, ...] = ("allreduce", "sdpa")
+    sizes_bytes: tuple[int, ...] = (256 << 10, 16 << 20)
+    dtypes: tuple[str, ...] = ("float32",)
+    ngpus: tuple[int, ...] | None = None  # None: every supported count the host has
+    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = (
+        ("mission", SDPA_SHAPES["mission"]),
+        ("large", SDPA_SHAPES["large"]),
+    )
+    seeds: tuple[int, ...] = (0,)
+    iters: int = Field(default=100, gt=0)
+    warmup: int = Field(default=10, ge=0)
+    kernel: str = "auto"
+    arch: str | None = None  # None: the arch of GPU 0
+    rounds: int = Field(default=1, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    thresholds: Path | None = None
+    build: bool = True

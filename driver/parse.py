@@ -1,0 +1,39 @@
+"""Parse: the one parser for every kernel executable's output.
+
+Each stdout line is one JSON object validated against its record model; NaN,
+infinity, missing or extra fields, and truncated lines are all rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from driver.errors import KernelFailed
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_lines(stdout: str, model: type[M], *, what: str) -> list[M]:
+    records: list[M] = []
+    for lineno, line in enumerate(stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line, parse_constant=_reject_constant)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            records.append(model.model_validate(data))
+        except (ValueError, ValidationError) as exc:
+            first = str(exc).splitlines()
+            brief = "; ".join(s.strip() for s in first[:3])
+            raise KernelFailed(f"malformed output from {what}, line {lineno}: {brief}", f"line: {line[:200]!r}") from None
+    if not records:
+        raise KernelFailed(f"{what} printed no result line")
+    return records

@@ -1,0 +1,46 @@
+"""Where things live, in a source tree and in a GPU-host bundle alike.
+
+A bundle is the same layout with `bundle.json` at its root and prebuilt
+executables under `bin/` instead of `build/`; nothing else in the driver needs to
+know which of the two it runs from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE_MARKER = ROOT / "bundle.json"
+
+
+def is_bundle() -> bool:
+    return BUNDLE_MARKER.is_file()
+
+
+def build_dir() -> Path:
+    return ROOT / ("bin" if is_bundle() else "build")
+
+
+def results_dir() -> Path:
+    """`bench_results/`; BENCH_RESULTS_DIR overrides it (tests use a temporary one)."""
+    return Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench_results"))
+
+
+def thresholds_file() -> Path:
+    return ROOT / "thresholds.toml"
+
+
+def toolchain_venv() -> Path:
+    """The one shared venv holding the pinned Mojo toolchain (about 1 GB, made once)."""
+    return Path(os.environ.get("DRIVER_TOOLCHAIN_VENV", ROOT / ".toolchain" / "venv"))
+
+
+def mojo_runtime_lib_dir() -> Path | None:
+    """Folder with the four Mojo runtime libraries the executables load."""
+    if is_bundle():
+        return ROOT / "lib"
+    venv = toolchain_venv()
+    for cand in sorted(venv.glob("lib/python3*/site-packages/modular/lib")):
+        return cand
+    return None

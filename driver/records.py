@@ -1,0 +1,245 @@
+"""Typed records passed between the pipeline's stages.
+
+configure -> build -> launch -> parse -> verify -> gate -> archive. Anything one
+stage writes and another reads is one of these models: frozen, no extra fields,
+no NaN or infinity, and with a JSON Schema written next to bench_results/.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+
+SCHEMA_VERSION = 1
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------- toolchain, host
+
+
+class ToolVersion(Record):
+    name: str
+    path: str
+    version: str
+
+
+class Toolchain(Record):
+    mojo: ToolVersion | None = None
+    nvcc: ToolVersion | None = None
+    ptxas: ToolVersion | None = None
+    python: str
+
+
+class HostInfo(Record):
+    hostname: str
+    os: str
+    cpu: str
+    logical_cores: int
+    ram_gib: float
+
+
+# ---------------------------------------------------------------- device
+
+
+class GpuInfo(Record):
+    index: int
+    name: str
+    memory_mib: int
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    other_processes: int = 0
+
+
+class DeviceInfo(Record):
+    driver_version: str
+    gpus: list[GpuInfo]
+
+    @property
+    def kind(self) -> str:
+        """Short name for folder names and tables, e.g. `2xH200`."""
+        if not self.gpus:
+            return "nogpu"
+        model = self.gpus[0].name.replace("NVIDIA", "").strip().split()[0]
+        return f"{len(self.gpus)}x{model}"
+
+
+# ---------------------------------------------------------------- build
+
+
+class PtxasKernel(Record):
+    """One kernel's line in `nvcc -Xptxas -v` output."""
+
+    name: str
+    arch: str
+    registers: NonNegativeInt
+    smem_bytes: NonNegativeInt
+    stack_frame_bytes: NonNegativeInt
+    spill_store_bytes: NonNegativeInt
+    spill_load_bytes: NonNegativeInt
+    cmem_bytes: NonNegativeInt = 0
+
+
+class PtxKernel(Record):
+    """One `.entry` of the PTX embedded in (or emitted for) a target."""
+
+    name: str
+    has_cp_async: bool
+    has_mma: bool
+
+
+class TargetBuild(Record):
+    target: str
+    lang: Literal["mojo", "cuda"]
+    arch: str
+    source_hash: str
+    command: list[str]
+    defines: dict[str, str]
+    flags: list[str]
+    output: str
+    build_seconds: NonNegativeFloat
+    ptxas: list[PtxasKernel] = Field(default_factory=list)
+    ptx_kernels: list[PtxKernel] = Field(default_factory=list)
+    sass: dict[str, bool] | None = None
+
+
+class BuildMeta(Record):
+    schema_version: int = SCHEMA_VERSION
+    created_utc: str
+    git_sha: str
+    git_dirty: bool
+    toolchain: Toolchain
+    host: HostInfo
+    archs: list[str]
+    targets: list[TargetBuild]
+
+    def target(self, name: str, arch: str) -> TargetBuild:
+        for t in self.targets:
+            if t.target == name and t.arch == arch:
+                return t
+        raise KeyError(f"{name} for {arch} is not in build_meta.json")
+
+
+# ---------------------------------------------------------------- kernel output lines
+
+
+class AllreduceLine(Record):
+    """One line printed by an allreduce executable (ours, upstream, or the NCCL peer)."""
+
+    suite: Literal["allreduce"]
+    impl: Literal["ours", "upstream", "nccl"]
+    kernel_requested: str
+    kernel_selected: str
+    kernel_confirmed: str
+    dtype: Literal["float32", "bfloat16", "float16"]
+    ngpus: int = Field(ge=1, le=8)
+    bytes: NonNegativeInt
+    elements: NonNegativeInt
+    iters: NonNegativeInt
+    warmup: NonNegativeInt
+    p50_us: NonNegativeFloat
+    p90_us: NonNegativeFloat
+    min_us: NonNegativeFloat
+    mean_us: NonNegativeFloat
+    algbw_gbps: NonNegativeFloat
+    busbw_gbps: NonNegativeFloat
+    max_abs_err: NonNegativeFloat
+    wrong: NonNegativeInt
+    checked: bool
+
+
+class SdpaLine(Record):
+    """One line printed by an SDPA runner (ours) or the PyTorch peer."""
+
+    suite: Literal["sdpa"]
+    impl: Literal["baseline", "cpasync", "torch_sdpa"]
+    shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    iters: NonNegativeInt
+    warmup: NonNegativeInt
+    p50_us: NonNegativeFloat
+    p90_us: NonNegativeFloat
+    mean_us: NonNegativeFloat
+    std_us: NonNegativeFloat
+    min_us: NonNegativeFloat
+    tflops: NonNegativeFloat
+    grid: list[int] = Field(default_factory=list)
+    block: list[int] = Field(default_factory=list)
+    smem_bytes: NonNegativeInt = 0
+    regs_per_thread: NonNegativeInt = 0
+
+
+Measurement = Annotated[Union[AllreduceLine, SdpaLine], Field(discriminator="suite")]
+
+
+# ---------------------------------------------------------------- verdicts and archive
+
+
+class Verdict(Record):
+    status: Literal["pass", "fail", "inconclusive", "skip"]
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @classmethod
+    def combine(cls, verdicts: list[Verdict]) -> Verdict:
+        """fail beats inconclusive beats pass; skips count only when nothing else ran."""
+        ran = [v for v in verdicts if v.status != "skip"] or verdicts
+        for status in ("fail", "inconclusive", "pass", "skip"):
+            if any(v.status == status for v in ran):
+                break
+        return cls(status=status, reasons=[r for v in verdicts for r in v.reasons])
+
+
+class ArchivedRecord(Record):
+    suite: Literal["allreduce", "sdpa", "stress"]
+    impl: str
+    kernel: str
+    config: str
+    device: str
+    git_sha: str
+    seed: int | None = None
+    passed: bool
+    max_abs_err: NonNegativeFloat | None = None
+    bad_frac: NonNegativeFloat | None = None
+    rel_l2: NonNegativeFloat | None = None
+    correctness: Verdict
+    performance: Verdict | None = None
+    measurement: Measurement
+
+
+class Skip(Record):
+    suite: str
+    impl: str
+    reason: str
+
+
+class RunArchive(Record):
+    """`results.json` of one archived run."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    created_utc: str
+    command: list[str]
+    git_sha: str
+    git_dirty: bool
+    device: DeviceInfo
+    device_after: DeviceInfo | None = None
+    host: HostInfo
+    records: list[ArchivedRecord]
+    skipped: list[Skip] = Field(default_factory=list)
+
+
+SCHEMA_MODELS: dict[str, type[Record]] = {
+    "build_meta": BuildMeta,
+    "results": RunArchive,
+    "allreduce_line": AllreduceLine,
+    "sdpa_line": SdpaLine,
+}

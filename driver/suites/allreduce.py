@@ -1,0 +1,119 @@
+"""The allreduce suite: ours, upstream comm.allreduce and NCCL, same sizes, same timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from driver.config import SUPPORTED_NGPUS
+from driver.errors import NoGPU
+from driver.launch import launch
+from driver.options import RunOptions
+from driver.parse import parse_lines
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
+from driver.suites.common import SuiteResult, progress, ratio_verdict
+from driver.thresholds import Thresholds
+
+EXE = "allreduce_bench"
+
+
+def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
+    args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--check", "1"]
+    if impl == "ours":
+        kernel = opts.kernel
+        if kernel.startswith("1stage_cpasync_s"):
+            args += ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
+        else:
+            args += ["--kernel", kernel]
+    args += ["--impl", impl] if impl != "nccl" else []
+    return args
+
+
+def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[str, list[str]]:
+    exe = str(exe_dir / EXE)
+    cmds = {
+        "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
+        "upstream": [exe, *_args(opts, dtype, ngpus, "upstream")],
+    }
+    if importlib.util.find_spec("torch") is not None:
+        cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]
+    return cmds
+
+
+def correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
+    reasons = []
+    if not line.checked and line.elements > 0:
+        reasons.append("result was not checked")
+    if line.wrong > gates.allreduce.max_wrong:
+        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err:g})")
+    if line.impl == "ours":
+        if line.kernel_confirmed != line.kernel_selected:
+            reasons.append(f"host selected {line.kernel_selected} but the GPU ran {line.kernel_confirmed}")
+        req = line.kernel_requested
+        if req != "auto" and not line.kernel_selected.startswith(req):
+            reasons.append(f"override {req} was not honoured: {line.kernel_selected} selected")
+    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
+
+
+def _performance(line: AllreduceLine, peers: dict[tuple[str, int], AllreduceLine], gates: Thresholds) -> Verdict | None:
+    verdicts = []
+    for g in gates.allreduce.speedup:
+        if (g.bytes, g.dtype, g.ngpus) != (line.bytes, line.dtype, line.ngpus):
+            continue
+        peer = peers.get((g.peer, line.bytes))
+        if peer is None:
+            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured"]))
+            continue
+        verdicts.append(
+            ratio_verdict(
+                f"p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us, min_ratio=g.min_ratio,
+                noise=gates.noise.min_rel_noise,
+            )
+        )
+    return Verdict.combine(verdicts) if verdicts else None
+
+
+def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    present = len(device.gpus)
+    counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= present)
+    result = SuiteResult()
+    if not counts:
+        result.skipped.append(Skip(suite="allreduce", impl="*", reason=f"needs at least 2 GPUs; this host has {present}"))
+        return result
+    for n in counts:
+        if n > present:
+            raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
+    for ngpus in counts:
+        for dtype in opts.dtypes:
+            cmds = _commands(opts, exe_dir, dtype, ngpus)
+            if "nccl" not in cmds:
+                result.skipped.append(Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host"))
+            lines: list[AllreduceLine] = []
+            for _round in range(opts.rounds):
+                for impl, cmd in cmds.items():
+                    what = f"allreduce {impl} {dtype} x{ngpus}"
+                    progress(what)
+                    res = launch(cmd, what=what, timeout_s=opts.timeout_s)
+                    lines += parse_lines(res.stdout, AllreduceLine, what=what)
+            peers = {(ln.impl, ln.bytes): ln for ln in lines if ln.impl != "ours"}
+            for ln in lines:
+                verdict = correctness(ln, gates)
+                perf = _performance(ln, peers, gates) if ln.impl == "ours" else None
+                result.records.append(
+                    ArchivedRecord(
+                        suite="allreduce",
+                        impl=ln.impl,
+                        kernel=ln.kernel_confirmed,
+                        config=f"{dtype}/{ngpus}gpu/{ln.bytes}B",
+                        device=device.kind,
+                        git_sha=git_sha,
+                        passed=verdict.passed,
+                        max_abs_err=ln.max_abs_err,
+                        correctness=verdict,
+                        performance=perf,
+                        measurement=ln,
+                    )
+                )
+    return result

@@ -1,0 +1,128 @@
+"""The SDPA suite: both FP8 variants against a float64 reference, PyTorch as the peer."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from driver.launch import launch
+from driver.options import RunOptions
+from driver.parse import parse_lines
+from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
+from driver.reference import sdpa as ref
+from driver.suites.common import SuiteResult, progress, ratio_verdict
+from driver.thresholds import SdpaGates, Thresholds
+
+VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
+
+
+def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
+    q, k, v, k_scale, v_scale = ref.make_inputs(shape, seed)
+    files = {name: folder / f"{name}.npy" for name in ("q", "k", "v", "scales")}
+    np.save(files["q"], q)
+    np.save(files["k"], k)
+    np.save(files["v"], v)
+    np.save(files["scales"], np.array([k_scale, v_scale], dtype=np.float32))
+    return files
+
+
+def error_metrics(out: np.ndarray, expected: np.ndarray, gates: SdpaGates) -> dict[str, float]:
+    err = np.abs(out.astype(np.float64) - expected)
+    finite = np.isfinite(err)
+    err = np.where(finite, err, np.inf)
+    return {
+        "max_abs_err": float(err.max()) if err.size else 0.0,
+        "bad_frac": float(np.mean(err > gates.bad_err)) if err.size else 0.0,
+        "rel_l2": float(np.linalg.norm(np.where(finite, err, 0)) / max(np.linalg.norm(expected), 1e-30)),
+    }
+
+
+def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
+    reasons = []
+    if not np.isfinite(m["max_abs_err"]):
+        reasons.append("output holds NaN or infinity")
+    elif m["max_abs_err"] > gates.max_abs_err:
+        reasons.append(f"max_abs_err {m['max_abs_err']:.4g} > {gates.max_abs_err}")
+    if m["bad_frac"] > gates.max_bad_frac:
+        reasons.append(f"{m['bad_frac']:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
+    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
+
+
+def _timing_args(opts: RunOptions) -> list[str]:
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+
+
+def _file_args(files: dict[str, Path]) -> list[str]:
+    return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
+
+
+def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds) -> dict[str, Verdict]:
+    """Per impl, the speedup gates that name it for this shape."""
+    out: dict[str, list[Verdict]] = {}
+    ours = {k: v for k, v in lines.items() if k in VARIANTS}
+    for g in gates.sdpa.speedup:
+        if g.shape != shape_name:
+            continue
+        impl = min(ours, key=lambda k: ours[k].p50_us) if g.impl == "best" and ours else g.impl
+        if impl not in lines or g.peer not in lines:
+            out.setdefault(impl, []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured"]))
+            continue
+        out.setdefault(impl, []).append(
+            ratio_verdict(f"p50 vs {g.peer}", ours_us=lines[impl].p50_us, peer_us=lines[g.peer].p50_us,
+                          min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise)
+        )
+    return {k: Verdict.combine(v) for k, v in out.items()}
+
+
+def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    result = SuiteResult()
+    have_torch = importlib.util.find_spec("torch") is not None
+    if not have_torch:
+        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
+    for shape_name, shape in opts.shapes:
+        timed: dict[str, SdpaLine] = {}
+        pending: list[tuple[str, int, SdpaLine, dict[str, float], Verdict]] = []
+        for seed in opts.seeds:
+            with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
+                folder = Path(tmp)
+                files = write_inputs(folder, shape, seed)
+                expected = ref.reference(*ref.make_inputs(shape, seed))
+                for impl, exe in VARIANTS.items():
+                    what = f"sdpa {impl} {shape_name} seed {seed}"
+                    progress(what)
+                    out_path = folder / f"out_{impl}.npy"
+                    cmd = [str(exe_dir / exe), *_file_args(files), "--out", str(out_path), *_timing_args(opts)]
+                    (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+                    metrics = error_metrics(np.load(out_path), expected, gates.sdpa)
+                    pending.append((impl, seed, line, metrics, correctness(metrics, gates.sdpa)))
+                    timed.setdefault(impl, line)
+                if have_torch and seed == opts.seeds[0]:
+                    what = f"sdpa torch_sdpa {shape_name}"
+                    progress(what)
+                    cmd = [sys.executable, "-m", "driver.peers.torch_sdpa", *_file_args(files), *_timing_args(opts)]
+                    (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+                    timed["torch_sdpa"] = line
+                    pending.append(("torch_sdpa", seed, line, {}, Verdict(status="skip", reasons=["peer: not checked"])))
+        perf = _performance(shape_name, timed, gates)
+        for impl, seed, line, metrics, verdict in pending:
+            result.records.append(
+                ArchivedRecord(
+                    suite="sdpa",
+                    impl=impl,
+                    kernel=VARIANTS.get(impl, impl),
+                    config=f"{shape_name}/seed{seed}",
+                    device=device.kind,
+                    git_sha=git_sha,
+                    seed=seed,
+                    passed=verdict.passed if impl in VARIANTS else True,
+                    correctness=verdict,
+                    performance=perf.get(impl) if seed == opts.seeds[0] else None,
+                    measurement=line,
+                    **metrics,
+                )
+            )
+    return result

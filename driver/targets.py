@@ -1,0 +1,106 @@
+"""The build table: every executable this project builds, and what its PTX must hold.
+
+Kernels live in kernels_mojo/ and kernels_cuda/; this file only says how to turn
+them into executables and which instructions each kernel's PTX must (not) hold.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from driver import paths
+from driver.errors import ConfigError
+
+# Measured (or provisional) allreduce dispatch windows, written by the sweep in
+# `python -m driver bench --sweep-windows` and read here as Mojo -D defines.
+DISPATCH_WINDOWS_FILE = paths.ROOT / "kernels_mojo" / "dispatch_windows.json"
+
+
+@dataclass(frozen=True)
+class PtxExpectation:
+    """Kernels whose PTX entry name contains `pattern` must (not) hold cp.async / mma."""
+
+    pattern: str
+    cp_async: bool | None = None
+    mma: bool | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    lang: Literal["mojo", "cuda"]
+    suite: str
+    entry: str
+    source_globs: tuple[str, ...]
+    defines: dict[str, str] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    ptx: tuple[PtxExpectation, ...] = ()
+
+    def sources(self) -> list[Path]:
+        found = {p for g in self.source_globs for p in paths.ROOT.glob(g) if p.is_file()}
+        return sorted(found)
+
+
+def _dispatch_defines() -> dict[str, str]:
+    if not DISPATCH_WINDOWS_FILE.is_file():
+        return {}
+    data = json.loads(DISPATCH_WINDOWS_FILE.read_text())
+    return {str(k): str(v) for k, v in data.get("defines", {}).items()}
+
+
+CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
+
+
+def all_targets() -> tuple[Target, ...]:
+    mojo_sources = ("kernels_mojo/**/*.mojo", "kernels_mojo/dispatch_windows.json")
+    sdpa_sources = ("kernels_cuda/sdpa_fp8/**/*.cu", "kernels_cuda/sdpa_fp8/**/*.cuh", "kernels_cuda/sdpa_fp8/**/*.h")
+    return (
+        Target(
+            name="allreduce_bench",
+            lang="mojo",
+            suite="allreduce",
+            entry="kernels_mojo/bin/allreduce_bench.mojo",
+            source_globs=mojo_sources,
+            defines=_dispatch_defines(),
+            ptx=(PtxExpectation("cpasync", cp_async=True), PtxExpectation("1stage_kernel", cp_async=False),
+                 PtxExpectation("2stage", cp_async=False)),
+        ),
+        Target(
+            name="sdpa_fp8_baseline",
+            lang="cuda",
+            suite="sdpa",
+            entry="kernels_cuda/sdpa_fp8/runner.cu",
+            source_globs=sdpa_sources,
+            defines={"USE_CP_ASYNC": "0"},
+            flags=CUDA_FLAGS,
+            ptx=(PtxExpectation("sdpa", cp_async=False, mma=True),),
+        ),
+        Target(
+            name="sdpa_fp8_cpasync",
+            lang="cuda",
+            suite="sdpa",
+            entry="kernels_cuda/sdpa_fp8/runner.cu",
+            source_globs=sdpa_sources,
+            defines={"USE_CP_ASYNC": "1"},
+            flags=CUDA_FLAGS,
+            ptx=(PtxExpectation("sdpa", cp_async=True, mma=True),),
+        ),
+    )
+
+
+def select(names: str | None) -> tuple[Target, ...]:
+    """`None`/`all` -> every target; else a comma list of target names or suites."""
+    targets = all_targets()
+    if not names or names == "all":
+        return targets
+    chosen: list[Target] = []
+    for item in (n.strip() for n in names.split(",")):
+        hits = [t for t in targets if item in (t.name, t.suite)]
+        if not hits:
+            known = ", ".join([t.name for t in targets] + sorted({t.suite for t in targets}))
+            raise ConfigError(f"unknown build target {item!r}", f"choose from {known}")
+        chosen += [t for t in hits if t not in chosen]
+    return tuple(chosen)

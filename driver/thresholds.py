@@ -1,0 +1,74 @@
+"""Gates: the one versioned thresholds file, validated before anything runs."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, ValidationError
+
+from driver import paths
+from driver.errors import ConfigError
+from driver.records import Record
+
+
+class BuildGates(Record):
+    max_registers_per_thread: int = Field(gt=0)
+    max_smem_bytes_per_block: int = Field(gt=0)
+    max_spill_bytes: int = Field(ge=0)
+
+
+class AllreduceSpeedup(Record):
+    peer: Literal["upstream", "nccl"]
+    bytes: int = Field(ge=0)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    ngpus: int = 2
+    min_ratio: PositiveFloat
+
+
+class AllreduceGates(Record):
+    max_wrong: int = Field(ge=0)
+    speedup: list[AllreduceSpeedup] = Field(default_factory=list)
+
+
+class SdpaSpeedup(Record):
+    impl: Literal["baseline", "cpasync", "best"]
+    peer: Literal["baseline", "cpasync", "torch_sdpa"]
+    shape: str
+    min_ratio: PositiveFloat
+
+
+class SdpaGates(Record):
+    max_abs_err: PositiveFloat
+    bad_err: PositiveFloat
+    max_bad_frac: float = Field(ge=0, le=1)
+    speedup: list[SdpaSpeedup] = Field(default_factory=list)
+
+
+class NoiseModel(Record):
+    min_rel_noise: float = Field(ge=0, lt=1)
+
+
+class Thresholds(Record):
+    version: int
+    build: BuildGates
+    allreduce: AllreduceGates
+    sdpa: SdpaGates
+    noise: NoiseModel
+
+
+def load(path: Path | None = None) -> Thresholds:
+    path = path or paths.thresholds_file()
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
+    try:
+        return Thresholds.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"thresholds file {path}: {where}: {err['msg']}", f"{exc.error_count()} problem(s) in all") from None
