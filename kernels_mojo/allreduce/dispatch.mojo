@@ -1,0 +1,265 @@
+# Kernel availability, selection and launch for one rank.
+#
+# Rule that makes dispatch right by construction: compile time decides only
+# which kernels EXIST in the binary (target is NVIDIA, stage count); the CHOICE
+# among them is the plain runtime function `select_kernel`, and `allreduce_rank`
+# calls it and launches the chosen kernel in one code path. No flag is set in
+# one compile-time branch and read in another.
+#
+# Size windows are compile-time defines (`mojo build -D NAME=VALUE`):
+#   AR_1STAGE_MAX_BYTES    1stage for bytes <= this, 2stage above (all ngpus).
+#                          Default when not defined: 2 GiB for 2 GPUs, 512 KiB
+#                          for 4 and 8 GPUs. PROVISIONAL, from upstream
+#                          max-core comm.allreduce's sm_90 tuning table (2xH100:
+#                          1stage wins at every measured size; 4/8xH100:
+#                          crossover at 512 KiB); to be replaced by our
+#                          measured sweep.
+#   AR_CPASYNC_MIN_BYTES   1stage_cpasync for MIN <= bytes <= MAX (takes
+#   AR_CPASYNC_MAX_BYTES   precedence over the 1stage/2stage rule). Default:
+#                          empty window (MIN=1 > MAX=0): PROVISIONAL, no
+#                          measured gain yet; to be replaced by measured sweep.
+#   AR_CPASYNC_STAGES      pipeline depth used by auto selection (2, 3 or 4;
+#                          default 3).
+#   AR_MAX_BLOCKS          grid cap (default 216, upstream's sm_90 value);
+#                          additionally capped at 2 blocks per SM.
+#   AR_BLOCK_THREADS       threads per block, 1stage/2stage (default 256).
+#   AR_CPASYNC_BLOCK_THREADS threads per block, cp.async kernel (default 128).
+#   AR_EDGE_RELEASE_ACQUIRE 1 (default): start/end barriers use system-scope
+#                          release/acquire; 0: relaxed volatile flags there.
+#                          The 2stage middle barrier is always release/acquire.
+
+from std.collections import Array
+from std.sys import size_of
+from std.sys.defines import get_defined_int, is_defined
+from max.gpu.host import (
+    DeviceContext,
+    DeviceAttribute,
+    FuncAttribute,
+    get_gpu_target,
+)
+
+from .signal import MAX_BLOCKS, SignalPtr
+from .kernels import (
+    KERNEL_ID_NONE,
+    KERNEL_ID_1STAGE,
+    KERNEL_ID_2STAGE,
+    KERNEL_ID_CPASYNC_BASE,
+    ElemPtr,
+    KernelIdPtr,
+    allreduce_1stage_kernel,
+    allreduce_2stage_kernel,
+    allreduce_1stage_cpasync_kernel,
+    cpasync_kernel_id,
+    cpasync_shared_bytes,
+    slice_vectors,
+    vector_width,
+)
+
+comptime KIB = 1024
+comptime MIB = 1024 * KIB
+comptime GIB = 1024 * MIB
+
+comptime AR_1STAGE_MAX_BYTES_DEFINED = is_defined["AR_1STAGE_MAX_BYTES"]()
+comptime AR_1STAGE_MAX_BYTES = get_defined_int["AR_1STAGE_MAX_BYTES", 512 * KIB]()
+comptime AR_1STAGE_MAX_BYTES_2GPU_DEFAULT = 2 * GIB
+comptime AR_CPASYNC_MIN_BYTES = get_defined_int["AR_CPASYNC_MIN_BYTES", 1]()
+comptime AR_CPASYNC_MAX_BYTES = get_defined_int["AR_CPASYNC_MAX_BYTES", 0]()
+comptime AR_CPASYNC_STAGES = get_defined_int["AR_CPASYNC_STAGES", 3]()
+comptime AR_MAX_BLOCKS = get_defined_int["AR_MAX_BLOCKS", 216]()
+comptime AR_BLOCK_THREADS = get_defined_int["AR_BLOCK_THREADS", 256]()
+comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
+    "AR_CPASYNC_BLOCK_THREADS", 128
+]()
+comptime AR_EDGE_RELEASE_ACQUIRE = get_defined_int[
+    "AR_EDGE_RELEASE_ACQUIRE", 1
+]() != 0
+
+
+@always_inline
+def _check_defines():
+    comptime assert AR_CPASYNC_STAGES >= 2 and AR_CPASYNC_STAGES <= 4, (
+        "AR_CPASYNC_STAGES must be 2, 3 or 4"
+    )
+    comptime assert AR_MAX_BLOCKS >= 1 and AR_MAX_BLOCKS <= MAX_BLOCKS, (
+        "AR_MAX_BLOCKS must be in [1, 1024]"
+    )
+    comptime assert AR_BLOCK_THREADS >= 32 and AR_BLOCK_THREADS <= 1024, (
+        "AR_BLOCK_THREADS must be in [32, 1024]"
+    )
+    comptime assert AR_CPASYNC_BLOCK_THREADS >= 32 and AR_CPASYNC_BLOCK_THREADS <= 1024, (
+        "AR_CPASYNC_BLOCK_THREADS must be in [32, 1024]"
+    )
+
+
+comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
+"""cp.async (sm_80+) kernels exist only when building for an NVIDIA target."""
+
+comptime SUPPORTED_NGPUS = (2, 4, 8)
+
+
+def kernel_name(kernel_id: Int32) -> String:
+    if kernel_id == KERNEL_ID_1STAGE:
+        return "1stage"
+    if kernel_id == KERNEL_ID_2STAGE:
+        return "2stage"
+    if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
+        return String("1stage_cpasync_s", kernel_id - KERNEL_ID_CPASYNC_BASE)
+    if kernel_id == KERNEL_ID_NONE:
+        return "none"
+    return String("unknown_", kernel_id)
+
+
+def kernel_exists(kernel_id: Int32) -> Bool:
+    if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE:
+        return True
+    if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
+        return CPASYNC_AVAILABLE
+    return False
+
+
+def one_stage_max_bytes(ngpus: Int) -> Int:
+    comptime if AR_1STAGE_MAX_BYTES_DEFINED:
+        return AR_1STAGE_MAX_BYTES
+    if ngpus == 2:
+        return AR_1STAGE_MAX_BYTES_2GPU_DEFAULT
+    return AR_1STAGE_MAX_BYTES
+
+
+def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
+    """The runtime choice among the kernels that exist. `dtype` is accepted so
+    windows can become dtype-specific; all three dtypes use 16-byte vectors."""
+    _ = dtype
+    _check_defines()
+    if (
+        CPASYNC_AVAILABLE
+        and num_bytes >= AR_CPASYNC_MIN_BYTES
+        and num_bytes <= AR_CPASYNC_MAX_BYTES
+    ):
+        return cpasync_kernel_id[AR_CPASYNC_STAGES]()
+    if num_bytes <= one_stage_max_bytes(ngpus):
+        return KERNEL_ID_1STAGE
+    return KERNEL_ID_2STAGE
+
+
+def scratch_elements[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
+    """Elements of the per-rank peer-visible scratch the 2stage kernel needs
+    (at least 1, so it can always be allocated)."""
+    return max(1, slice_vectors[dtype](num_elements, ngpus) * vector_width[dtype]())
+
+
+def max_grid_blocks(ctx: DeviceContext) raises -> Int:
+    """Grid cap for this device: AR_MAX_BLOCKS and at most 2 blocks per SM."""
+    var sms = Int(ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT))
+    return max(1, min(AR_MAX_BLOCKS, 2 * sms, MAX_BLOCKS))
+
+
+def _grid_for(work_items: Int, block_threads: Int, grid_cap: Int) -> Int:
+    return max(1, min((work_items + block_threads - 1) // block_threads, grid_cap))
+
+
+def launch_kernel[
+    dtype: DType, ngpus: Int
+](
+    kernel_id: Int32,
+    ctx: DeviceContext,
+    rank: Int,
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    scratch: Array[ElemPtr[dtype], ngpus],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int,
+    grid_cap: Int,
+    debug_skip_barrier: Bool = False,
+) raises:
+    """Enqueue kernel `kernel_id` for `rank` on `ctx`. Launches nothing for 0
+    elements. Raises for an id that does not exist in this binary."""
+    comptime V = vector_width[dtype]()
+    comptime edge_ra = AR_EDGE_RELEASE_ACQUIRE
+    _check_defines()
+    if not kernel_exists(kernel_id):
+        raise Error(
+            String("kernel ", kernel_name(kernel_id), " (id ", kernel_id, ") is not built into this binary")
+        )
+    if num_elements == 0:
+        return
+    var n = Int64(num_elements)
+    var r = Int32(rank)
+    var skip = Int32(1) if debug_skip_barrier else Int32(0)
+    var num_vectors_or_one = max(1, num_elements // V)
+
+    if kernel_id == KERNEL_ID_1STAGE:
+        comptime k = allreduce_1stage_kernel[dtype, ngpus, edge_ra]
+        ctx.enqueue_function[k](
+            inputs, output, sigs, kernel_id_out, n, r, skip,
+            grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS, grid_cap),
+            block_dim=AR_BLOCK_THREADS,
+        )
+    elif kernel_id == KERNEL_ID_2STAGE:
+        comptime k = allreduce_2stage_kernel[dtype, ngpus, edge_ra]
+        var part = max(1, slice_vectors[dtype](num_elements, ngpus))
+        ctx.enqueue_function[k](
+            inputs, output, scratch, sigs,
+            kernel_id_out, n, r, skip,
+            grid_dim=_grid_for(part, AR_BLOCK_THREADS, grid_cap),
+            block_dim=AR_BLOCK_THREADS,
+        )
+    else:
+        comptime if CPASYNC_AVAILABLE:
+            comptime for stages in range(2, 5):
+                if kernel_id == cpasync_kernel_id[stages]():
+                    comptime bt = AR_CPASYNC_BLOCK_THREADS
+                    comptime smem = cpasync_shared_bytes[stages, ngpus, bt]()
+                    comptime k = allreduce_1stage_cpasync_kernel[
+                        dtype, ngpus, stages, bt, edge_ra
+                    ]
+                    ctx.enqueue_function[k](
+                        inputs, output, sigs,
+                        kernel_id_out, n, r, skip,
+                        grid_dim=_grid_for(num_vectors_or_one, bt, grid_cap),
+                        block_dim=bt,
+                        shared_mem_bytes=smem,
+                        func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(
+                            UInt32(smem)
+                        ),
+                    )
+                    return
+        raise Error(String("no launch path for kernel id ", kernel_id))
+
+
+def allreduce_rank[
+    dtype: DType, ngpus: Int
+](
+    requested_kernel_id: Int32,
+    ctx: DeviceContext,
+    rank: Int,
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    scratch: Array[ElemPtr[dtype], ngpus],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int,
+    grid_cap: Int,
+    debug_skip_barrier: Bool = False,
+) raises -> Int32:
+    """Select (unless `requested_kernel_id` forces one) and launch, in one code
+    path. Returns the id of the kernel launched (KERNEL_ID_NONE for 0
+    elements is NOT returned: the selected id is returned even then, and
+    nothing is launched)."""
+    var kernel_id = requested_kernel_id
+    if kernel_id == KERNEL_ID_NONE:
+        kernel_id = select_kernel(num_elements * size_of[dtype](), ngpus, dtype)
+    launch_kernel[dtype, ngpus](
+        kernel_id,
+        ctx,
+        rank,
+        inputs,
+        output,
+        scratch,
+        sigs,
+        kernel_id_out,
+        num_elements,
+        grid_cap,
+        debug_skip_barrier,
+    )
+    return kernel_id

@@ -1,0 +1,294 @@
+# Allreduce (sum) device kernels. One launch per rank; every rank reads its
+# peers' buffers directly over NVLink (P2P). Element type: float32, bfloat16 or
+# float16; 16-bit types accumulate in float32. Peers are always summed in rank
+# order 0..ngpus-1, so every rank produces bitwise identical results.
+#
+# Every kernel writes its KERNEL_ID_* constant into a one-word device buffer
+# (`kernel_id_out`) so the host can confirm which kernel actually ran.
+
+from std.collections import Array
+from std.sys import size_of
+from max.gpu import global_idx, thread_idx, block_idx, block_dim, grid_dim
+from max.gpu.memory import (
+    AddressSpace,
+    async_copy,
+    async_copy_commit_group,
+    async_copy_wait_group,
+    external_memory,
+)
+
+from .signal import SignalPtr, cross_gpu_barrier
+
+# ---- kernel ids (also the values written to the device word) ----
+comptime KERNEL_ID_NONE: Int32 = 0
+"""No kernel ran (device word left at its reset value)."""
+comptime KERNEL_ID_1STAGE: Int32 = 1
+comptime KERNEL_ID_2STAGE: Int32 = 2
+comptime KERNEL_ID_CPASYNC_BASE: Int32 = 10
+"""1stage_cpasync with S stages has id KERNEL_ID_CPASYNC_BASE + S."""
+
+
+@always_inline
+def cpasync_kernel_id[stages: Int]() -> Int32:
+    return KERNEL_ID_CPASYNC_BASE + Int32(stages)
+
+
+comptime VECTOR_BYTES = 16
+"""Every vectorised access moves 16 bytes (one 128-bit load/store)."""
+
+
+@always_inline
+def vector_width[dtype: DType]() -> Int:
+    return VECTOR_BYTES // size_of[dtype]()
+
+
+comptime ElemPtr[dtype: DType] = Pointer[Scalar[dtype], MutAnyOrigin]
+comptime KernelIdPtr = Pointer[Int32, MutAnyOrigin]
+
+
+@always_inline
+def _record_kernel_id(kernel_id_out: KernelIdPtr, kernel_id: Int32):
+    if global_idx.x == 0:
+        kernel_id_out.unsafe_store(kernel_id)
+
+
+@always_inline
+def _sum_vector_at[
+    dtype: DType, ngpus: Int, width: Int
+](inputs: Array[ElemPtr[dtype], ngpus], elem_idx: Int) -> SIMD[dtype, width]:
+    """Sum `width` elements at `elem_idx` over all ranks, in rank order."""
+    comptime alignment = width * size_of[dtype]()
+    var vals = Array[SIMD[dtype, width], ngpus](uninitialized=True)
+    comptime for r in range(ngpus):
+        vals[r] = inputs[r].unsafe_load[width=width, alignment=alignment](
+            elem_idx
+        )
+    var acc = vals[0].cast[DType.float32]()
+    comptime for r in range(1, ngpus):
+        acc += vals[r].cast[DType.float32]()
+    return acc.cast[dtype]()
+
+
+@always_inline
+def _scalar_tail[
+    dtype: DType, ngpus: Int
+](
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    first_elem: Int,
+    num_elements: Int,
+):
+    """Grid-strided scalar reduce of elements [first_elem, num_elements)."""
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    for e in range(first_elem + Int(global_idx.x), num_elements, stride):
+        output.unsafe_store(e, _sum_vector_at[dtype, ngpus, 1](inputs, e))
+
+
+# --------------------------------------------------------------------------
+# 1stage (one-shot): start barrier, every rank reduces the whole buffer from
+# all peers into its own output, end barrier (so no rank returns while a peer
+# may still read its input).
+# --------------------------------------------------------------------------
+def allreduce_1stage_kernel[
+    dtype: DType, ngpus: Int, edge_release_acquire: Bool
+](
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    my_rank: Int32,
+    debug_skip_barrier: Int32,
+):
+    comptime V = vector_width[dtype]()
+    _record_kernel_id(kernel_id_out, KERNEL_ID_1STAGE)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    cross_gpu_barrier[ngpus, edge_release_acquire](
+        sigs, rank, debug_skip_barrier
+    )
+
+    var num_vectors = n // V
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    for v in range(Int(global_idx.x), num_vectors, stride):
+        output.unsafe_store[alignment=VECTOR_BYTES](
+            v * V, _sum_vector_at[dtype, ngpus, V](inputs, v * V)
+        )
+    _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
+
+    cross_gpu_barrier[ngpus, edge_release_acquire](
+        sigs, rank, debug_skip_barrier
+    )
+
+
+# --------------------------------------------------------------------------
+# 2stage: reduce-scatter then all-gather.
+#   The 16-byte vectors are split into ngpus contiguous slices of
+#   `slice_vectors(n)` vectors; rank p owns slice p.
+#   Stage 1: rank p reduces its slice from all peers' inputs, writes it to its
+#            own output and to its own scratch buffer (peer-visible). The scalar
+#            tail (< one vector) is reduced by every rank directly.
+#   Barrier (release/acquire): scratch slices are complete and every peer has
+#            finished reading this rank's input.
+#   Stage 2: rank r copies slice p from rank p's scratch for every p != r.
+#   Stage 2 uses the same (thread, element) mapping as stage 1, so a block only
+#   reads scratch entries written by the same-numbered block of the peer, which
+#   is exactly what the per-block barrier orders. Scratch reuse by the next
+#   launch is ordered by that launch's start barrier (a peer's next launch can
+#   only start after its current one finished reading).
+# --------------------------------------------------------------------------
+@always_inline
+def slice_vectors[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
+    """Vectors per rank slice in the 2stage kernel (last slice may be short)."""
+    var num_vectors = num_elements // vector_width[dtype]()
+    return (num_vectors + ngpus - 1) // ngpus
+
+
+def allreduce_2stage_kernel[
+    dtype: DType, ngpus: Int, edge_release_acquire: Bool
+](
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    scratch: Array[ElemPtr[dtype], ngpus],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    my_rank: Int32,
+    debug_skip_barrier: Int32,
+):
+    comptime V = vector_width[dtype]()
+    _record_kernel_id(kernel_id_out, KERNEL_ID_2STAGE)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    var num_vectors = n // V
+    var part = slice_vectors[dtype](n, ngpus)
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    var tid = Int(global_idx.x)
+
+    cross_gpu_barrier[ngpus, edge_release_acquire](
+        sigs, rank, debug_skip_barrier
+    )
+
+    # Stage 1: reduce-scatter into own slice.
+    var my_start = rank * part
+    var my_len = max(0, min(part, num_vectors - my_start))
+    for j in range(tid, my_len, stride):
+        var e = (my_start + j) * V
+        var reduced = _sum_vector_at[dtype, ngpus, V](inputs, e)
+        output.unsafe_store[alignment=VECTOR_BYTES](e, reduced)
+        scratch[rank].unsafe_store[alignment=VECTOR_BYTES](j * V, reduced)
+    _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
+
+    cross_gpu_barrier[ngpus, True](sigs, rank, debug_skip_barrier)
+
+    # Stage 2: all-gather the other slices from the peers' scratch buffers.
+    for j in range(tid, part, stride):
+        comptime for k in range(1, ngpus):
+            var p = (rank + k) % ngpus
+            var p_len = min(part, num_vectors - p * part)
+            if j < p_len:
+                var v = scratch[p].unsafe_load[width=V, alignment=VECTOR_BYTES](
+                    j * V
+                )
+                output.unsafe_store[alignment=VECTOR_BYTES](
+                    (p * part + j) * V, v
+                )
+
+
+# --------------------------------------------------------------------------
+# 1stage_cpasync_sS: 1stage with an S-stage cp.async pipeline. Each block walks
+# tiles of `block_threads` vectors (tile t = block + k*grid); each thread
+# stages its own 16-byte vector of every rank's input for tile k+S-1 into
+# shared memory while it reduces tile k. A thread only ever reads the shared
+# slots it filled itself, so cp.async.wait_group alone orders the pipeline (no
+# block barrier inside the loop). Shared memory: S * ngpus * block_threads * 16
+# bytes (dynamic).
+# --------------------------------------------------------------------------
+@always_inline
+def cpasync_shared_bytes[stages: Int, ngpus: Int, block_threads: Int]() -> Int:
+    return stages * ngpus * block_threads * VECTOR_BYTES
+
+
+def allreduce_1stage_cpasync_kernel[
+    dtype: DType,
+    ngpus: Int,
+    stages: Int,
+    block_threads: Int,
+    edge_release_acquire: Bool,
+](
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    my_rank: Int32,
+    debug_skip_barrier: Int32,
+):
+    comptime assert stages >= 2 and stages <= 4, "stages must be 2, 3 or 4"
+    comptime V = vector_width[dtype]()
+    _record_kernel_id(kernel_id_out, cpasync_kernel_id[stages]())
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    cross_gpu_barrier[ngpus, edge_release_acquire](
+        sigs, rank, debug_skip_barrier
+    )
+
+    var smem = external_memory[
+        Scalar[dtype], address_space=AddressSpace.SHARED, alignment=16
+    ]()
+    var tid = Int(thread_idx.x)
+    var blk = Int(block_idx.x)
+    var grid = Int(grid_dim.x)
+    var num_vectors = n // V
+    var num_tiles = (num_vectors + block_threads - 1) // block_threads
+    var my_tiles = 0
+    if blk < num_tiles:
+        my_tiles = (num_tiles - blk + grid - 1) // grid
+
+    @always_inline
+    @__parameter
+    def issue(k: Int):
+        if k < my_tiles:
+            var v = (blk + k * grid) * block_threads + tid
+            if v < num_vectors:
+                var slot = k % stages
+                comptime for r in range(ngpus):
+                    var dst = smem.unsafe_offset(
+                        ((slot * ngpus + r) * block_threads + tid) * V
+                    )
+                    var src = inputs[r].unsafe_offset(v * V)
+                    async_copy[VECTOR_BYTES](
+                        src.unsafe_address_space_cast[AddressSpace.GLOBAL](),
+                        dst,
+                    )
+        # Always commit (possibly empty) so group counting stays uniform.
+        async_copy_commit_group()
+
+    comptime for k in range(stages - 1):
+        issue(k)
+
+    for k in range(my_tiles):
+        issue(k + stages - 1)
+        async_copy_wait_group(Int32(stages - 1))
+        var v = (blk + k * grid) * block_threads + tid
+        if v < num_vectors:
+            var slot = k % stages
+            var acc = SIMD[DType.float32, V](0)
+            comptime for r in range(ngpus):
+                var x = smem.unsafe_load[width=V, alignment=VECTOR_BYTES](
+                    ((slot * ngpus + r) * block_threads + tid) * V
+                )
+                comptime if r == 0:
+                    acc = x.cast[DType.float32]()
+                else:
+                    acc += x.cast[DType.float32]()
+            output.unsafe_store[alignment=VECTOR_BYTES](
+                v * V, acc.cast[dtype]()
+            )
+    async_copy_wait_group(0)
+
+    _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
+
+    cross_gpu_barrier[ngpus, edge_release_acquire](
+        sigs, rank, debug_skip_barrier
+    )

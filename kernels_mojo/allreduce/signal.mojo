@@ -1,0 +1,89 @@
+# Cross-GPU barrier for the allreduce kernels.
+#
+# Every rank owns one signal buffer of `SIGNAL_BUFFER_WORDS` 32-bit words in its
+# own device memory. All ranks hold pointers to all signal buffers (P2P).
+#
+#   words [0, FLAG_WORDS)             flags[block][src_rank]: the last epoch
+#                                     that `src_rank`'s block `block`
+#                                     announced to this rank (written by peers)
+#   words [FLAG_WORDS, 2*FLAG_WORDS)  epochs[block][peer]: this rank's own
+#                                     per-block, per-peer barrier counter
+#                                     (written only by this rank)
+#
+# Barrier protocol (per thread block, after vLLM's custom allreduce): thread t
+# (t < ngpus) bumps its epoch counter, stores the new epoch into peer t's
+# flags[block][my_rank] with a system-scope release store, then spins with
+# system-scope acquire loads on its own flags[block][t] until the value is at
+# least the epoch (signed wrap-around difference). Epochs only grow, so a flag
+# left over from an earlier barrier or an earlier launch is always smaller than
+# the epoch being waited for; a peer that already moved on to the next barrier
+# has written a larger value, which also (correctly) passes. Flags are 32-bit;
+# the buffer must be zeroed once before first use and never again.
+#
+# Requirement for the per-block protocol: every rank launches the same
+# sequence of allreduce kernels with the same grid size.
+
+from std.atomic import Atomic, Ordering
+from max.gpu import block_idx, thread_idx, barrier
+
+comptime MAX_GPUS = 8
+"""Most ranks the signal layout has room for."""
+
+comptime MAX_BLOCKS = 1024
+"""Most thread blocks any allreduce launch may use (signal layout capacity)."""
+
+comptime FLAG_WORDS = MAX_BLOCKS * MAX_GPUS
+comptime SIGNAL_BUFFER_WORDS = 2 * FLAG_WORDS
+"""Size of one rank's signal buffer in UInt32 words (zero it once)."""
+
+comptime SignalPtr = Pointer[UInt32, MutAnyOrigin]
+
+
+@always_inline
+def cross_gpu_barrier[
+    ngpus: Int, release_acquire: Bool
+](
+    sigs: Array[SignalPtr, ngpus],
+    my_rank: Int,
+    debug_skip: Int32,
+):
+    """Block-level barrier across `ngpus` GPUs; call from every thread.
+
+    Parameters:
+        ngpus: Number of ranks.
+        release_acquire: True: release store / acquire load at system scope
+            (orders this block's earlier global writes before peers' later
+            reads). False: volatile (relaxed) 32-bit store/load; only for
+            barriers that order nothing written in this kernel.
+
+    Args:
+        sigs: Signal buffers of all ranks, indexed by rank.
+        my_rank: This rank.
+        debug_skip: Non-zero makes this rank skip the barrier entirely (its
+            peers then wait forever). Only for watchdog tests.
+    """
+    barrier()
+    if debug_skip == 0 and thread_idx.x < ngpus:
+        var peer = Int(thread_idx.x)
+        var bid = Int(block_idx.x)
+        var epoch_ptr = sigs[my_rank].unsafe_offset(
+            FLAG_WORDS + bid * MAX_GPUS + peer
+        )
+        var epoch = epoch_ptr.unsafe_load() + 1
+        epoch_ptr.unsafe_store(epoch)
+        var to_peer = sigs[peer].unsafe_offset(bid * MAX_GPUS + my_rank)
+        var from_peer = sigs[my_rank].unsafe_offset(bid * MAX_GPUS + peer)
+        comptime if release_acquire:
+            Atomic[UInt32].store[ordering=Ordering.RELEASE](to_peer, epoch)
+            while (
+                Atomic[UInt32].load[ordering=Ordering.ACQUIRE](from_peer)
+                - epoch
+            ).cast[DType.int32]() < 0:
+                pass
+        else:
+            to_peer.unsafe_store[volatile=True](epoch)
+            while (from_peer.unsafe_load[volatile=True]() - epoch).cast[
+                DType.int32
+            ]() < 0:
+                pass
+    barrier()
