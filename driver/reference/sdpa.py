@@ -1,0 +1,137 @@
+"""CPU reference for the FP8 (simulated E4M3) SDPA kernels in kernels_cuda/sdpa_fp8/.
+
+numpy only, float64.  The kernel stores K and V as uint8 E4M3 codes (1 sign bit, 4 exponent
+bits with bias 7, 3 mantissa bits, subnormals, no infinities, 0x7F/0xFF = NaN) with one
+float32 scale per tensor; `decode_e4m3_sim` is exactly the decode the kernel performs (every
+E4M3 value is exactly representable in fp16, so the kernel's decode is exact; the scales are
+applied in fp32 outside the matrix products).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+E4M3_MAX = 448.0
+BAD_ERR = 0.06  # |err| above this counts as a bad element in `compare`
+
+
+def _decode_table() -> np.ndarray:
+    codes = np.arange(256, dtype=np.int64)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> 3) & 0xF
+    man = (codes & 0x7).astype(np.float64)
+    normal = (1.0 + man / 8.0) * np.exp2(exp.astype(np.float64) - 7.0)
+    subnormal = (man / 8.0) * 2.0**-6
+    val = sign * np.where(exp == 0, subnormal, normal)
+    val[(codes & 0x7F) == 0x7F] = np.nan
+    return val
+
+
+_DECODE = _decode_table()
+_DECODE.setflags(write=False)
+# Non-negative finite magnitudes, indexed by code 0x00..0x7E (monotonically increasing).
+_POS = _DECODE[:0x7F].copy()
+
+
+def decode_e4m3_sim(u8: np.ndarray) -> np.ndarray:
+    """uint8 E4M3 codes -> float64 values (0x7F / 0xFF decode to NaN)."""
+    a = np.asarray(u8)
+    if a.dtype != np.uint8:
+        raise TypeError(f"decode_e4m3_sim expects uint8 codes, got {a.dtype}")
+    return _DECODE[a]
+
+
+def encode_e4m3_sim(x: np.ndarray) -> np.ndarray:
+    """float -> uint8 E4M3 codes: round to nearest, ties to even, saturating at +-448.
+
+    Never produces the NaN codes 0x7F / 0xFF.  NaN input raises ValueError; +-inf saturates.
+    The sign of zero is kept (-0.0 -> 0x80).
+    """
+    a = np.asarray(x, dtype=np.float64)
+    if np.isnan(a).any():
+        raise ValueError("encode_e4m3_sim: NaN input")
+    mag = np.minimum(np.abs(a), E4M3_MAX)
+    hi = np.searchsorted(_POS, mag, side="left")  # first code with value >= mag
+    hi = np.minimum(hi, 0x7E)
+    lo = np.maximum(hi - 1, 0)
+    d_lo = mag - _POS[lo]
+    d_hi = _POS[hi] - mag
+    exact = d_hi == 0
+    take_hi = exact | (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(take_hi, hi, lo).astype(np.uint8)
+    code = code | np.where(np.signbit(a), 0x80, 0).astype(np.uint8)
+    return code.astype(np.uint8)
+
+
+def make_inputs(shape, seed: int):
+    """Deterministic inputs for one shape (B, H, S, D) and seed.
+
+    Returns (q_f16, k_u8, v_u8, k_scale, v_scale): q ~ N(0,1) as fp16; K, V ~ N(0,1) in
+    float64, per-tensor scale = amax / 448 (rounded to float32, as the kernel receives it),
+    stored as encode(x / scale).
+    """
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 4 or min(shape) < 1:
+        raise ValueError(f"shape must be (B, H, S, D) with positive entries, got {shape}")
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(shape).astype(np.float16)
+    out = [q]
+    scales = []
+    for _ in range(2):
+        x = rng.standard_normal(shape)
+        amax = float(np.max(np.abs(x)))
+        scale = float(np.float32(amax / E4M3_MAX)) if amax > 0 else 1.0
+        out.append(encode_e4m3_sim(x / scale))
+        scales.append(scale)
+    return out[0], out[1], out[2], scales[0], scales[1]
+
+
+def reference(q: np.ndarray, k_u8: np.ndarray, v_u8: np.ndarray, k_scale: float, v_scale: float) -> np.ndarray:
+    """softmax(Q K^T / sqrt(D)) V in float64 with K = decode(k_u8) * k_scale (same for V).
+
+    Inputs are [B, H, S, D]; computed one (b, h) head at a time to bound memory.
+    """
+    q = np.asarray(q)
+    if q.ndim != 4 or k_u8.shape != q.shape or v_u8.shape != q.shape:
+        raise ValueError(f"q, k, v must share one [B,H,S,D] shape, got {q.shape}, {k_u8.shape}, {v_u8.shape}")
+    B, H, S, D = q.shape
+    scale = 1.0 / math.sqrt(D)
+    out = np.empty((B, H, S, D), dtype=np.float64)
+    for b in range(B):
+        for h in range(H):
+            qh = q[b, h].astype(np.float64)
+            kh = decode_e4m3_sim(k_u8[b, h]) * float(k_scale)
+            vh = decode_e4m3_sim(v_u8[b, h]) * float(v_scale)
+            s = (qh @ kh.T) * scale
+            s -= s.max(axis=1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=1, keepdims=True)
+            out[b, h] = p @ vh
+    return out
+
+
+def compare(out_f16: np.ndarray, ref: np.ndarray) -> dict:
+    """Error of a kernel output against the float64 reference.
+
+    max_abs_err: largest |out - ref| (inf if the output holds NaN/inf);
+    bad_frac: fraction of elements with |err| > 0.06 (non-finite outputs count as bad);
+    rel_l2: ||out - ref||_2 / ||ref||_2 over finite outputs (inf if any is non-finite).
+    """
+    out = np.asarray(out_f16).astype(np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"shape mismatch: out {out.shape} vs ref {ref.shape}")
+    finite = np.isfinite(out)
+    err = np.where(finite, np.abs(out - ref), np.inf)
+    all_finite = bool(finite.all())
+    max_abs = float(err.max()) if err.size else 0.0
+    bad_frac = float(np.mean(err > BAD_ERR)) if err.size else 0.0
+    if all_finite:
+        denom = float(np.linalg.norm(ref))
+        num = float(np.linalg.norm(out - ref))
+        rel = num / denom if denom > 0 else (0.0 if num == 0 else math.inf)
+    else:
+        rel = math.inf
+    return {"max_abs_err": max_abs, "bad_frac": bad_frac, "rel_l2": rel}

@@ -1,0 +1,228 @@
+// Runner for the FP8 SDPA forward kernel (see sdpa_fp8.cuh).
+//
+//   sdpa_fp8_{baseline,cpasync} --q q.npy --k k.npy --v v.npy --scales scales.npy --out out.npy
+//                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--no-spin]
+//
+// q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
+// [k_scale, v_scale].  Writes out.npy fp16 [B,H,S,D] from one launch, then times `iters`
+// launches after `warmup` with one CUDA event pair per launch and prints one JSON line.
+//
+// Before the timed launches a single-thread spin kernel (not an SDPA kernel) holds the GPU
+// for ~10 us per iteration so that the host can queue all launches ahead of the GPU: the
+// event pairs then measure the kernel on the device, not host launch latency.  --no-spin
+// turns that off.
+//
+// Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU.  Errors: one line "error: ..." on
+// stderr; stdout carries only the JSON line.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "npy.h"
+#include "sdpa_fp8.cuh"
+
+namespace {
+
+[[noreturn]] void die(int code, const std::string& msg) {
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    std::fflush(stderr);
+    std::exit(code);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) die(3, std::string("CUDA ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+#define CK(call) check_cuda((call), #call)
+
+__global__ void spin_wait_kernel(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+bool parse_int(const char* s, long* out) {
+    if (!s || !*s) return false;
+    char* end = nullptr;
+    long v = std::strtol(s, &end, 10);
+    if (*end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+double percentile(const std::vector<double>& sorted, double p) {
+    // linear interpolation between closest ranks (numpy's default)
+    if (sorted.empty()) return 0.0;
+    const double pos = p / 100.0 * (double)(sorted.size() - 1);
+    const size_t lo = (size_t)std::floor(pos);
+    const size_t hi = std::min(lo + 1, sorted.size() - 1);
+    const double frac = pos - (double)lo;
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string r = "(";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + ")";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string q_path, k_path, v_path, s_path, out_path;
+    long iters = 500, warmup = 20, warps = 0;
+    bool spin = true;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto need = [&](const char* name) -> const char* {
+            if (i + 1 >= argc) die(2, std::string("missing value for ") + name);
+            return argv[++i];
+        };
+        if (a == "--q") q_path = need("--q");
+        else if (a == "--k") k_path = need("--k");
+        else if (a == "--v") v_path = need("--v");
+        else if (a == "--scales") s_path = need("--scales");
+        else if (a == "--out") out_path = need("--out");
+        else if (a == "--iters") { if (!parse_int(need("--iters"), &iters) || iters < 1 || iters > 10000000) die(2, "--iters must be an integer >= 1"); }
+        else if (a == "--warmup") { if (!parse_int(need("--warmup"), &warmup) || warmup < 0 || warmup > 10000000) die(2, "--warmup must be an integer >= 0"); }
+        else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(2, "--warps must be an integer"); }
+        else if (a == "--no-spin") spin = false;
+        else die(2, "unknown argument '" + a + "'");
+    }
+    if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
+        die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N]");
+
+    // ---------------------------------------------------------------- inputs
+    npy::Array q, k, v, sc;
+    std::string err;
+    if (!(err = npy::load(q_path, &q)).empty()) die(2, err);
+    if (!(err = npy::load(k_path, &k)).empty()) die(2, err);
+    if (!(err = npy::load(v_path, &v)).empty()) die(2, err);
+    if (!(err = npy::load(s_path, &sc)).empty()) die(2, err);
+    if (q.descr != "<f2") die(2, "q must be float16 ('<f2'), got '" + q.descr + "'");
+    if (k.descr != "|u1" && k.descr != "<u1" && k.descr != "u1") die(2, "k must be uint8, got '" + k.descr + "'");
+    if (v.descr != "|u1" && v.descr != "<u1" && v.descr != "u1") die(2, "v must be uint8, got '" + v.descr + "'");
+    if (sc.descr != "<f4") die(2, "scales must be float32 ('<f4'), got '" + sc.descr + "'");
+    if (q.shape.size() != 4) die(2, "q must be 4-D [B,H,S,D], got shape " + shape_str(q.shape));
+    if (k.shape != q.shape) die(2, "k shape " + shape_str(k.shape) + " differs from q shape " + shape_str(q.shape));
+    if (v.shape != q.shape) die(2, "v shape " + shape_str(v.shape) + " differs from q shape " + shape_str(q.shape));
+    if (sc.shape != std::vector<int64_t>{2}) die(2, "scales must have shape (2,), got " + shape_str(sc.shape));
+    const int64_t B = q.shape[0], H = q.shape[1], S = q.shape[2], D = q.shape[3];
+    if (B < 1 || H < 1) die(2, "B and H must be >= 1, got shape " + shape_str(q.shape));
+    if (S < 1) die(2, "S must be >= 1, got shape " + shape_str(q.shape));
+    if (D != 64 && D != 128) die(2, "unsupported head dim " + std::to_string(D) + " (supported: 64, 128)");
+    if (S > (int64_t)1 << 30) die(2, "S too large");
+    const int64_t BH = B * H;
+    if (BH > (int64_t)1 << 30) die(2, "B*H too large");
+    float k_scale, v_scale;
+    std::memcpy(&k_scale, sc.data.data(), 4);
+    std::memcpy(&v_scale, sc.data.data() + 4, 4);
+    if (!std::isfinite(k_scale) || !std::isfinite(v_scale)) die(2, "scales must be finite");
+
+    // ---------------------------------------------------------------- device
+    int ndev = 0;
+    cudaError_t de = cudaGetDeviceCount(&ndev);
+    if (de != cudaSuccess) die(4, std::string("no GPU: cudaGetDeviceCount: ") + cudaGetErrorString(de));
+    if (ndev < 1) die(4, "no GPU: cudaGetDeviceCount returned 0 devices");
+    CK(cudaSetDevice(0));
+    int num_sms = 0;
+    CK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+
+    sdpa_fp8::LaunchInfo li;
+    const char* why = nullptr;
+    if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, &li, &why)) die(2, why);
+    const int64_t mblocks = (S + 16 * li.nwarps - 1) / (16 * li.nwarps);
+    if (mblocks * BH > INT32_MAX) die(2, "grid too large");
+
+    // Shared memory beyond the 48 KB default must be opted into; set it explicitly always.
+    CK(cudaFuncSetAttribute(li.func, cudaFuncAttributeMaxDynamicSharedMemorySize, li.smem));
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, li.func));
+
+    const size_t n = (size_t)q.count();
+    __half* dq = nullptr;
+    uint8_t *dk = nullptr, *dv = nullptr;
+    __half* dout = nullptr;
+    CK(cudaMalloc(&dq, n * sizeof(__half)));
+    CK(cudaMalloc(&dk, n));
+    CK(cudaMalloc(&dv, n));
+    CK(cudaMalloc(&dout, n * sizeof(__half)));
+    CK(cudaMemcpy(dq, q.data.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, k.data.data(), n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, v.data.data(), n, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dout, 0xFF, n * sizeof(__half)));  // poison: NaN fp16 anywhere not written
+
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    // ---------------------------------------------------------------- output run
+    CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<unsigned char> host_out(n * sizeof(__half));
+    CK(cudaMemcpy(host_out.data(), dout, host_out.size(), cudaMemcpyDeviceToHost));
+    if (!(err = npy::save(out_path, "<f2", q.shape, host_out.data(), host_out.size())).empty()) die(2, err);
+
+    // ---------------------------------------------------------------- timing
+    for (long i = 0; i < warmup; ++i) CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<cudaEvent_t> ev0((size_t)iters), ev1((size_t)iters);
+    for (long i = 0; i < iters; ++i) {
+        CK(cudaEventCreate(&ev0[i]));
+        CK(cudaEventCreate(&ev1[i]));
+    }
+    if (spin) {
+        const unsigned long long ns = std::min<unsigned long long>(200000000ull, 10000ull * (unsigned long long)iters);
+        spin_wait_kernel<<<1, 1, 0, st>>>(ns);
+        CK(cudaGetLastError());
+    }
+    for (long i = 0; i < iters; ++i) {
+        CK(cudaEventRecord(ev0[i], st));
+        CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
+        CK(cudaEventRecord(ev1[i], st));
+    }
+    CK(cudaStreamSynchronize(st));
+    std::vector<double> us((size_t)iters);
+    for (long i = 0; i < iters; ++i) {
+        float ms = 0.f;
+        CK(cudaEventElapsedTime(&ms, ev0[i], ev1[i]));
+        us[i] = (double)ms * 1000.0;
+    }
+    for (long i = 0; i < iters; ++i) {
+        CK(cudaEventDestroy(ev0[i]));
+        CK(cudaEventDestroy(ev1[i]));
+    }
+    CK(cudaStreamDestroy(st));
+    CK(cudaFree(dq));
+    CK(cudaFree(dk));
+    CK(cudaFree(dv));
+    CK(cudaFree(dout));
+
+    std::vector<double> sorted = us;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0.0;
+    for (double x : us) mean += x;
+    mean /= (double)us.size();
+    double var = 0.0;
+    for (double x : us) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / (double)us.size());
+    const double p50 = percentile(sorted, 50.0), p90 = percentile(sorted, 90.0);
+    const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D;
+    const double tflops = p50 > 0 ? flops / (p50 * 1e-6) / 1e12 : 0.0;
+
+    std::printf(
+        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
+        "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
+        "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d}\n",
+        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", (long long)B, (long long)H, (long long)S, (long long)D, iters,
+        warmup, p50, p90, mean, sd, sorted.front(), tflops, li.grid, li.block, li.smem + (int)fa.sharedSizeBytes,
+        fa.numRegs);
+    std::fflush(stdout);
+    return 0;
+}

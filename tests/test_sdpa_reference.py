@@ -1,0 +1,143 @@
+"""CPU tests of the FP8 SDPA reference (driver/reference/sdpa.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from driver.reference.sdpa import (
+    compare,
+    decode_e4m3_sim,
+    encode_e4m3_sim,
+    make_inputs,
+    reference,
+)
+
+NAN_CODES = {0x7F, 0xFF}
+
+
+def test_known_codes():
+    cases = {
+        0x00: 0.0,
+        0x38: 1.0,
+        0xB8: -1.0,
+        0x40: 2.0,
+        0x30: 0.5,
+        0x3C: 1.5,
+        0x7E: 448.0,
+        0xFE: -448.0,
+        0x08: 2.0**-6,  # smallest normal
+        0x01: 2.0**-9,  # smallest subnormal
+        0x07: 7 * 2.0**-9,  # largest subnormal
+    }
+    codes = np.array(list(cases), dtype=np.uint8)
+    got = decode_e4m3_sim(codes)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.array(list(cases.values())))
+    neg_zero = decode_e4m3_sim(np.array([0x80], dtype=np.uint8))[0]
+    assert neg_zero == 0.0 and math.copysign(1.0, neg_zero) == -1.0
+
+
+def test_nan_codes():
+    assert np.isnan(decode_e4m3_sim(np.array([0x7F, 0xFF], dtype=np.uint8))).all()
+
+
+def test_round_trip_all_codes():
+    codes = np.array([c for c in range(256) if c not in NAN_CODES], dtype=np.uint8)
+    assert codes.size == 254
+    vals = decode_e4m3_sim(codes)
+    assert np.isfinite(vals).all()
+    np.testing.assert_array_equal(encode_e4m3_sim(vals), codes)
+
+
+def test_decode_monotonic_and_fp16_exact():
+    pos = decode_e4m3_sim(np.arange(0x7F, dtype=np.uint8))
+    assert np.all(np.diff(pos) > 0)
+    # every E4M3 value is an fp16 value (the kernel decodes to fp16 exactly)
+    np.testing.assert_array_equal(pos.astype(np.float16).astype(np.float64), pos)
+
+
+def test_saturation():
+    x = np.array([448.0, 449.0, 464.0, 1e6, np.inf, -500.0, -np.inf])
+    np.testing.assert_array_equal(encode_e4m3_sim(x), np.array([0x7E] * 5 + [0xFE] * 2, dtype=np.uint8))
+    with pytest.raises(ValueError):
+        encode_e4m3_sim(np.array([np.nan]))
+
+
+def test_round_to_nearest_even():
+    # between 1.0 (0x38) and 1.125 (0x39): midpoint ties to the even code 0x38
+    assert encode_e4m3_sim(np.array([1.0625]))[0] == 0x38
+    # between 1.125 (0x39) and 1.25 (0x3A): midpoint ties to 0x3A
+    assert encode_e4m3_sim(np.array([1.1875]))[0] == 0x3A
+    assert encode_e4m3_sim(np.array([1.07]))[0] == 0x39
+    # half the smallest subnormal ties to zero; slightly more rounds up
+    assert encode_e4m3_sim(np.array([2.0**-10]))[0] == 0x00
+    assert encode_e4m3_sim(np.array([2.0**-10 * 1.01]))[0] == 0x01
+    # negative zero keeps its sign
+    assert encode_e4m3_sim(np.array([-0.0]))[0] == 0x80
+
+
+def test_encode_error_bound():
+    rng = np.random.default_rng(123)
+    x = rng.uniform(-448, 448, size=10000)
+    y = decode_e4m3_sim(encode_e4m3_sim(x))
+    normal = np.abs(x) >= 2.0**-6
+    rel = np.abs(y - x)[normal] / np.abs(x)[normal]
+    assert rel.max() <= 2.0**-4 + 1e-12  # half an ulp of a 3-bit mantissa
+
+
+def _naive(q, k, v):
+    B, H, S, D = q.shape
+    out = np.zeros((B, H, S, D))
+    for b in range(B):
+        for h in range(H):
+            for i in range(S):
+                logits = np.array([np.dot(q[b, h, i], k[b, h, j]) / math.sqrt(D) for j in range(S)])
+                w = np.exp(logits - logits.max())
+                w /= w.sum()
+                out[b, h, i] = (w[:, None] * v[b, h]).sum(axis=0)
+    return out
+
+
+def test_reference_matches_naive_softmax():
+    q, k_u8, v_u8, ks, vs = make_inputs((1, 2, 5, 8), seed=7)
+    ref = reference(q, k_u8, v_u8, ks, vs)
+    k = decode_e4m3_sim(k_u8) * ks
+    v = decode_e4m3_sim(v_u8) * vs
+    np.testing.assert_allclose(ref, _naive(q.astype(np.float64), k, v), rtol=1e-12, atol=1e-12)
+    assert ref.shape == (1, 2, 5, 8) and ref.dtype == np.float64
+
+
+def test_make_inputs_deterministic_and_seeded():
+    a = make_inputs((1, 2, 16, 64), seed=0)
+    b = make_inputs((1, 2, 16, 64), seed=0)
+    c = make_inputs((1, 2, 16, 64), seed=1)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0])
+    assert not np.array_equal(a[1], c[1])
+    q, k, v, ks, vs = a
+    assert q.dtype == np.float16 and k.dtype == np.uint8 and v.dtype == np.uint8
+    assert isinstance(ks, float) and isinstance(vs, float) and ks > 0 and vs > 0
+    assert ks == float(np.float32(ks)) and vs == float(np.float32(vs))
+    assert not np.isin(k, list(NAN_CODES)).any() and not np.isin(v, list(NAN_CODES)).any()
+    # the largest |K| maps to (about) the top code
+    assert np.abs(decode_e4m3_sim(k)).max() >= 416.0
+
+
+def test_compare():
+    ref = np.zeros((1, 1, 4, 4))
+    out = np.zeros((1, 1, 4, 4), dtype=np.float16)
+    assert compare(out, ref) == {"max_abs_err": 0.0, "bad_frac": 0.0, "rel_l2": 0.0}
+    ref = np.ones((1, 1, 2, 2))
+    out = np.ones((1, 1, 2, 2), dtype=np.float16)
+    out[0, 0, 0, 0] = 1.5
+    r = compare(out, ref)
+    assert r["max_abs_err"] == pytest.approx(0.5)
+    assert r["bad_frac"] == pytest.approx(0.25)
+    assert r["rel_l2"] == pytest.approx(0.5 / 2.0)
+    out[0, 0, 1, 1] = np.nan
+    r = compare(out, ref)
+    assert r["max_abs_err"] == math.inf and r["bad_frac"] == pytest.approx(0.5) and r["rel_l2"] == math.inf
