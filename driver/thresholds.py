@@ -69,6 +69,7 @@ def load(path: Path | None = None) -> Thresholds:
     try:
         return Thresholds.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"thresholds file {path}: {where}: {err['msg']}", f"{exc.error_count()} problem(s) in all") from None
+        # A misspelt field shows up twice (unknown + missing): name the unknown one.
+        errs = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        text = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs)
+        raise ConfigError(f"thresholds file {path}: {text}") from None

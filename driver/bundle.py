@@ -1,0 +1,104 @@
+"""GPU-host bundle: the built executables plus everything the driver needs to run them.
+
+Building on a CPU box and running on a GPU box is the normal workflow. The bundle
+holds the driver package, the executables and build_meta.json under bin/, the
+four Mojo runtime libraries under lib/, and the driver's Python dependencies
+installed per Python version under site/pyXY/ (the GPU host needs only the
+NVIDIA driver, python3 and numpy). `./run bench ...` there archives results in
+the bundle's bench_results/ exactly as a source tree would.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from driver import build, paths
+from driver.errors import BuildFailed, ConfigError, ToolchainMissing
+from driver.host import git_state, utc_now
+
+MOJO_RUNTIME_LIBS = (
+    "libKGENCompilerRTShared.so",
+    "libAsyncRTMojoBindings.so",
+    "libAsyncRTRuntimeGlobals.so",
+    "libMSupportGlobals.so",
+)
+# What the driver imports beyond numpy and the standard library, pinned to the
+# versions this machine runs so the GPU host behaves the same.
+BUNDLED_PACKAGES = ("pydantic", "psutil", "nvidia-ml-py")
+MANYLINUX = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
+
+RUN_SCRIPT = """#!/usr/bin/env bash
+# Run the driver from this bundle: ./run bench --sizes 256K,16M
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+py="${PYTHON:-python3}"
+ver="$("$py" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
+site="$here/site/py$ver"
+if [ ! -d "$site" ]; then
+  echo "toolchain missing: this bundle has no packages for Python ${ver} (it has: $(ls "$here/site" | tr '\\n' ' ')); rebuild it with --python" >&2
+  exit 3
+fi
+export PYTHONPATH="$here:$site${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=0
+exec "$py" -m driver "$@"
+"""
+
+
+def _pip_target(site: Path, py: str) -> None:
+    pins = [f"{name}=={metadata.version(name)}" for name in BUNDLED_PACKAGES]
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(site),
+           "--python-version", py, "--implementation", "cp", "--only-binary=:all:"]
+    cmd += [a for plat in MANYLINUX for a in ("--platform", plat)] + pins
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise ToolchainMissing(f"cannot fetch {', '.join(pins)} for Python {py}: {tail}",
+                               "the bundle step needs the package index; the GPU host does not")
+
+
+def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
+    if paths.is_bundle():
+        raise ConfigError("this is already a bundle", "make bundles from a source tree")
+    for py in pythons:
+        if not py.replace(".", "").isdigit() or py.count(".") != 1:
+            raise ConfigError(f"malformed Python version {py!r}", "e.g. --python 3.11,3.12")
+    meta = build.load_meta()
+    missing = [a for a in archs if a not in meta.archs]
+    if missing:
+        raise BuildFailed(f"nothing built for {', '.join(missing)}", f"run `python -m driver build --arch {','.join(archs)}`")
+    lib_dir = paths.mojo_runtime_lib_dir()
+    if lib_dir is None or not all((lib_dir / n).is_file() for n in MOJO_RUNTIME_LIBS):
+        raise ToolchainMissing(f"the Mojo runtime libraries are not in {lib_dir}", "run through nox, which installs them")
+
+    out = out.resolve()
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copytree(paths.ROOT / "driver", tmp / "driver", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(paths.thresholds_file(), tmp / "thresholds.toml")
+    kept = [t for t in meta.targets if t.arch in archs]
+    for t in kept:
+        dest = tmp / "bin" / t.arch / t.target
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(paths.ROOT / t.output, dest)
+    (tmp / "bin" / "build_meta.json").write_text(
+        meta.model_copy(update={"targets": kept, "archs": list(archs)}).model_dump_json(indent=1)
+    )
+    (tmp / "lib").mkdir()
+    for name in MOJO_RUNTIME_LIBS:
+        shutil.copy2(lib_dir / name, tmp / "lib" / name)
+    for py in pythons:
+        _pip_target(tmp / "site" / f"py{py.replace('.', '')}", py)
+    (tmp / "run").write_text(RUN_SCRIPT)
+    (tmp / "run").chmod(0o755)
+    sha, dirty = git_state()
+    marker = {"git_sha": sha, "git_dirty": dirty, "created_utc": utc_now(), "archs": list(archs), "pythons": list(pythons)}
+    (tmp / paths.BUNDLE_MARKER.name).write_text(json.dumps(marker, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

@@ -1,0 +1,41 @@
+"""Shared fixtures: a throwaway bench_results/, the real build, GPU detection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch) -> Path:
+    """Point bench_results/ at an empty temporary folder for this test."""
+    out = tmp_path / "bench_results"
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(out))
+    return out
+
+
+def run_driver(*args: str, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """`python -m driver ARGS` exactly as a user runs it."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "driver", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def gpu_skip_reason() -> str | None:
+    """None where an NVIDIA GPU is usable, else the reason GPU tests are skipped."""
+    from driver import device
+    from driver.errors import NoGPU
+
+    try:
+        device.probe()
+    except NoGPU as exc:
+        return f"no GPU on this machine: {exc.message}"
+    return None

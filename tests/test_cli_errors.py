@@ -1,0 +1,67 @@
+"""Bad input gives one clear line, its own exit code, and writes nothing to bench_results/."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from driver.errors import ConfigError, ToolchainMissing
+from tests.conftest import ROOT, run_driver
+
+
+def _path_without(*tools: str) -> str:
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not any(Path(d, t).exists() for t in tools)]
+    return os.pathsep.join(keep)
+
+
+def _assert_one_clear_line(proc, exit_code: int, *needles: str) -> None:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("[build]")]
+    assert proc.returncode == exit_code, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["bench", "--sizes", "256Q"], "malformed size '256Q'"),
+        (["bench", "--sizes", "-1"], "malformed size '-1'"),
+        (["bench", "--arch", "sm_999"], "unknown GPU architecture 'sm_999'"),
+        (["build", "--arch", "sm_999"], "unknown GPU architecture 'sm_999'"),
+        (["bench", "--kernel", "3stage"], "unknown kernel '3stage'"),
+        (["build", "--targets", "gemm"], "unknown build target 'gemm'"),
+        (["stress", "--shapes", "1x8x512x96"], "unsupported head dim 96"),
+        (["bench", "--iters", "ten"], "malformed --iters 'ten'"),
+        (["bench", "--bogus-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_configuration(args, needle, results_dir):
+    proc = run_driver(*args)
+    _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
+    assert not results_dir.exists() or not any(results_dir.iterdir())
+
+
+def test_misspelt_thresholds_field(tmp_path, results_dir):
+    bad = tmp_path / "thresholds.toml"
+    bad.write_text((ROOT / "thresholds.toml").read_text().replace("max_bad_frac", "max_bad_fraction"))
+    proc = run_driver("bench", "--thresholds", str(bad))
+    _assert_one_clear_line(proc, ConfigError.exit_code, "max_bad_fraction", "Extra inputs are not permitted")
+    assert not results_dir.exists()
+
+
+def test_missing_nvcc(results_dir):
+    env = {"PATH": _path_without("nvcc"), "CUDA_HOME": "/nonexistent/cuda"}
+    for args in (["build", "--targets", "sdpa"], ["bench", "--suite", "sdpa"]):
+        proc = run_driver(*args, env=env)
+        _assert_one_clear_line(proc, ToolchainMissing.exit_code, "nvcc not found", "nvidia-cuda-nvcc")
+    assert not results_dir.exists()
+
+
+def test_missing_mojo(results_dir):
+    env = {"PATH": _path_without("mojo"), "DRIVER_TOOLCHAIN_VENV": "/nonexistent/venv", "MOJO": ""}
+    for args in (["build", "--targets", "allreduce"], ["bench", "--suite", "allreduce"]):
+        proc = run_driver(*args, env=env)
+        _assert_one_clear_line(proc, ToolchainMissing.exit_code, "mojo not found", "mojo==1.2.0")
+    assert not results_dir.exists()

@@ -1,0 +1,70 @@
+"""Configure stage: every user string is validated before any work starts."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from driver import config
+from driver.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("256K", 262144), ("16M", 16 << 20), ("1G", 1 << 30), ("0", 0), ("7", 7), ("8k", 8192), ("16MB", 16 << 20)],
+)
+def test_parse_size_accepts_nccl_tests_suffixes(text, expected):
+    assert config.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["256Q", "-1", "", "1.5M", "K", "16 M", "0x10", "99999G"])
+def test_parse_size_rejects_malformed(text):
+    with pytest.raises(ConfigError):
+        config.parse_size(text)
+
+
+def test_parse_sizes_list_and_empty_items():
+    assert config.parse_sizes("256K,16M") == (262144, 16 << 20)
+    for bad in ("", "256K,,16M", "256K,"):
+        with pytest.raises(ConfigError):
+            config.parse_sizes(bad)
+
+
+@given(st.integers(min_value=0, max_value=config.MAX_SIZE_BYTES))
+def test_format_size_round_trips(n):
+    assert config.parse_size(config.format_size(n)) == n
+
+
+@given(st.text(max_size=30))
+def test_parse_sizes_never_raises_anything_but_config_error(text):
+    try:
+        sizes = config.parse_sizes(text)
+    except ConfigError:
+        return
+    assert all(isinstance(s, int) and s >= 0 for s in sizes)
+
+
+def test_archs_kernels_dtypes_ngpus():
+    assert config.parse_archs("sm_90,sm_89") == ("sm_90", "sm_89")
+    assert config.parse_kernel("1stage_cpasync_s3") == "1stage_cpasync_s3"
+    assert config.parse_dtypes("bfloat16") == ("bfloat16",)
+    assert config.parse_ngpus("2,4") == (2, 4)
+    for fn, bad in [
+        (config.parse_archs, "sm_999"),
+        (config.parse_kernel, "1stage_cpasync_s5"),
+        (config.parse_kernel, "3stage"),
+        (config.parse_dtypes, "float64"),
+        (config.parse_ngpus, "3"),
+        (config.parse_suite, "gemm"),
+    ]:
+        with pytest.raises(ConfigError):
+            fn(bad)
+
+
+def test_shapes_named_and_explicit():
+    assert config.parse_shapes("mission,2x16x2048x64") == (
+        ("mission", (1, 8, 512, 64)),
+        ("2x16x2048x64", (2, 16, 2048, 64)),
+    )
+    for bad in ("1x8x512", "1x8x0x64", "1x8x512x96", "huge", "mission,,large"):
+        with pytest.raises(ConfigError):
+            config.parse_shapes(bad)
