@@ -70,7 +70,7 @@ double percentile(const std::vector<double>& sorted, double p) {
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "(";
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + ")";
+    return r + (s.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace
