@@ -1,0 +1,79 @@
+"""`python -m driver compare A B`: per-config p50 deltas between two archived runs.
+
+A change counts only when it is larger than the noise: the larger of the
+thresholds file's floor and each run's own p50-to-p90 spread. A slowdown past
+the noise is a regression and exits with the performance-gate code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from driver import archive, paths, thresholds
+from driver.errors import ConfigError, PerfGateFailed
+from driver.records import ArchivedRecord, RunArchive
+
+
+def _key(r: ArchivedRecord) -> tuple[str, str, str, str]:
+    return (r.suite, r.impl, r.kernel, r.config)
+
+
+def _spread(r: ArchivedRecord) -> float:
+    m = r.measurement
+    return (m.p90_us - m.p50_us) / m.p50_us if m.p50_us > 0 else 0.0
+
+
+def _default_pair() -> tuple[Path, Path]:
+    """The newest run and the newest older one on the same device kind."""
+    runs = [(folder, archive.load_run(folder).device.kind) for folder in reversed(archive.archived_runs())]
+    for i, (newer, kind) in enumerate(runs):
+        for older, other in runs[i + 1 :]:
+            if other == kind:
+                return older, newer
+    raise ConfigError(f"no two archived runs on one device kind in {paths.results_dir()}", "name two run folders")
+
+
+def _resolve(text: str) -> Path:
+    for cand in (Path(text), paths.results_dir() / text):
+        if (cand / archive.RESULTS_FILE).is_file():
+            return cand
+    raise ConfigError(f"{text!r} is not an archived run folder", f"look in {paths.results_dir()}")
+
+
+def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[str], int]:
+    """Markdown rows and the number of regressions."""
+    old_by = {_key(r): r for r in old.records}
+    rows = ["| suite | impl | kernel | config | old p50 us | new p50 us | change | noise | verdict |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    regressions = 0
+    for r in new.records:
+        o = old_by.get(_key(r))
+        if o is None or o.measurement.p50_us <= 0:
+            continue
+        change = r.measurement.p50_us / o.measurement.p50_us - 1
+        noise = max(min_noise, _spread(o), _spread(r))
+        if abs(change) <= noise:
+            verdict = "within noise"
+        elif change > 0:
+            verdict, regressions = "REGRESSION", regressions + 1
+        else:
+            verdict = "faster"
+        rows.append(f"| {r.suite} | {r.impl} | {r.kernel} | {r.config} | {o.measurement.p50_us:.2f} | "
+                    f"{r.measurement.p50_us:.2f} | {change:+.1%} | {noise:.1%} | {verdict} |")
+    return rows, regressions
+
+
+def main(run_args: list[str]) -> int:
+    if len(run_args) not in (0, 2):
+        raise ConfigError(f"compare takes two run folders or none, not {len(run_args)}")
+    a, b = (_resolve(x) for x in run_args) if run_args else _default_pair()
+    old, new = archive.load_run(a), archive.load_run(b)
+    if old.device.kind != new.device.kind:
+        print(f"warning: comparing {old.device.kind} with {new.device.kind}", file=sys.stderr)
+    rows, regressions = compare(old, new, thresholds.load().noise.min_rel_noise)
+    print(f"# {old.run_id} -> {new.run_id}\n")
+    print("\n".join(rows))
+    if regressions:
+        raise PerfGateFailed(f"{regressions} config(s) slower than {old.run_id} by more than the noise")
+    return 0
