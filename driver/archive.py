@@ -43,7 +43,7 @@ def _speed_table(run: RunArchive) -> list[str]:
     return lines
 
 
-def compare_markdown(run: RunArchive) -> str:
+def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
         f"# Run {run.run_id}",
@@ -53,8 +53,15 @@ def compare_markdown(run: RunArchive) -> str:
         f"- command: `{' '.join(run.command)}`",
         "",
     ]
+    ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]
     skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
-    return "\n".join(head + _speed_table(run) + skipped) + "\n"
+    if images is None:
+        pics = []
+    elif images:
+        pics = [f"![{name}]({name})" for name in images]
+    else:
+        pics = ["(no plots: matplotlib is not installed on this host)"]
+    return "\n".join(head + _speed_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
@@ -68,7 +75,7 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dic
         (tmp / RESULTS_FILE).write_text(run.model_dump_json(indent=1))
         (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
         (tmp / "thresholds.toml").write_text(thresholds_text)
-        (tmp / "COMPARE.md").write_text(compare_markdown(run))
+        (tmp / "COMPARE.md").write_text(compare_markdown(run, sorted(extra or {})))
         for name, data in (extra or {}).items():
             (tmp / name).write_bytes(data)
         os.replace(tmp, final)

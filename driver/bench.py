@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from driver import archive, build, device, paths, targets, thresholds
+from driver import archive, build, device, paths, plots, targets, thresholds
 from driver.config import DEFAULT_ARCH
 from driver.errors import BuildFailed, PerfGateFailed, WrongResults
 from driver.host import git_state, host_info, utc_now
@@ -58,9 +58,10 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         host=host_info(),
         records=results.records,
         skipped=results.skipped,
+        ceilings_gbps=results.ceilings_gbps,
     )
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
-    folder = archive.write_run(run_rec, meta, thresholds_text)
+    folder = archive.write_run(run_rec, meta, thresholds_text, plots.render(run_rec))
     print(archive.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
     wrong = [r for r in run_rec.records if not r.passed]

@@ -174,6 +174,14 @@ class SdpaLine(Record):
     regs_per_thread: NonNegativeInt = 0
 
 
+class CeilingLine(Record):
+    """The link ceiling measured in the same run (driver/peers/p2p_copy.py)."""
+
+    p2p_copy_gbps: NonNegativeFloat
+    bytes: NonNegativeInt
+    iters: NonNegativeInt
+
+
 Measurement = Annotated[Union[AllreduceLine, SdpaLine], Field(discriminator="suite")]
 
 
@@ -235,6 +243,7 @@ class RunArchive(Record):
     host: HostInfo
     records: list[ArchivedRecord]
     skipped: list[Skip] = Field(default_factory=list)
+    ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
 
 
 SCHEMA_MODELS: dict[str, type[Record]] = {

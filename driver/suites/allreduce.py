@@ -11,7 +11,7 @@ from driver.errors import NoGPU
 from driver.launch import launch
 from driver.options import RunOptions
 from driver.parse import parse_lines
-from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
+from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
 from driver.suites.common import SuiteResult, progress, ratio_verdict
 from driver.thresholds import Thresholds
 
@@ -85,6 +85,11 @@ def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, 
     for n in counts:
         if n > present:
             raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
+    if importlib.util.find_spec("torch") is not None:
+        progress("link ceiling: GPU0 -> GPU1 copy")
+        cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
+        (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
+        result.ceilings_gbps["p2p_copy_gpu0_gpu1"] = ceiling.p2p_copy_gbps
     for ngpus in counts:
         for dtype in opts.dtypes:
             cmds = _commands(opts, exe_dir, dtype, ngpus)

@@ -15,10 +15,12 @@ _T0 = time.perf_counter()
 class SuiteResult:
     records: list[ArchivedRecord] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    ceilings_gbps: dict[str, float] = field(default_factory=dict)
 
     def extend(self, other: SuiteResult) -> None:
         self.records += other.records
         self.skipped += other.skipped
+        self.ceilings_gbps.update(other.ceilings_gbps)
 
 
 def progress(what: str) -> None:

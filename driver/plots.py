@@ -1,0 +1,69 @@
+"""PNG plots for the archive: allreduce algbw vs size, SDPA p50 per shape and variant.
+
+matplotlib is optional on a GPU host: without it the run is archived without
+plots and COMPARE.md says so.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+from driver.records import RunArchive
+
+
+def _figure_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def render(run: RunArchive) -> dict[str, bytes]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out: dict[str, bytes] = {}
+    ar = [r for r in run.records if r.suite == "allreduce"]
+    if ar:
+        series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for r in ar:
+            m = r.measurement
+            label = f"{r.impl}" if r.impl != "ours" else f"ours {r.kernel}"
+            series[f"{label} {m.dtype} x{m.ngpus}"].append((m.bytes, m.algbw_gbps))
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        for name, gbps in run.ceilings_gbps.items():
+            ax.axhline(gbps, linestyle="--", color="gray", label=f"ceiling: {name} {gbps:.0f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("algbw (GB/s, from p50)")
+        ax.set_title(f"allreduce on {run.device.kind} @ {run.git_sha[:8]}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        out["allreduce_algbw.png"] = _figure_bytes(fig)
+        plt.close(fig)
+    sd = [r for r in run.records if r.suite == "sdpa"]  # first seed of each shape is plotted
+    if sd:
+        shapes = sorted({r.config.split("/")[0] for r in sd})
+        impls = sorted({r.impl for r in sd})
+        fig, ax = plt.subplots(figsize=(8, 5))
+        width = 0.8 / len(impls)
+        for i, impl in enumerate(impls):
+            vals = []
+            for shape in shapes:
+                hits = [r.measurement.p50_us for r in sd if r.impl == impl and r.config.startswith(shape + "/")]
+                vals.append(hits[0] if hits else 0.0)
+            ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=impl)
+        ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(shapes))], shapes)
+        ax.set_ylabel("p50 (us, lower is better)")
+        ax.set_title(f"SDPA forward on {run.device.kind} @ {run.git_sha[:8]}")
+        ax.legend()
+        out["sdpa_p50.png"] = _figure_bytes(fig)
+        plt.close(fig)
+    return out
