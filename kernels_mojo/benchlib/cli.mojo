@@ -1,0 +1,156 @@
+# Command line of allreduce_bench (nccl-tests-like vocabulary).
+
+from std.sys import argv, exit, stderr
+
+comptime EXIT_BAD_CONFIG = 2
+comptime EXIT_NO_GPU = 4
+
+
+def fail(code: Int, message: String):
+    """Print one `error: ...` line on stderr and exit with `code`."""
+    print(String("error: ", message), file=stderr)
+    exit(code)
+
+
+def usage() -> String:
+    return (
+        "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
+        " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N]"
+        " [--kernel auto|1stage|2stage|1stage_cpasync] [--stages 2|3|4]"
+        " [--check 0|1] [--seed N] [--impl ours|upstream]"
+        " [--debug-hang-rank R]"
+    )
+
+
+def _parse_int(text: String, what: String) raises -> Int:
+    try:
+        return atol(text)
+    except:
+        raise Error(String("malformed ", what, ": '", text, "' (expected an integer)"))
+
+
+def parse_size_bytes(token: String) raises -> Int:
+    """Bytes from '256K', '16M', '1G' (1024-based), plain integers, or a sum
+    of such terms joined by '+' (e.g. '8K+28')."""
+    var total = 0
+    var terms = token.split("+")
+    if len(terms) == 0:
+        raise Error(String("malformed size: '", token, "'"))
+    for term_slice in terms:
+        var term = String(String(term_slice).strip())
+        if term.byte_length() == 0:
+            raise Error(String("malformed size: '", token, "'"))
+        var multiplier = 1
+        var last = term[byte = term.byte_length() - 1 :]
+        var digits = term
+        if last == "K" or last == "k":
+            multiplier = 1024
+        elif last == "M" or last == "m":
+            multiplier = 1024 * 1024
+        elif last == "G" or last == "g":
+            multiplier = 1024 * 1024 * 1024
+        if multiplier != 1:
+            digits = String(term[byte = 0 : term.byte_length() - 1])
+        var value: Int
+        try:
+            value = atol(digits)
+        except:
+            raise Error(String("malformed size: '", token, "' (use e.g. 256K, 16M, 1G or a byte count)"))
+        if value < 0:
+            raise Error(String("malformed size: '", token, "' (negative)"))
+        total += value * multiplier
+    return total
+
+
+struct BenchConfig(Copyable, Movable):
+    var sizes_bytes: List[Int]
+    var dtype: String
+    var ngpus: Int
+    var iters: Int
+    var warmup: Int
+    var kernel: String
+    var stages: Int  # 0 = not given
+    var check: Bool
+    var seed: Int
+    var impl: String
+    var debug_hang_rank: Int  # -1 = off
+
+    def __init__(out self):
+        self.sizes_bytes = [256 * 1024, 16 * 1024 * 1024]
+        self.dtype = "float32"
+        self.ngpus = 2
+        self.iters = 50
+        self.warmup = 5
+        self.kernel = "auto"
+        self.stages = 0
+        self.check = True
+        self.seed = 1
+        self.impl = "ours"
+        self.debug_hang_rank = -1
+
+
+def parse_args() raises -> BenchConfig:
+    """Parse argv; raises Error(message) for any bad option or value."""
+    var cfg = BenchConfig()
+    var args = argv()
+    var i = 1
+    while i < len(args):
+        var opt = String(args[i])
+        if opt == "--help" or opt == "-h":
+            print(usage(), file=stderr)
+            exit(0)
+        if i + 1 >= len(args):
+            raise Error(String("option ", opt, " needs a value; ", usage()))
+        var val = String(args[i + 1])
+        i += 2
+        if opt == "--sizes":
+            cfg.sizes_bytes = List[Int]()
+            for tok in val.split(","):
+                cfg.sizes_bytes.append(parse_size_bytes(String(tok)))
+        elif opt == "--dtype":
+            if val != "float32" and val != "bfloat16" and val != "float16":
+                raise Error(String("unsupported dtype '", val, "' (supported: float32, bfloat16, float16)"))
+            cfg.dtype = val
+        elif opt == "--ngpus":
+            cfg.ngpus = _parse_int(val, "--ngpus")
+        elif opt == "--iters":
+            cfg.iters = _parse_int(val, "--iters")
+            if cfg.iters < 1:
+                raise Error("--iters must be >= 1")
+        elif opt == "--warmup":
+            cfg.warmup = _parse_int(val, "--warmup")
+            if cfg.warmup < 0:
+                raise Error("--warmup must be >= 0")
+        elif opt == "--kernel":
+            if val != "auto" and val != "1stage" and val != "2stage" and val != "1stage_cpasync":
+                raise Error(String("unknown kernel '", val, "' (auto, 1stage, 2stage, 1stage_cpasync)"))
+            cfg.kernel = val
+        elif opt == "--stages":
+            cfg.stages = _parse_int(val, "--stages")
+            if cfg.stages < 2 or cfg.stages > 4:
+                raise Error(String("--stages ", val, " unsupported (2, 3 or 4)"))
+        elif opt == "--check":
+            if val != "0" and val != "1":
+                raise Error("--check takes 0 or 1")
+            cfg.check = val == "1"
+        elif opt == "--seed":
+            cfg.seed = _parse_int(val, "--seed")
+        elif opt == "--impl":
+            if val != "ours" and val != "upstream":
+                raise Error(String("unknown impl '", val, "' (ours, upstream)"))
+            cfg.impl = val
+        elif opt == "--debug-hang-rank":
+            cfg.debug_hang_rank = _parse_int(val, "--debug-hang-rank")
+        else:
+            raise Error(String("unknown option ", opt, "; ", usage()))
+    if cfg.ngpus != 2 and cfg.ngpus != 4 and cfg.ngpus != 8:
+        raise Error(String("unsupported --ngpus ", cfg.ngpus, " (supported: 2, 4, 8)"))
+    if cfg.stages != 0 and cfg.kernel != "1stage_cpasync":
+        raise Error("--stages applies only to --kernel 1stage_cpasync")
+    if cfg.impl == "upstream" and cfg.kernel != "auto":
+        raise Error("--kernel must be auto with --impl upstream (upstream picks its own kernel)")
+    if cfg.impl == "upstream" and cfg.debug_hang_rank >= 0:
+        raise Error("--debug-hang-rank is only supported with --impl ours")
+    if cfg.debug_hang_rank >= cfg.ngpus:
+        raise Error(String("--debug-hang-rank ", cfg.debug_hang_rank, " out of range (0..", cfg.ngpus - 1, ")"))
+    return cfg^
