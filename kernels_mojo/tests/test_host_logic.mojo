@@ -1,0 +1,93 @@
+# Host-only tests (no GPU needed): size parsing, kernel selection, kernel
+# names, statistics, JSON number formatting, input generation and checking.
+# Run: mojo run -I kernels_mojo kernels_mojo/tests/test_host_logic.mojo
+
+from std.testing import assert_equal, assert_true, assert_false
+from allreduce.dispatch import select_kernel, kernel_name, kernel_exists, one_stage_max_bytes
+from allreduce.kernels import KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, cpasync_kernel_id
+from benchlib.cli import parse_size_bytes
+from benchlib.stats import TimingStats, json_fixed3, json_number
+from benchlib.check import CheckResult, fill_rank_inputs, check_rank_output
+
+
+def test_sizes() raises:
+    assert_equal(parse_size_bytes("256K"), 262144)
+    assert_equal(parse_size_bytes("16M"), 16777216)
+    assert_equal(parse_size_bytes("1G"), 1073741824)
+    assert_equal(parse_size_bytes("28"), 28)
+    assert_equal(parse_size_bytes("8K+28"), 8192 + 28)
+    assert_equal(parse_size_bytes("0"), 0)
+    var bad = False
+    try:
+        _ = parse_size_bytes("12X")
+    except:
+        bad = True
+    assert_true(bad)
+
+
+def test_names_and_selection() raises:
+    assert_equal(kernel_name(KERNEL_ID_1STAGE), "1stage")
+    assert_equal(kernel_name(KERNEL_ID_2STAGE), "2stage")
+    assert_equal(kernel_name(cpasync_kernel_id[3]()), "1stage_cpasync_s3")
+    assert_equal(Int(cpasync_kernel_id[2]()), 12)
+    assert_true(kernel_exists(KERNEL_ID_1STAGE))
+    assert_false(kernel_exists(Int32(99)))
+    # defaults (no -D): 2 GPUs -> 1stage everywhere, 4/8 GPUs -> 2stage > 512K
+    var k = select_kernel(256 * 1024, 2, DType.float32)
+    assert_equal(kernel_name(k), "1stage")
+    var k8 = select_kernel(16 * 1024 * 1024, 8, DType.float32)
+    assert_equal(kernel_name(k8), "2stage" if one_stage_max_bytes(8) < 16 * 1024 * 1024 else "1stage")
+
+
+def test_stats() raises:
+    var s: List[Float64] = [5.0, 1.0, 3.0, 2.0, 4.0]
+    var st = TimingStats(s^)
+    assert_equal(st.p50_us, 3.0)
+    assert_equal(st.min_us, 1.0)
+    assert_equal(st.p90_us, 5.0)
+    assert_equal(st.mean_us, 3.0)
+    assert_equal(json_fixed3(7.7), "7.700")
+    assert_equal(json_fixed3(0.0005), "0.001")
+    assert_equal(json_number(Float64(0) / Float64(0)), "null")
+
+
+def test_check() raises:
+    comptime n = 1000
+    var refs = List[Float64](length=n, fill=0.0)
+    var a = List[BFloat16](length=n, fill=0)
+    var b = List[BFloat16](length=n, fill=0)
+    var rp = refs.unsafe_ptr().as_unsafe_any_origin()
+    var ap = a.unsafe_ptr().as_unsafe_any_origin()
+    var bp = b.unsafe_ptr().as_unsafe_any_origin()
+    fill_rank_inputs[DType.bfloat16](ap, n, 7, 0, rp, True)
+    fill_rank_inputs[DType.bfloat16](bp, n, 7, 1, rp, True)
+    var differ = 0
+    for i in range(n):
+        if a[i] != b[i]:
+            differ += 1
+        assert_true(a[i] >= -1 and a[i] <= 1)
+    assert_true(differ > n // 2)
+    # out = a + b rounded once: must pass
+    var out = List[BFloat16](length=n, fill=0)
+    for i in range(n):
+        out[i] = (a[i].cast[DType.float32]() + b[i].cast[DType.float32]()).cast[DType.bfloat16]()
+    var op = out.unsafe_ptr().as_unsafe_any_origin()
+    var r = CheckResult()
+    check_rank_output[DType.bfloat16](r, op, op, rp, n, 2)
+    assert_equal(r.wrong, 0)
+    # a single wrong element must be caught, also as a bitwise mismatch
+    var out2 = out.copy()
+    out2[17] = out2[17] + 1
+    var op2 = out2.unsafe_ptr().as_unsafe_any_origin()
+    var r2 = CheckResult()
+    check_rank_output[DType.bfloat16](r2, op2, op, rp, n, 2)
+    assert_equal(r2.out_of_tolerance, 1)
+    assert_equal(r2.not_bitwise_identical, 1)
+
+
+def main() raises:
+    test_sizes()
+    test_names_and_selection()
+    test_stats()
+    test_check()
+    print("test_host_logic: all passed")
