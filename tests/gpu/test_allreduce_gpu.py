@@ -1,0 +1,72 @@
+"""Allreduce on the GPU: every kernel x dtype x GPU count present x element count, checked
+element by element against a float64 host sum inside the executable, with the kernel
+that ran confirmed by the GPU itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from driver.config import DTYPES, SUPPORTED_NGPUS
+from driver.errors import ConfigError, KernelFailed
+from driver.launch import launch
+from driver.parse import parse_lines
+from driver.records import AllreduceLine
+
+ELEMENTS = [0, 7, 8 << 10, (8 << 10) + 1, (8 << 10) + 7, 256 << 10, (256 << 10) + 5, 16 << 20, (16 << 20) + 24, 64 << 20]
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+KERNELS = [("1stage", []), ("2stage", []), *((f"1stage_cpasync_s{s}", ["--stages", str(s)]) for s in (2, 3, 4))]
+
+
+def _counts(gpu) -> list[int]:
+    return [n for n in SUPPORTED_NGPUS if n <= len(gpu.gpus)]
+
+
+def _run(exe_dir, *args: str, timeout_s: float = 300) -> list[AllreduceLine]:
+    cmd = [str(exe_dir / "allreduce_bench"), *args]
+    return parse_lines(launch(cmd, what=" ".join(args), timeout_s=timeout_s).stdout, AllreduceLine, what="allreduce")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel, extra", KERNELS, ids=[k for k, _ in KERNELS])
+def test_every_element_count_is_correct_and_confirmed(exe_dir, gpu, kernel, extra, dtype):
+    counts = _counts(gpu)
+    if not counts:
+        pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
+    sizes = ",".join(str(n * ELEM_BYTES[dtype]) for n in ELEMENTS)
+    base_kernel = "1stage_cpasync" if kernel.startswith("1stage_cpasync") else kernel
+    for ngpus in counts:
+        lines = _run(exe_dir, "--sizes", sizes, "--dtype", dtype, "--ngpus", str(ngpus), "--kernel", base_kernel,
+                     *extra, "--iters", "2", "--warmup", "1", "--check", "1", "--seed", "7")
+        assert [ln.elements for ln in lines] == ELEMENTS
+        for ln in lines:
+            assert ln.wrong == 0, ln
+            if ln.elements:
+                assert ln.checked and ln.kernel_selected == kernel and ln.kernel_confirmed == kernel, ln
+
+
+def test_auto_dispatch_is_confirmed_by_the_gpu(exe_dir, gpu):
+    if not _counts(gpu):
+        pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
+    for ln in _run(exe_dir, "--sizes", "8K,256K,16M,64M", "--ngpus", "2", "--iters", "2", "--warmup", "1"):
+        assert ln.kernel_requested == "auto"
+        assert ln.kernel_confirmed == ln.kernel_selected != "none", ln
+        assert ln.wrong == 0
+
+
+def test_unsupported_gpu_counts_are_refused(exe_dir, gpu):
+    with pytest.raises(ConfigError, match="3"):
+        _run(exe_dir, "--sizes", "1M", "--ngpus", "3", timeout_s=60)
+    too_many = next((n for n in SUPPORTED_NGPUS if n > len(gpu.gpus)), None)
+    if too_many:
+        with pytest.raises(ConfigError):
+            _run(exe_dir, "--sizes", "1M", "--ngpus", str(too_many), timeout_s=60)
+
+
+def test_a_rank_stuck_in_the_barrier_is_killed_and_gpus_recover(exe_dir, gpu):
+    if not _counts(gpu):
+        pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
+    with pytest.raises(KernelFailed, match="hung"):
+        _run(exe_dir, "--sizes", "1M", "--ngpus", "2", "--debug-hang-rank", "1", "--iters", "1", "--warmup", "0",
+             timeout_s=20)
+    (ln,) = _run(exe_dir, "--sizes", "1M", "--ngpus", "2", "--iters", "2", "--warmup", "1")
+    assert ln.wrong == 0
