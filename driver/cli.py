@@ -31,7 +31,7 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes:
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
     p.add_argument("--warmup", default="10", help="warm-up iterations per launch")
-    p.add_argument("--rounds", default="1", help="interleaved rounds of ours and the peers")
+    p.add_argument("--rounds", default="3", help="at most this many interleaved rounds of ours and the peers")
     p.add_argument("--arch", default=None, help="GPU architecture (default: GPU 0's)")
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
     p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")

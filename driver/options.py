@@ -24,7 +24,7 @@ class RunOptions(Record):
     warmup: int = Field(default=10, ge=0)
     kernel: str = "auto"
     arch: str | None = None  # None: the arch of GPU 0
-    rounds: int = Field(default=1, gt=0)
+    rounds: int = Field(default=3, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
     thresholds: Path | None = None
     build: bool = True

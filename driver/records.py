@@ -203,7 +203,7 @@ class Verdict(Record):
         for status in ("fail", "inconclusive", "pass", "skip"):
             if any(v.status == status for v in ran):
                 break
-        return cls(status=status, reasons=[r for v in verdicts for r in v.reasons])
+        return cls(status=status, reasons=list(dict.fromkeys(r for v in verdicts for r in v.reasons)))
 
 
 class ArchivedRecord(Record):
@@ -221,6 +221,10 @@ class ArchivedRecord(Record):
     correctness: Verdict
     performance: Verdict | None = None
     measurement: Measurement
+    round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    telemetry_before: list[GpuInfo] = Field(default_factory=list)
+    telemetry_after: list[GpuInfo] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
 
 
 class Skip(Record):

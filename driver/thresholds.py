@@ -48,6 +48,7 @@ class SdpaGates(Record):
 
 class NoiseModel(Record):
     min_rel_noise: float = Field(ge=0, lt=1)
+    target_spread: float = Field(gt=0, lt=1)
 
 
 class Thresholds(Record):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from functools import partial
 from pathlib import Path
 
+from driver import device
 from driver.config import SUPPORTED_NGPUS
 from driver.errors import NoGPU
 from driver.launch import launch
 from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, progress, ratio_verdict
+from driver.suites.common import SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
 from driver.thresholds import Thresholds
 
 EXE = "allreduce_bench"
@@ -75,8 +77,45 @@ def _performance(line: AllreduceLine, peers: dict[tuple[str, int], AllreduceLine
     return Verdict.combine(verdicts) if verdicts else None
 
 
-def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
-    present = len(device.gpus)
+def _group(
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int
+) -> tuple[list[ArchivedRecord], list[Skip]]:
+    """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
+    cmds = _commands(opts, exe_dir, dtype, ngpus)
+    skipped = [] if "nccl" in cmds else [Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
+    before = device.probe().gpus[:ngpus]
+    run_rounds = partial(
+        interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
+        timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
+    )
+    samples = run_rounds(rounds=opts.rounds)
+    for attempt in range(2):  # an inconclusive gate earns one more round, once
+        reps = {k: samples.representative(k) for k in samples.by_key}
+        peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
+        perf = {k: _performance(ln, peers, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
+        if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
+            break
+        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
+    after = device.probe().gpus[:ngpus]
+    flags = telemetry_flags(before, after)
+    records = []
+    for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        # Correctness counts in every round, not only in the representative one.
+        rounds = samples.by_key[(impl, nbytes)]
+        verdict = Verdict.combine([correctness(x, gates) for x in rounds])
+        records.append(
+            ArchivedRecord(
+                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
+                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=max(x.max_abs_err for x in rounds),
+                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s,
+                telemetry_before=before, telemetry_after=after, flags=flags,
+            )
+        )
+    return records, skipped
+
+
+def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    present = len(dev.gpus)
     counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= present)
     result = SuiteResult()
     if not counts:
@@ -92,33 +131,7 @@ def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, 
         result.ceilings_gbps["p2p_copy_gpu0_gpu1"] = ceiling.p2p_copy_gbps
     for ngpus in counts:
         for dtype in opts.dtypes:
-            cmds = _commands(opts, exe_dir, dtype, ngpus)
-            if "nccl" not in cmds:
-                result.skipped.append(Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host"))
-            lines: list[AllreduceLine] = []
-            for _round in range(opts.rounds):
-                for impl, cmd in cmds.items():
-                    what = f"allreduce {impl} {dtype} x{ngpus}"
-                    progress(what)
-                    res = launch(cmd, what=what, timeout_s=opts.timeout_s)
-                    lines += parse_lines(res.stdout, AllreduceLine, what=what)
-            peers = {(ln.impl, ln.bytes): ln for ln in lines if ln.impl != "ours"}
-            for ln in lines:
-                verdict = correctness(ln, gates)
-                perf = _performance(ln, peers, gates) if ln.impl == "ours" else None
-                result.records.append(
-                    ArchivedRecord(
-                        suite="allreduce",
-                        impl=ln.impl,
-                        kernel=ln.kernel_confirmed,
-                        config=f"{dtype}/{ngpus}gpu/{ln.bytes}B",
-                        device=device.kind,
-                        git_sha=git_sha,
-                        passed=verdict.passed,
-                        max_abs_err=ln.max_abs_err,
-                        correctness=verdict,
-                        performance=perf,
-                        measurement=ln,
-                    )
-                )
+            records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus)
+            result.records += records
+            result.skipped += [s for s in skipped if s not in result.skipped]
     return result

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
+from driver.launch import launch
+from driver.parse import parse_lines
 from driver.records import ArchivedRecord, Skip, Verdict
+
+L = TypeVar("L")
 
 _T0 = time.perf_counter()
 
@@ -36,3 +42,72 @@ def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: floa
     if abs(ratio - min_ratio) <= noise * min_ratio:
         return Verdict(status="inconclusive", reasons=[text])
     return Verdict(status="pass" if ratio >= min_ratio else "fail", reasons=[text])
+
+
+def spread(p50s: list[float]) -> float:
+    """(max - min) / median of the per-round p50s; 0 with one round."""
+    if len(p50s) < 2:
+        return 0.0
+    ordered = sorted(p50s)
+    mid = ordered[len(ordered) // 2]
+    return (ordered[-1] - ordered[0]) / mid if mid > 0 else 0.0
+
+
+@dataclass
+class Samples(Generic[L]):
+    """Per config key, the line each interleaved round produced."""
+
+    by_key: dict[Hashable, list[L]] = field(default_factory=dict)
+
+    def add(self, key: Hashable, line: L) -> None:
+        self.by_key.setdefault(key, []).append(line)
+
+    def representative(self, key: Hashable) -> tuple[L, list[float]]:
+        """The round with the median p50, and every round's p50."""
+        lines = self.by_key[key]
+        ordered = sorted(lines, key=lambda ln: ln.p50_us)
+        return ordered[(len(ordered) - 1) // 2], [ln.p50_us for ln in lines]
+
+    def settled(self, target: float) -> bool:
+        return all(spread([ln.p50_us for ln in v]) <= target for v in self.by_key.values())
+
+
+def interleaved(
+    cmds: dict[str, list[str]],
+    model: type[L],
+    *,
+    rounds: int,
+    min_rounds: int,
+    target_spread: float,
+    timeout_s: float,
+    key: Callable[[L], Hashable],
+    samples: Samples[L] | None = None,
+    on_line: Callable[[str, L], None] | None = None,
+    label: str = "",
+) -> Samples[L]:
+    """Run A B C A B C ... until every config's p50 spread across rounds is below
+    `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop)."""
+    samples = samples or Samples()
+    for r in range(rounds):
+        for impl, cmd in cmds.items():
+            what = f"{label} {impl} (round {r + 1}/{rounds})".strip()
+            progress(what)
+            for line in parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what):
+                samples.add(key(line), line)
+                if on_line:
+                    on_line(impl, line)
+        if r + 1 >= min_rounds and samples.settled(target_spread):
+            break
+    return samples
+
+
+def telemetry_flags(before: list, after: list) -> list[str]:
+    """What makes a number less trustworthy: other processes, throttling, clock drops."""
+    flags = []
+    for b, a in zip(before, after):
+        if b.other_processes or a.other_processes:
+            flags.append(f"GPU{b.index}: {max(b.other_processes, a.other_processes)} other process(es) on the GPU")
+        reasons = sorted(set(a.throttle_reasons) - {"idle"})
+        if reasons:
+            flags.append(f"GPU{b.index}: clocks held back ({', '.join(reasons)}) after the config")
+    return flags

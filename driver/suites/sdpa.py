@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from driver.launch import launch
+from driver import device
 from driver.options import RunOptions
-from driver.parse import parse_lines
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.suites.common import SuiteResult, progress, ratio_verdict
+from driver.suites.common import Samples, SuiteResult, interleaved, ratio_verdict, telemetry_flags
 from driver.thresholds import SdpaGates, Thresholds
 
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
@@ -78,51 +77,67 @@ def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds)
     return {k: Verdict.combine(v) for k, v in out.items()}
 
 
-def run(opts: RunOptions, exe_dir: Path, device: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+def _shape(
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
+    shape_name: str, shape: tuple[int, int, int, int],
+) -> list[ArchivedRecord]:
+    """Every seed checked against the reference; the first seed also timed in interleaved rounds."""
+    before = device.probe().gpus[:1]
+    checks: dict[tuple[str, int], list[dict[str, float]]] = {}
+    per_seed: dict[int, Samples[SdpaLine]] = {}
+    for seed in opts.seeds:
+        first = seed == opts.seeds[0]
+        with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
+            folder = Path(tmp)
+            files = write_inputs(folder, shape, seed)
+            expected = ref.reference(*ref.make_inputs(shape, seed))
+            outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            cmds = {
+                impl: [str(exe_dir / exe), *_file_args(files), "--out", str(outs[impl]), *_timing_args(opts)]
+                for impl, exe in VARIANTS.items()
+            }
+            if have_torch and first:
+                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *_file_args(files), *_timing_args(opts)]
+
+            def check(impl: str, _line: SdpaLine) -> None:
+                if impl in VARIANTS:
+                    checks.setdefault((impl, seed), []).append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
+
+            per_seed[seed] = interleaved(
+                cmds, SdpaLine, rounds=opts.rounds if first else 1, min_rounds=min(2, opts.rounds) if first else 1,
+                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
+                on_line=check, label=f"sdpa {shape_name} seed {seed}",
+            )
+    after = device.probe().gpus[:1]
+    timed = {impl: per_seed[opts.seeds[0]].representative(impl)[0] for impl in per_seed[opts.seeds[0]].by_key}
+    perf = _performance(shape_name, timed, gates)
+    records = []
+    for seed, samples in per_seed.items():
+        for impl in samples.by_key:
+            line, p50s = samples.representative(impl)
+            if impl in VARIANTS:
+                runs = checks[(impl, seed)]
+                metrics = {k: max(m[k] for m in runs) for k in runs[0]}
+                verdict = correctness(metrics, gates.sdpa)
+            else:
+                metrics, verdict = {}, Verdict(status="skip", reasons=["peer: timed only"])
+            records.append(
+                ArchivedRecord(
+                    suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed or impl not in VARIANTS,
+                    correctness=verdict, performance=perf.get(impl) if seed == opts.seeds[0] else None,
+                    measurement=line, round_p50_us=p50s, telemetry_before=before, telemetry_after=after,
+                    flags=telemetry_flags(before, after), **metrics,
+                )
+            )
+    return records
+
+
+def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     result = SuiteResult()
     have_torch = importlib.util.find_spec("torch") is not None
     if not have_torch:
         result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
     for shape_name, shape in opts.shapes:
-        timed: dict[str, SdpaLine] = {}
-        pending: list[tuple[str, int, SdpaLine, dict[str, float], Verdict]] = []
-        for seed in opts.seeds:
-            with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
-                folder = Path(tmp)
-                files = write_inputs(folder, shape, seed)
-                expected = ref.reference(*ref.make_inputs(shape, seed))
-                for impl, exe in VARIANTS.items():
-                    what = f"sdpa {impl} {shape_name} seed {seed}"
-                    progress(what)
-                    out_path = folder / f"out_{impl}.npy"
-                    cmd = [str(exe_dir / exe), *_file_args(files), "--out", str(out_path), *_timing_args(opts)]
-                    (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
-                    metrics = error_metrics(np.load(out_path), expected, gates.sdpa)
-                    pending.append((impl, seed, line, metrics, correctness(metrics, gates.sdpa)))
-                    timed.setdefault(impl, line)
-                if have_torch and seed == opts.seeds[0]:
-                    what = f"sdpa torch_sdpa {shape_name}"
-                    progress(what)
-                    cmd = [sys.executable, "-m", "driver.peers.torch_sdpa", *_file_args(files), *_timing_args(opts)]
-                    (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
-                    timed["torch_sdpa"] = line
-                    pending.append(("torch_sdpa", seed, line, {}, Verdict(status="skip", reasons=["peer: not checked"])))
-        perf = _performance(shape_name, timed, gates)
-        for impl, seed, line, metrics, verdict in pending:
-            result.records.append(
-                ArchivedRecord(
-                    suite="sdpa",
-                    impl=impl,
-                    kernel=VARIANTS.get(impl, impl),
-                    config=f"{shape_name}/seed{seed}",
-                    device=device.kind,
-                    git_sha=git_sha,
-                    seed=seed,
-                    passed=verdict.passed if impl in VARIANTS else True,
-                    correctness=verdict,
-                    performance=perf.get(impl) if seed == opts.seeds[0] else None,
-                    measurement=line,
-                    **metrics,
-                )
-            )
+        result.records += _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
     return result
