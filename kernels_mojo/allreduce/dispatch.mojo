@@ -24,6 +24,8 @@
 #                          additionally capped at 2 blocks per SM.
 #   AR_BLOCK_THREADS       threads per block, 1stage/2stage (default 256).
 #   AR_CPASYNC_BLOCK_THREADS threads per block, cp.async kernel (default 128).
+#   AR_UNROLL              vectors per thread whose loads are issued together
+#                          in 1stage/2stage (1, 2, 4 or 8; default 1).
 #   AR_EDGE_RELEASE_ACQUIRE 1 (default): start/end barriers use system-scope
 #                          release/acquire; 0: relaxed volatile flags there.
 #                          The 2stage middle barrier is always release/acquire.
@@ -44,11 +46,13 @@ from .kernels import (
     KERNEL_ID_1STAGE,
     KERNEL_ID_2STAGE,
     KERNEL_ID_CPASYNC_BASE,
+    KERNEL_ID_NOOP,
     ElemPtr,
     KernelIdPtr,
     allreduce_1stage_kernel,
     allreduce_2stage_kernel,
     allreduce_1stage_cpasync_kernel,
+    allreduce_noop_kernel,
     cpasync_kernel_id,
     cpasync_shared_bytes,
     slice_vectors,
@@ -70,6 +74,7 @@ comptime AR_BLOCK_THREADS = get_defined_int["AR_BLOCK_THREADS", 256]()
 comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
+comptime AR_UNROLL = get_defined_int["AR_UNROLL", 1]()
 comptime AR_EDGE_RELEASE_ACQUIRE = get_defined_int[
     "AR_EDGE_RELEASE_ACQUIRE", 1
 ]() != 0
@@ -83,6 +88,7 @@ def _check_defines():
     comptime assert AR_MAX_BLOCKS >= 1 and AR_MAX_BLOCKS <= MAX_BLOCKS, (
         "AR_MAX_BLOCKS must be in [1, 1024]"
     )
+    comptime assert AR_UNROLL in (1, 2, 4, 8), "AR_UNROLL must be 1, 2, 4 or 8"
     comptime assert AR_BLOCK_THREADS >= 32 and AR_BLOCK_THREADS <= 1024, (
         "AR_BLOCK_THREADS must be in [32, 1024]"
     )
@@ -106,11 +112,15 @@ def kernel_name(kernel_id: Int32) -> String:
         return String("1stage_cpasync_s", kernel_id - KERNEL_ID_CPASYNC_BASE)
     if kernel_id == KERNEL_ID_NONE:
         return "none"
+    if kernel_id == KERNEL_ID_NOOP:
+        return "noop"
     return String("unknown_", kernel_id)
 
 
 def kernel_exists(kernel_id: Int32) -> Bool:
     if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE:
+        return True
+    if kernel_id == KERNEL_ID_NOOP:
         return True
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
         return CPASYNC_AVAILABLE
@@ -189,14 +199,22 @@ def launch_kernel[
     var num_vectors_or_one = max(1, num_elements // V)
 
     if kernel_id == KERNEL_ID_1STAGE:
-        comptime k = allreduce_1stage_kernel[dtype, ngpus, edge_ra]
+        comptime k = allreduce_1stage_kernel[
+            dtype, ngpus, AR_UNROLL, edge_ra
+        ]
         ctx.enqueue_function[k](
             inputs, output, sigs, kernel_id_out, n, r, skip,
             grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS, grid_cap),
             block_dim=AR_BLOCK_THREADS,
         )
+    elif kernel_id == KERNEL_ID_NOOP:
+        ctx.enqueue_function[allreduce_noop_kernel](
+            kernel_id_out, grid_dim=1, block_dim=32
+        )
     elif kernel_id == KERNEL_ID_2STAGE:
-        comptime k = allreduce_2stage_kernel[dtype, ngpus, edge_ra]
+        comptime k = allreduce_2stage_kernel[
+            dtype, ngpus, AR_UNROLL, edge_ra
+        ]
         var part = max(1, slice_vectors[dtype](num_elements, ngpus))
         ctx.enqueue_function[k](
             inputs, output, scratch, sigs,

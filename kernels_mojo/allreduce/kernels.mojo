@@ -24,6 +24,9 @@ comptime KERNEL_ID_NONE: Int32 = 0
 """No kernel ran (device word left at its reset value)."""
 comptime KERNEL_ID_1STAGE: Int32 = 1
 comptime KERNEL_ID_2STAGE: Int32 = 2
+comptime KERNEL_ID_NOOP: Int32 = 90
+"""Diagnostic only (never auto-selected): records its id and returns; no
+barrier, no data. Measures the launch + synchronize floor."""
 comptime KERNEL_ID_CPASYNC_BASE: Int32 = 10
 """1stage_cpasync with S stages has id KERNEL_ID_CPASYNC_BASE + S."""
 
@@ -70,6 +73,54 @@ def _sum_vector_at[
 
 
 @always_inline
+def _reduce_vectors[
+    dtype: DType, ngpus: Int, unroll: Int, write_scratch: Bool
+](
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    scratch_out: ElemPtr[dtype],
+    first_vector: Int,
+    count: Int,
+    tid: Int,
+    stride: Int,
+):
+    """Grid-strided over j in [0, count): reduce vector first_vector + j from
+    all ranks into output (and into scratch_out at j when write_scratch).
+    Thread `tid` always handles exactly j = tid + k * stride (k = 0, 1, ...);
+    `unroll` only groups those into batches whose loads are all issued before
+    any sum, for more bytes in flight. Sums are in rank order either way."""
+    comptime V = vector_width[dtype]()
+    var j = tid
+    comptime if unroll > 1:
+        while j + (unroll - 1) * stride < count:
+            var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
+            comptime for u in range(unroll):
+                comptime for r in range(ngpus):
+                    vals[u * ngpus + r] = inputs[r].unsafe_load[
+                        width=V, alignment=VECTOR_BYTES
+                    ]((first_vector + j + u * stride) * V)
+            comptime for u in range(unroll):
+                var acc = vals[u * ngpus].cast[DType.float32]()
+                comptime for r in range(1, ngpus):
+                    acc += vals[u * ngpus + r].cast[DType.float32]()
+                var res = acc.cast[dtype]()
+                output.unsafe_store[alignment=VECTOR_BYTES](
+                    (first_vector + j + u * stride) * V, res
+                )
+                comptime if write_scratch:
+                    scratch_out.unsafe_store[alignment=VECTOR_BYTES](
+                        (j + u * stride) * V, res
+                    )
+            j += unroll * stride
+    while j < count:
+        var res = _sum_vector_at[dtype, ngpus, V](inputs, (first_vector + j) * V)
+        output.unsafe_store[alignment=VECTOR_BYTES]((first_vector + j) * V, res)
+        comptime if write_scratch:
+            scratch_out.unsafe_store[alignment=VECTOR_BYTES](j * V, res)
+        j += stride
+
+
+@always_inline
 def _scalar_tail[
     dtype: DType, ngpus: Int
 ](
@@ -90,7 +141,7 @@ def _scalar_tail[
 # may still read its input).
 # --------------------------------------------------------------------------
 def allreduce_1stage_kernel[
-    dtype: DType, ngpus: Int, edge_release_acquire: Bool
+    dtype: DType, ngpus: Int, unroll: Int, edge_release_acquire: Bool
 ](
     inputs: Array[ElemPtr[dtype], ngpus],
     output: ElemPtr[dtype],
@@ -110,10 +161,9 @@ def allreduce_1stage_kernel[
 
     var num_vectors = n // V
     var stride = Int(grid_dim.x) * Int(block_dim.x)
-    for v in range(Int(global_idx.x), num_vectors, stride):
-        output.unsafe_store[alignment=VECTOR_BYTES](
-            v * V, _sum_vector_at[dtype, ngpus, V](inputs, v * V)
-        )
+    _reduce_vectors[dtype, ngpus, unroll, False](
+        inputs, output, output, 0, num_vectors, Int(global_idx.x), stride
+    )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
     cross_gpu_barrier[ngpus, edge_release_acquire](
@@ -145,7 +195,7 @@ def slice_vectors[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
 
 
 def allreduce_2stage_kernel[
-    dtype: DType, ngpus: Int, edge_release_acquire: Bool
+    dtype: DType, ngpus: Int, unroll: Int, edge_release_acquire: Bool
 ](
     inputs: Array[ElemPtr[dtype], ngpus],
     output: ElemPtr[dtype],
@@ -172,27 +222,37 @@ def allreduce_2stage_kernel[
     # Stage 1: reduce-scatter into own slice.
     var my_start = rank * part
     var my_len = max(0, min(part, num_vectors - my_start))
-    for j in range(tid, my_len, stride):
-        var e = (my_start + j) * V
-        var reduced = _sum_vector_at[dtype, ngpus, V](inputs, e)
-        output.unsafe_store[alignment=VECTOR_BYTES](e, reduced)
-        scratch[rank].unsafe_store[alignment=VECTOR_BYTES](j * V, reduced)
+    _reduce_vectors[dtype, ngpus, unroll, True](
+        inputs, output, scratch[rank], my_start, my_len, tid, stride
+    )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
     cross_gpu_barrier[ngpus, True](sigs, rank, debug_skip_barrier)
 
-    # Stage 2: all-gather the other slices from the peers' scratch buffers.
-    for j in range(tid, part, stride):
-        comptime for k in range(1, ngpus):
-            var p = (rank + k) % ngpus
-            var p_len = min(part, num_vectors - p * part)
-            if j < p_len:
-                var v = scratch[p].unsafe_load[width=V, alignment=VECTOR_BYTES](
-                    j * V
-                )
-                output.unsafe_store[alignment=VECTOR_BYTES](
-                    (p * part + j) * V, v
-                )
+    # Stage 2: all-gather the other slices from the peers' scratch buffers
+    # (same j = tid + k * stride mapping as stage 1; `unroll` batches loads).
+    comptime for k in range(1, ngpus):
+        var p = (rank + k) % ngpus
+        var p_len = max(0, min(part, num_vectors - p * part))
+        var j = tid
+        comptime if unroll > 1:
+            while j + (unroll - 1) * stride < p_len:
+                var vals = Array[SIMD[dtype, V], unroll](uninitialized=True)
+                comptime for u in range(unroll):
+                    vals[u] = scratch[p].unsafe_load[
+                        width=V, alignment=VECTOR_BYTES
+                    ]((j + u * stride) * V)
+                comptime for u in range(unroll):
+                    output.unsafe_store[alignment=VECTOR_BYTES](
+                        (p * part + j + u * stride) * V, vals[u]
+                    )
+                j += unroll * stride
+        while j < p_len:
+            var v = scratch[p].unsafe_load[width=V, alignment=VECTOR_BYTES](
+                j * V
+            )
+            output.unsafe_store[alignment=VECTOR_BYTES]((p * part + j) * V, v)
+            j += stride
 
 
 # --------------------------------------------------------------------------
@@ -292,3 +352,10 @@ def allreduce_1stage_cpasync_kernel[
     cross_gpu_barrier[ngpus, edge_release_acquire](
         sigs, rank, debug_skip_barrier
     )
+
+
+# --------------------------------------------------------------------------
+# noop: diagnostic floor (launch + synchronize), writes only its kernel id.
+# --------------------------------------------------------------------------
+def allreduce_noop_kernel(kernel_id_out: KernelIdPtr):
+    _record_kernel_id(kernel_id_out, KERNEL_ID_NOOP)

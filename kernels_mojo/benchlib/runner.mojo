@@ -12,7 +12,7 @@ from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
 from layout import TileTensor, row_major
 from comm import Signal, group_start, group_end
-from comm.sync import init_signal_buffer
+from comm.sync import init_signal_buffer, is_p2p_enabled
 from comm.allreduce import allreduce as upstream_allreduce
 
 from allreduce.dispatch import (
@@ -27,6 +27,7 @@ from allreduce.kernels import (
     KERNEL_ID_NONE,
     KERNEL_ID_1STAGE,
     KERNEL_ID_2STAGE,
+    KERNEL_ID_NOOP,
     ElemPtr,
     KernelIdPtr,
     cpasync_kernel_id,
@@ -46,18 +47,25 @@ def sync_all(ctxs: List[DeviceContext]) raises:
 def timed_iterations[
     launch_all: def() raises capturing -> None
 ](ctxs: List[DeviceContext], warmup: Int, iters: Int) raises -> List[Float64]:
-    """Run `warmup` untimed then `iters` timed iterations; microseconds."""
+    """Run `warmup` untimed then `iters` timed iterations; microseconds per
+    iteration (launch on all GPUs + synchronize all). Also prints the p50 of
+    the host launch phase alone to stderr (diagnostic)."""
     sync_all(ctxs)
     for _ in range(warmup):
         launch_all()
         sync_all(ctxs)
     var samples = List[Float64](capacity=iters)
+    var launch_samples = List[Float64](capacity=iters)
     for _ in range(iters):
         var t0 = perf_counter_ns()
         launch_all()
+        var t_launched = perf_counter_ns()
         sync_all(ctxs)
         var t1 = perf_counter_ns()
         samples.append(Float64(Int(t1) - Int(t0)) / 1000.0)
+        launch_samples.append(Float64(Int(t_launched) - Int(t0)) / 1000.0)
+    var launch_stats = TimingStats(launch_samples^)
+    print(String("timing-detail: host_launch_p50_us=", json_fixed3(launch_stats.p50_us)), file=stderr)
     return samples^
 
 
@@ -66,6 +74,8 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
         return KERNEL_ID_1STAGE
     if cfg.kernel == "2stage":
         return KERNEL_ID_2STAGE
+    if cfg.kernel == "noop":
+        return KERNEL_ID_NOOP
     if cfg.kernel == "1stage_cpasync":
         var s = cfg.stages if cfg.stages != 0 else AR_CPASYNC_STAGES
         if s == 2:
@@ -237,10 +247,12 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         sig_ptrs[r] = signals[r].unsafe_ptr().as_unsafe_any_origin()
 
     var requested = requested_kernel_id(cfg)
+    # The noop diagnostic computes nothing, so there is nothing to check.
+    var do_check = cfg.check and requested != KERNEL_ID_NOOP
     for size_idx in range(len(cfg.sizes_bytes)):
         var num_bytes = cfg.sizes_bytes[size_idx]
         var n = num_bytes // size_of[dtype]()
-        var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, cfg.check)
+        var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, do_check)
         var scratch = List[DeviceBuffer[dtype]]()
         for r in range(ngpus):
             scratch.append(ctxs[r].enqueue_create_buffer[dtype](scratch_elements[dtype](n, ngpus)))
@@ -277,7 +289,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
 
         var check = CheckResult()
         var confirmed = String("none")
-        if cfg.check:
+        if do_check:
             bufs.poison_outputs(ctxs)
             _reset_kernel_ids(ctxs, kid_words)
             launch_all()
@@ -288,19 +300,20 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         _reset_kernel_ids(ctxs, kid_words)
         var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters)
         var confirmed_timed = _read_kernel_ids(ctxs, kid_words)
-        if cfg.check and confirmed_timed != confirmed:
+        if do_check and confirmed_timed != confirmed:
             print(String("kernel id changed between checked and timed runs: ", confirmed, " vs ", confirmed_timed), file=stderr)
             confirmed = "mismatch"
-        elif not cfg.check:
+        elif not do_check:
             confirmed = confirmed_timed
         if selected == KERNEL_ID_NONE:
             selected = select_kernel(num_bytes, ngpus, dtype)
         var stats = TimingStats(samples^)
-        print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, stats, check, cfg.check))
+        print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, stats, check, do_check))
 
 
 def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
     """Benchmark max-core's comm.allreduce with the same timing and checks."""
+    print(String("upstream: is_p2p_enabled=", is_p2p_enabled()), file=stderr)
     for size_idx in range(len(cfg.sizes_bytes)):
         var num_bytes = cfg.sizes_bytes[size_idx]
         var n = num_bytes // size_of[dtype]()
