@@ -35,11 +35,6 @@
 #define SDPA_FP8_ALU_DECODE 0
 #endif
 
-// uint8 staging depth of the cp.async variant (tiles in flight = NSTAGE - 1).
-#ifndef SDPA_FP8_NSTAGE
-#define SDPA_FP8_NSTAGE 3
-#endif
-
 namespace sdpa_fp8 {
 
 constexpr bool kCpAsync = (USE_CP_ASYNC != 0);
@@ -132,20 +127,13 @@ struct Cfg {
     static constexpr int BM = 16 * NWARPS;    // query rows per block
     static constexpr int T = 32 * NWARPS;     // threads per block
     static constexpr int LDH = D + 8;         // padded fp16 row (halves): ldmatrix conflict-free
-    static constexpr int KV16_BYTES = 2 * BN * LDH * 2;   // one fp16 K tile + one fp16 V tile
+    static constexpr int KV16_BYTES = 2 * BN * LDH * 2;
     static constexpr int Q16_BYTES = BM * LDH * 2;
-    // fp16 K/V tile buffers: 1 (baseline) or 2 (cp.async: tile t+1 is decoded while t is used)
-    static constexpr int NBUF = kCpAsync ? 2 : 1;
-    // uint8 staging stages for cp.async (prefetch distance NSTAGE-1 tiles)
-    static constexpr int NSTAGE = kCpAsync ? SDPA_FP8_NSTAGE : 0;
-    static_assert(!kCpAsync || NSTAGE >= 2, "cp.async needs at least two uint8 stages");
-    // With QREGS the Q staging tile aliases the last fp16 K/V buffer (consumed before it is
-    // first written); otherwise Q has its own region.
-    static constexpr int Q_OFF = QREGS ? (NBUF - 1) * KV16_BYTES : NBUF * KV16_BYTES;
-    static constexpr int F16_BYTES = QREGS ? (NBUF - 1) * KV16_BYTES + (KV16_BYTES > Q16_BYTES ? KV16_BYTES : Q16_BYTES)
-                                           : NBUF * KV16_BYTES + Q16_BYTES;
-    static constexpr int U8_TILE = BN * D;                          // bytes of one uint8 K or V tile
-    static constexpr int U8_BYTES = NSTAGE * 2 * U8_TILE;           // [stage][K,V]
+    // With QREGS the Q staging tile aliases the fp16 K/V tiles (it is consumed before tile 0).
+    static constexpr int F16_BYTES = QREGS ? (KV16_BYTES > Q16_BYTES ? KV16_BYTES : Q16_BYTES)
+                                           : KV16_BYTES + Q16_BYTES;
+    static constexpr int U8_TILE = BN * D;                     // bytes of one uint8 K or V tile
+    static constexpr int U8_BYTES = kCpAsync ? 4 * U8_TILE : 0;  // [2 stages][K,V]
     static constexpr int SMEM = F16_BYTES + U8_BYTES;
     static constexpr int KV_CHUNKS = BN * D / 16;   // 16-byte chunks per uint8 tile
     static constexpr int KV_PER_T = KV_CHUNKS / T;
@@ -158,118 +146,6 @@ struct Cfg {
 };
 
 // ------------------------------------------------------------------------------------------
-// device building blocks
-// ------------------------------------------------------------------------------------------
-
-// Decode one 16-byte chunk of K codes and one of V codes into fp16 rows.
-template <class C>
-__device__ __forceinline__ void decode_store(const uint4 kw, const uint4 vw, __half* sK, __half* sV, int r, int col) {
-    uint4 k0, k1, v0, v1;
-    decode4(kw.x, k0.x, k0.y);
-    decode4(kw.y, k0.z, k0.w);
-    decode4(kw.z, k1.x, k1.y);
-    decode4(kw.w, k1.z, k1.w);
-    decode4(vw.x, v0.x, v0.y);
-    decode4(vw.y, v0.z, v0.w);
-    decode4(vw.z, v1.x, v1.y);
-    decode4(vw.w, v1.z, v1.w);
-    *reinterpret_cast<uint4*>(sK + r * C::LDH + col) = k0;
-    *reinterpret_cast<uint4*>(sK + r * C::LDH + col + 8) = k1;
-    *reinterpret_cast<uint4*>(sV + r * C::LDH + col) = v0;
-    *reinterpret_cast<uint4*>(sV + r * C::LDH + col + 8) = v1;
-}
-
-// One K/V tile for one warp's 16 query rows: S = Q K^T, online softmax, O += P V.
-// sK_b / sV_b: this lane's ldmatrix addresses in the fp16 tile buffer; sQ_a: Q's (when !QREGS).
-template <class C>
-__device__ __forceinline__ void attend_tile(uint32_t sK_b, uint32_t sV_b, uint32_t sQ_a,
-                                            const uint32_t (&qf)[C::QREGS ? C::D / 16 : 1][4],
-                                            float (&o)[C::D / 8][4], float (&m_run)[2], float (&l_run)[2],
-                                            int n0, int S, float qk_scale_log2, int lane) {
-    constexpr int D = C::D, BN = C::BN, LDH = C::LDH;
-    // ---- S = Q K^T (16 x BN per warp, fp32 in registers) ------------------------------------
-    float s[BN / 8][4];
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-        uint32_t a[4];
-        if constexpr (C::QREGS) {
-            a[0] = qf[kc][0]; a[1] = qf[kc][1]; a[2] = qf[kc][2]; a[3] = qf[kc][3];
-        } else {
-            ldsm_x4(sQ_a + kc * 32, a[0], a[1], a[2], a[3]);
-        }
-#pragma unroll
-        for (int j = 0; j < BN / 8; j += 2) {
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(sK_b + (j * 8 * LDH + kc * 16) * 2, b0, b1, b2, b3);
-            mma16816(s[j], a, b0, b1);
-            mma16816(s[j + 1], a, b2, b3);
-        }
-    }
-
-    // ---- scale into the log2 domain, mask keys past S ----------------------------------------
-    const bool partial = (n0 + BN > S);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float v = s[j][e] * qk_scale_log2;
-            if (partial) {
-                const int col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
-                if (col >= S) v = -INFINITY;
-            }
-            s[j][e] = v;
-        }
-    }
-
-    // ---- online softmax (rows lane/4 and lane/4+8; a row lives in one lane quad) --------------
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[r], mx);   // finite: every tile has >= 1 valid key
-        const float alpha = fast_exp2(m_run[r] - m_new);
-        m_run[r] = m_new;
-        float rs = 0.f;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const float p0 = fast_exp2(s[j][2 * r] - m_new);
-            const float p1 = fast_exp2(s[j][2 * r + 1] - m_new);
-            s[j][2 * r] = p0;
-            s[j][2 * r + 1] = p1;
-            rs += p0 + p1;
-        }
-        l_run[r] = l_run[r] * alpha + rs;   // per-lane partial sum; quad-reduced at the end
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            o[j][2 * r] *= alpha;
-            o[j][2 * r + 1] *= alpha;
-        }
-    }
-
-    // ---- O += P V -----------------------------------------------------------------------------
-#pragma unroll
-    for (int kc = 0; kc < BN / 16; ++kc) {
-        uint32_t a[4];
-        a[0] = pack_half2(s[2 * kc][0], s[2 * kc][1]);
-        a[1] = pack_half2(s[2 * kc][2], s[2 * kc][3]);
-        a[2] = pack_half2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        a[3] = pack_half2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-#pragma unroll
-        for (int j = 0; j < D / 8; j += 2) {
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4_t(sV_b + (kc * 16 * LDH + j * 8) * 2, b0, b1, b2, b3);
-            mma16816(o[j], a, b0, b1);
-            mma16816(o[j + 1], a, b2, b3);
-        }
-    }
-}
-
-// ------------------------------------------------------------------------------------------
 // the kernel
 // ------------------------------------------------------------------------------------------
 template <class C>
@@ -278,8 +154,9 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
                     __half* __restrict__ O, int S, int mblocks, float qk_scale_log2, float out_scale) {
     constexpr int D = C::D, BN = C::BN, LDH = C::LDH, T = C::T;
     extern __shared__ __align__(128) unsigned char smem[];
-    // fp16 tile buffer b: K at smem + b*KV16_BYTES ([BN][LDH]), V right after it ([BN][LDH]).
-    __half* sQ = reinterpret_cast<__half*>(smem + C::Q_OFF);   // [BM][LDH]
+    __half* sK = reinterpret_cast<__half*>(smem);   // [BN][LDH]
+    __half* sV = sK + BN * LDH;                      // [BN][LDH]
+    __half* sQ = C::QREGS ? sK : sV + BN * LDH;      // [BM][LDH]
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -294,12 +171,8 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
     __half* Og = O + base;
     const int ntiles = (S + BN - 1) / BN;
 
-    auto fK = [&](int b) { return reinterpret_cast<__half*>(smem + b * C::KV16_BYTES); };
-    auto fV = [&](int b) { return reinterpret_cast<__half*>(smem + b * C::KV16_BYTES) + BN * LDH; };
-
 #if USE_CP_ASYNC
     uint8_t* sU8 = smem + C::F16_BYTES;  // [stage][0:K, 1:V][BN*D]
-    // Queue the cp.async copies of uint8 tile t into staging stage `stage` (rows >= S zero-filled).
     auto issue_tile = [&](int t, int stage) {
         uint8_t* dK = sU8 + stage * 2 * C::U8_TILE;
         uint8_t* dV = dK + C::U8_TILE;
@@ -313,19 +186,6 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
             const size_t off = ok ? (size_t)gr * D + col : 0;  // clamp: never form an address past the tensor
             cp_async16(dK + r * D + col, Kg + off, ok ? 16 : 0);
             cp_async16(dV + r * D + col, Vg + off, ok ? 16 : 0);
-        }
-    };
-    // Decode uint8 tile in staging stage `stage` into fp16 buffer `b`.
-    auto decode_tile = [&](int stage, int b) {
-        const uint8_t* uK = sU8 + stage * 2 * C::U8_TILE;
-        const uint8_t* uV = uK + C::U8_TILE;
-#pragma unroll
-        for (int i = 0; i < C::KV_PER_T; ++i) {
-            const int c = tid + i * T;
-            const int r = c / (D / 16);
-            const int col = (c % (D / 16)) * 16;
-            decode_store<C>(*reinterpret_cast<const uint4*>(uK + r * D + col),
-                            *reinterpret_cast<const uint4*>(uV + r * D + col), fK(b), fV(b), r, col);
         }
     };
 #endif
@@ -348,16 +208,12 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
 #endif
     }
 #if USE_CP_ASYNC
-    // Prologue: groups G_0 = {Q, tile 0}, G_1 = {tile 1}, ..., G_{NSTAGE-1}; empty groups for
-    // tiles that do not exist keep the group arithmetic uniform.
-#pragma unroll
-    for (int st = 0; st < C::NSTAGE; ++st) {
-        if (st < ntiles) issue_tile(st, st);
-        cp_async_commit();
-    }
-    cp_async_wait<C::NSTAGE - 1>();   // G_0 (Q and tile 0) has landed for this thread
+    cp_async_commit();     // group: Q
+    issue_tile(0, 0);
+    cp_async_commit();     // group: K/V tile 0
+    cp_async_wait<1>();    // Q has landed (this thread's copies)
 #endif
-    __syncthreads();                   // Q (and uint8 tile 0) visible to all warps
+    __syncthreads();       // Q visible to all warps
 
     // ldmatrix lane addressing
     // A operand (16x16, row major): matrices (rows 0-7|8-15) x (cols 0-7|8-15)
@@ -371,16 +227,16 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
     const int v_col = (lane >> 4) * 8;
 
     const uint32_t sQ_a = smem_addr(sQ + a_row * LDH + a_col);
-    const uint32_t sK_b0 = smem_addr(fK(0) + k_row * LDH + k_col);
-    const uint32_t sV_b0 = smem_addr(fV(0) + v_row * LDH + v_col);
+    const uint32_t sK_b = smem_addr(sK + k_row * LDH + k_col);
+    const uint32_t sV_b = smem_addr(sV + v_row * LDH + v_col);
 
     uint32_t qf[C::QREGS ? D / 16 : 1][4];
     if constexpr (C::QREGS) {
 #pragma unroll
         for (int kc = 0; kc < D / 16; ++kc)
             ldsm_x4(sQ_a + kc * 32, qf[kc][0], qf[kc][1], qf[kc][2], qf[kc][3]);
-        // sQ aliases the last fp16 buffer: a barrier separates these reads from the first
-        // decode into that buffer (B1 of tile 0 in the baseline, B of tile 0 with cp.async).
+        // sQ aliases sK/sV: the barrier at the top of the first iteration orders these reads
+        // before the first decode writes.
     }
 
     float o[D / 8][4];
@@ -389,28 +245,25 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
     float m_run[2] = {-INFINITY, -INFINITY};
     float l_run[2] = {0.f, 0.f};
 
-#if USE_CP_ASYNC
-    // Tile 0 decodes into fp16 buffer 0 (buffer 1 may hold Q: untouched until after a barrier).
-    decode_tile(0, 0);
-
-    // Steady state, one barrier per tile.  At the top of iteration t the groups still pending
-    // are G_{t+1} .. G_{t+NSTAGE-1}; waiting down to NSTAGE-2 pending completes G_{t+1}.
-    //   barrier B_t makes visible: fp16 buffer t&1 (decoded during t-1 / prologue) and uint8
-    //   tile t+1; and guarantees every warp finished tile t-1 (so fp16 buffer (t+1)&1 is free)
-    //   and finished decoding tile t (so staging stage t%NSTAGE is free for tile t+NSTAGE).
-    for (int t = 0; t < ntiles; ++t) {
-        cp_async_wait<C::NSTAGE - 2>();
-        __syncthreads();   // B_t
-        if (t + C::NSTAGE < ntiles) issue_tile(t + C::NSTAGE, t % C::NSTAGE);
-        cp_async_commit();
-        if (t + 1 < ntiles) decode_tile((t + 1) % C::NSTAGE, (t + 1) & 1);
-        const uint32_t boff = (uint32_t)((t & 1) * C::KV16_BYTES);
-        attend_tile<C>(sK_b0 + boff, sV_b0 + boff, sQ_a, qf, o, m_run, l_run, t * BN, S, qk_scale_log2, lane);
-    }
-    cp_async_wait<0>();
-#else
     for (int t = 0; t < ntiles; ++t) {
         const int n0 = t * BN;
+#if USE_CP_ASYNC
+        // Prefetch tile t+1 into the other stage.  That stage was last read by the decode of
+        // tile t-1, which every thread finished before the second barrier of iteration t-1.
+        if (t + 1 < ntiles) issue_tile(t + 1, (t + 1) & 1);
+        cp_async_commit();          // (possibly empty) group keeps the counting uniform
+        cp_async_wait<1>();         // everything but the newest group done: tile t has landed
+        __syncthreads();            // B1: tile t visible to all; all warps done with sK/sV (t-1)
+        const uint8_t* uK = sU8 + (t & 1) * 2 * C::U8_TILE;
+        const uint8_t* uV = uK + C::U8_TILE;
+#pragma unroll
+        for (int i = 0; i < C::KV_PER_T; ++i) {
+            const int c = tid + i * T;
+            const int r = c / (D / 16);
+            const int col = (c % (D / 16)) * 16;
+            const uint4 kw = *reinterpret_cast<const uint4*>(uK + r * D + col);
+            const uint4 vw = *reinterpret_cast<const uint4*>(uV + r * D + col);
+#else
         uint4 kreg[C::KV_PER_T], vreg[C::KV_PER_T];
 #pragma unroll
         for (int i = 0; i < C::KV_PER_T; ++i) {
@@ -424,15 +277,114 @@ sdpa_fp8_fwd_kernel(const __half* __restrict__ Q, const uint8_t* __restrict__ K,
                 vreg[i] = __ldg(reinterpret_cast<const uint4*>(Vg + (size_t)gr * D + col));
             }
         }
-        __syncthreads();            // B1: all warps done with the fp16 tiles of t-1 (and with sQ)
+        __syncthreads();            // B1: all warps done with sK/sV of tile t-1 (and with sQ)
 #pragma unroll
         for (int i = 0; i < C::KV_PER_T; ++i) {
             const int c = tid + i * T;
-            decode_store<C>(kreg[i], vreg[i], fK(0), fV(0), c / (D / 16), (c % (D / 16)) * 16);
+            const int r = c / (D / 16);
+            const int col = (c % (D / 16)) * 16;
+            const uint4 kw = kreg[i];
+            const uint4 vw = vreg[i];
+#endif
+            uint4 k0, k1, v0, v1;
+            decode4(kw.x, k0.x, k0.y);
+            decode4(kw.y, k0.z, k0.w);
+            decode4(kw.z, k1.x, k1.y);
+            decode4(kw.w, k1.z, k1.w);
+            decode4(vw.x, v0.x, v0.y);
+            decode4(vw.y, v0.z, v0.w);
+            decode4(vw.z, v1.x, v1.y);
+            decode4(vw.w, v1.z, v1.w);
+            *reinterpret_cast<uint4*>(sK + r * LDH + col) = k0;
+            *reinterpret_cast<uint4*>(sK + r * LDH + col + 8) = k1;
+            *reinterpret_cast<uint4*>(sV + r * LDH + col) = v0;
+            *reinterpret_cast<uint4*>(sV + r * LDH + col + 8) = v1;
         }
         __syncthreads();            // B2: fp16 tiles complete
-        attend_tile<C>(sK_b0, sV_b0, sQ_a, qf, o, m_run, l_run, n0, S, qk_scale_log2, lane);
+
+        // ---- S = Q K^T (16 x BN per warp, fp32 in registers) --------------------------------
+        float s[BN / 8][4];
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) {
+            uint32_t a[4];
+            if constexpr (C::QREGS) {
+                a[0] = qf[kc][0]; a[1] = qf[kc][1]; a[2] = qf[kc][2]; a[3] = qf[kc][3];
+            } else {
+                ldsm_x4(sQ_a + kc * 32, a[0], a[1], a[2], a[3]);
+            }
+#pragma unroll
+            for (int j = 0; j < BN / 8; j += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(sK_b + (j * 8 * LDH + kc * 16) * 2, b0, b1, b2, b3);
+                mma16816(s[j], a, b0, b1);
+                mma16816(s[j + 1], a, b2, b3);
+            }
+        }
+
+        // ---- scale into the log2 domain, mask keys past S ------------------------------------
+        const bool partial = (n0 + BN > S);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float v = s[j][e] * qk_scale_log2;
+                if (partial) {
+                    const int col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);
+                    if (col >= S) v = -INFINITY;
+                }
+                s[j][e] = v;
+            }
+        }
+
+        // ---- online softmax (rows lane/4 and lane/4+8; a row lives in one lane quad) ----------
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[r], mx);   // finite: every tile has >= 1 valid key
+            const float alpha = fast_exp2(m_run[r] - m_new);
+            m_run[r] = m_new;
+            float rs = 0.f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const float p0 = fast_exp2(s[j][2 * r] - m_new);
+                const float p1 = fast_exp2(s[j][2 * r + 1] - m_new);
+                s[j][2 * r] = p0;
+                s[j][2 * r + 1] = p1;
+                rs += p0 + p1;
+            }
+            l_run[r] = l_run[r] * alpha + rs;   // per-lane partial sum; quad-reduced at the end
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j) {
+                o[j][2 * r] *= alpha;
+                o[j][2 * r + 1] *= alpha;
+            }
+        }
+
+        // ---- O += P V -------------------------------------------------------------------------
+#pragma unroll
+        for (int kc = 0; kc < BN / 16; ++kc) {
+            uint32_t a[4];
+            a[0] = pack_half2(s[2 * kc][0], s[2 * kc][1]);
+            a[1] = pack_half2(s[2 * kc][2], s[2 * kc][3]);
+            a[2] = pack_half2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+            a[3] = pack_half2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+            for (int j = 0; j < D / 8; j += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(sV_b + (kc * 16 * LDH + j * 8) * 2, b0, b1, b2, b3);
+                mma16816(o[j], a, b0, b1);
+                mma16816(o[j + 1], a, b2, b3);
+            }
+        }
     }
+#if USE_CP_ASYNC
+    cp_async_wait<0>();
 #endif
 
     // ---- epilogue: O / l * v_scale ---------------------------------------------------------
@@ -467,8 +419,7 @@ struct LaunchInfo {
 using Cfg64w2 = Cfg<64, 32, 2, true>;  // BN 32: keeps the baseline's load registers in budget
 using Cfg64w4 = Cfg<64, 64, 4, true>;
 using Cfg64w8 = Cfg<64, 64, 8, true>;
-// D = 128 with cp.async holds two fp16 tile buffers, three uint8 stages and Q: BN = 16 fits 64 KiB.
-using Cfg128w4 = Cfg<128, (kCpAsync ? 16 : 32), 4, false>;
+using Cfg128w4 = Cfg<128, 32, 4, false>;
 
 template <class C>
 inline LaunchInfo info_for(int BH, int S) {
