@@ -158,6 +158,9 @@ def build_all(
     violations: list[str] = []
     for arch in archs:
         for t in targets:
+            if not t.supports(arch):
+                log(f"[build] {arch} {t.name}: skipped, needs sm_{t.min_arch} or newer")
+                continue
             rec, did = build_target(t, arch, tc, force=force)
             compiled += did
             records.append(rec)

@@ -70,8 +70,9 @@ def cmd_build(ns: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     meta, compiled = build.build_all(wanted, archs, gates, force=ns.force)
     seconds = time.perf_counter() - t0
-    print(f"build: {compiled} of {len(wanted) * len(archs)} target(s) compiled, "
-          f"{len(wanted) * len(archs) - compiled} cached, {seconds:.2f} s; metadata: {paths.build_dir() / 'build_meta.json'}")
+    total = sum(t.supports(a) for t in wanted for a in archs)
+    print(f"build: {compiled} of {total} target(s) compiled, {total - compiled} cached, {seconds:.2f} s; "
+          f"metadata: {paths.build_dir() / 'build_meta.json'}")
     for t in meta.targets:
         for k in t.ptxas:
             print(f"  {t.arch} {t.target} {k.name[:60]}: {k.registers} regs, {k.smem_bytes} B smem, "

@@ -38,6 +38,10 @@ class Target:
     defines: dict[str, str] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     ptx: tuple[PtxExpectation, ...] = ()
+    min_arch: int = 80  # compute capability x10; below it the target is not built
+
+    def supports(self, arch: str) -> bool:
+        return int(arch.removeprefix("sm_")) >= self.min_arch
 
     def sources(self) -> list[Path]:
         found = {p for g in self.source_globs for p in paths.ROOT.glob(g) if p.is_file()}
@@ -76,6 +80,7 @@ def all_targets() -> tuple[Target, ...]:
             source_globs=sdpa_sources,
             defines={"USE_CP_ASYNC": "0"},
             flags=CUDA_FLAGS,
+            min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
             ptx=(PtxExpectation("sdpa", cp_async=False, mma=True),),
         ),
         Target(
@@ -86,6 +91,7 @@ def all_targets() -> tuple[Target, ...]:
             source_globs=sdpa_sources,
             defines={"USE_CP_ASYNC": "1"},
             flags=CUDA_FLAGS,
+            min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
             ptx=(PtxExpectation("sdpa", cp_async=True, mma=True),),
         ),
     )

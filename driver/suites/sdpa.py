@@ -119,6 +119,9 @@ def _shape(
                 runs = checks[(impl, seed)]
                 metrics = {k: max(m[k] for m in runs) for k in runs[0]}
                 verdict = correctness(metrics, gates.sdpa)
+                if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
+                    verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
+                                      f"per block > {gates.build.max_smem_bytes_per_block}"])
             else:
                 metrics, verdict = {}, Verdict(status="skip", reasons=["peer: timed only"])
             records.append(
