@@ -1,8 +1,9 @@
 """PyTorch peer: scaled_dot_product_attention on fp16 Q and the dequantized fp16 K/V.
 
 Reads the same .npy inputs as our runners, decodes K/V with exactly the kernels'
-simulated-E4M3 decode, times each launch with CUDA events after a warm-up, and
-prints one SdpaLine (impl "torch_sdpa").
+simulated-E4M3 decode, times each launch with its own CUDA event pair after a
+warm-up, the launches queued behind a spin kernel as our runners do, and prints
+one SdpaLine (impl "torch_sdpa").
 """
 
 from __future__ import annotations
@@ -37,15 +38,19 @@ def main() -> None:
     q = torch.from_numpy(q_np).to(dev)
     k = torch.from_numpy((decode_e4m3_sim(k_u8) * float(scales[0])).astype(np.float16)).to(dev)
     v = torch.from_numpy((decode_e4m3_sim(v_u8) * float(scales[1])).astype(np.float16)).to(dev)
-    times = []
-    for i in range(ns.warmup + ns.iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(ns.warmup):
+        F.scaled_dot_product_attention(q, k, v)
+    torch.cuda.synchronize()
+    # Like our runners: hold the GPU with a spin kernel while the host queues every
+    # timed launch, so each event pair times the device, not Python dispatch.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ns.iters)]
+    torch.cuda._sleep(int(min(10e-6 * ns.iters, 0.2) * 2e9))
+    for start, end in events:
         start.record()
         F.scaled_dot_product_attention(q, k, v)
         end.record()
-        end.synchronize()
-        if i >= ns.warmup:
-            times.append(start.elapsed_time(end) * 1e3)
+    torch.cuda.synchronize()
+    times = [start.elapsed_time(end) * 1e3 for start, end in events]
     t = np.sort(np.array(times))
     b, h, s, d = q.shape
     p50 = float(np.percentile(t, 50))
