@@ -5,7 +5,8 @@ holds the driver package, the executables and build_meta.json under bin/, the
 four Mojo runtime libraries under lib/, and the driver's Python dependencies
 installed per Python version under site/pyXY/ (the GPU host needs only the
 NVIDIA driver, python3 and numpy). `./run bench ...` there archives results in
-the bundle's bench_results/ exactly as a source tree would.
+the bundle's bench_results/ exactly as a source tree would; `./run-tests` runs
+the GPU tests against the same executables.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ export PYTHONPATH="$here:$site${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_NVLS_ENABLE=0
 exec "$py" -m driver "$@"
 """
+RUN_TESTS_SCRIPT = RUN_SCRIPT.replace("# Run the driver from this bundle: ./run bench --sizes 256K,16M",
+                                      "# Run the GPU tests against this bundle's executables: ./run-tests -x")
+RUN_TESTS_SCRIPT = RUN_TESTS_SCRIPT.replace('exec "$py" -m driver "$@"', 'cd "$here" && exec "$py" -m pytest tests/gpu "$@"')
 
 
 def _pip_target(site: Path, py: str) -> None:
@@ -81,6 +85,10 @@ def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
     tmp.mkdir(parents=True)
     shutil.copytree(paths.ROOT / "driver", tmp / "driver", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy2(paths.thresholds_file(), tmp / "thresholds.toml")
+    # The tests travel too, so the GPU host can run the GPU tests against these very executables:
+    # PYTHONPATH=.:site/pyXY python3 -m pytest tests/gpu
+    shutil.copytree(paths.ROOT / "tests", tmp / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(paths.ROOT / "pyproject.toml", tmp / "pyproject.toml")
     kept = [t for t in meta.targets if t.arch in archs]
     for t in kept:
         dest = tmp / "bin" / t.arch / t.target
@@ -94,8 +102,9 @@ def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
         shutil.copy2(lib_dir / name, tmp / "lib" / name)
     for py in pythons:
         _pip_target(tmp / "site" / f"py{py.replace('.', '')}", py)
-    (tmp / "run").write_text(RUN_SCRIPT)
-    (tmp / "run").chmod(0o755)
+    for name, text in (("run", RUN_SCRIPT), ("run-tests", RUN_TESTS_SCRIPT)):
+        (tmp / name).write_text(text)
+        (tmp / name).chmod(0o755)
     sha, dirty = git_state()
     marker = {"git_sha": sha, "git_dirty": dirty, "created_utc": utc_now(), "archs": list(archs), "pythons": list(pythons)}
     (tmp / paths.BUNDLE_MARKER.name).write_text(json.dumps(marker, indent=1) + "\n")
