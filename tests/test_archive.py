@@ -1,0 +1,72 @@
+"""Archive stage: run folders appear whole or not at all; compare reads them back."""
+
+from pathlib import Path
+
+import pytest
+
+from driver import archive, compare, thresholds
+from driver.errors import PerfGateFailed
+from driver.host import host_info, utc_now
+from driver.parse import parse_lines
+from driver.records import AllreduceLine, ArchivedRecord, BuildMeta, DeviceInfo, GpuInfo, RunArchive, Toolchain
+from driver.suites import allreduce
+
+CAPTURED = Path(__file__).parent / "data" / "captured" / "allreduce_h200x2.jsonl"
+GATES = thresholds.load()
+# The 2x H200 host as KINDS.md records it (2026-10-29): 143771 MiB each, driver 580.159.04.
+H200X2 = DeviceInfo(driver_version="580.159.04",
+                    gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=143771) for i in range(2)])
+
+
+def _run(scale: float = 1.0, sha: str = "a" * 40) -> RunArchive:
+    lines = parse_lines(CAPTURED.read_text(), AllreduceLine, what="captured")
+    records = []
+    for ln in lines[:12]:
+        ln = ln.model_copy(update={"p50_us": ln.p50_us * scale, "p90_us": ln.p90_us * scale})
+        v = allreduce.correctness(ln, GATES)
+        records.append(ArchivedRecord(suite="allreduce", impl=ln.impl, kernel=ln.kernel_confirmed,
+                                      config=f"{ln.dtype}/{ln.ngpus}gpu/{ln.bytes}B", device=H200X2.kind,
+                                      git_sha=sha, passed=v.passed, correctness=v, measurement=ln))
+    now = utc_now()
+    return RunArchive(run_id=archive.run_id(now, sha, H200X2.kind) + f"-{scale}", created_utc=now,
+                      command=["python", "-m", "driver", "bench"], git_sha=sha, git_dirty=False, device=H200X2,
+                      host=host_info(), records=records)
+
+
+def _meta() -> BuildMeta:
+    return BuildMeta(created_utc=utc_now(), git_sha="a" * 40, git_dirty=False, toolchain=Toolchain(python="x"),
+                     host=host_info(), archs=["sm_90"], targets=[])
+
+
+def test_write_run_is_whole_and_indexed(results_dir):
+    run = _run()
+    folder = archive.write_run(run, _meta(), "version = 1\n", {"plot.png": b"\x89PNG"})
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "COMPARE.md", "build_meta.json", "plot.png", "results.json", "thresholds.toml"]
+    assert archive.load_run(folder) == run
+    assert run.run_id in (results_dir / "README.md").read_text()
+    assert "![plot.png](plot.png)" in (folder / "COMPARE.md").read_text()
+    assert not list(results_dir.glob(".tmp-*"))
+
+
+def test_interrupted_write_leaves_nothing(results_dir, monkeypatch):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(archive, "compare_markdown", boom)
+    with pytest.raises(KeyboardInterrupt):
+        archive.write_run(_run(), _meta(), "version = 1\n")
+    assert [p.name for p in results_dir.iterdir()] == []
+
+
+def test_compare_flags_a_slowdown_past_the_noise(results_dir, capsys):
+    old = archive.write_run(_run(1.0), _meta(), "")
+    same = archive.write_run(_run(1.01, sha="b" * 40), _meta(), "")
+    slow = archive.write_run(_run(1.3, sha="c" * 40), _meta(), "")
+    assert compare.main([str(old), str(same)]) == 0
+    assert "REGRESSION" not in capsys.readouterr().out
+    with pytest.raises(PerfGateFailed):
+        compare.main([old.name, slow.name])
+    assert "REGRESSION" in capsys.readouterr().out
+    with pytest.raises(PerfGateFailed):  # default pair: the newest two on one device kind
+        compare.main([])
