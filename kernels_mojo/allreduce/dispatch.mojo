@@ -25,10 +25,26 @@
 #   AR_BLOCK_THREADS       threads per block, 1stage/2stage (default 256).
 #   AR_CPASYNC_BLOCK_THREADS threads per block, cp.async kernel (default 128).
 #   AR_UNROLL              vectors per thread whose loads are issued together
-#                          in 1stage/2stage (1, 2, 4 or 8; default 1).
-#   AR_EDGE_RELEASE_ACQUIRE 1 (default): start/end barriers use system-scope
-#                          release/acquire; 0: relaxed volatile flags there.
-#                          The 2stage middle barrier is always release/acquire.
+#                          in 1stage/2stage (1, 2, 4 or 8; default 4: on 2x
+#                          H200 (run 2) 1, 2 and 4 were within noise up to
+#                          256 MiB; 4 was never clearly worse and gave the best
+#                          1 GiB numbers).
+#   AR_START_RELEASE_ACQUIRE 1 (default): the start barrier uses system-scope
+#                          release stores / acquire loads; 0: relaxed volatile
+#                          32-bit flags.
+#   AR_END_RELEASE_ACQUIRE 0 (default): the end barrier (1stage, cpasync) uses
+#                          relaxed volatile 32-bit flags; 1: release/acquire.
+#                          The end barrier only has to keep a rank from
+#                          returning while a peer may still READ its input
+#                          (write-after-read); every peer thread's loads have
+#                          returned (their values were summed and stored)
+#                          before the block barrier that precedes the flag
+#                          store, so no release fence is needed there. The
+#                          release fence after a block's output stores cost
+#                          2-6 us per call on 2x H200 (run 2, 256 KiB-4 MiB).
+#                          The 2stage middle barrier, which publishes data
+#                          written in the same kernel, is always
+#                          release/acquire.
 
 from std.collections import Array
 from std.sys import size_of
@@ -74,9 +90,12 @@ comptime AR_BLOCK_THREADS = get_defined_int["AR_BLOCK_THREADS", 256]()
 comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
-comptime AR_UNROLL = get_defined_int["AR_UNROLL", 1]()
-comptime AR_EDGE_RELEASE_ACQUIRE = get_defined_int[
-    "AR_EDGE_RELEASE_ACQUIRE", 1
+comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
+comptime AR_START_RELEASE_ACQUIRE = get_defined_int[
+    "AR_START_RELEASE_ACQUIRE", 1
+]() != 0
+comptime AR_END_RELEASE_ACQUIRE = get_defined_int[
+    "AR_END_RELEASE_ACQUIRE", 0
 ]() != 0
 
 
@@ -185,7 +204,8 @@ def launch_kernel[
     """Enqueue kernel `kernel_id` for `rank` on `ctx`. Launches nothing for 0
     elements. Raises for an id that does not exist in this binary."""
     comptime V = vector_width[dtype]()
-    comptime edge_ra = AR_EDGE_RELEASE_ACQUIRE
+    comptime start_ra = AR_START_RELEASE_ACQUIRE
+    comptime end_ra = AR_END_RELEASE_ACQUIRE
     _check_defines()
     if not kernel_exists(kernel_id):
         raise Error(
@@ -200,7 +220,7 @@ def launch_kernel[
 
     if kernel_id == KERNEL_ID_1STAGE:
         comptime k = allreduce_1stage_kernel[
-            dtype, ngpus, AR_UNROLL, edge_ra
+            dtype, ngpus, AR_UNROLL, start_ra, end_ra
         ]
         ctx.enqueue_function[k](
             inputs, output, sigs, kernel_id_out, n, r, skip,
@@ -213,7 +233,7 @@ def launch_kernel[
         )
     elif kernel_id == KERNEL_ID_2STAGE:
         comptime k = allreduce_2stage_kernel[
-            dtype, ngpus, AR_UNROLL, edge_ra
+            dtype, ngpus, AR_UNROLL, start_ra, end_ra
         ]
         var part = max(1, slice_vectors[dtype](num_elements, ngpus))
         ctx.enqueue_function[k](
@@ -229,7 +249,7 @@ def launch_kernel[
                     comptime bt = AR_CPASYNC_BLOCK_THREADS
                     comptime smem = cpasync_shared_bytes[stages, ngpus, bt]()
                     comptime k = allreduce_1stage_cpasync_kernel[
-                        dtype, ngpus, stages, bt, edge_ra
+                        dtype, ngpus, stages, bt, start_ra, end_ra
                     ]
                     ctx.enqueue_function[k](
                         inputs, output, sigs,

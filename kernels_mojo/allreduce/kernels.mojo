@@ -138,10 +138,15 @@ def _scalar_tail[
 # --------------------------------------------------------------------------
 # 1stage (one-shot): start barrier, every rank reduces the whole buffer from
 # all peers into its own output, end barrier (so no rank returns while a peer
-# may still read its input).
+# may still read its input). Barrier orderings: see AR_START_RELEASE_ACQUIRE /
+# AR_END_RELEASE_ACQUIRE in dispatch.mojo.
 # --------------------------------------------------------------------------
 def allreduce_1stage_kernel[
-    dtype: DType, ngpus: Int, unroll: Int, edge_release_acquire: Bool
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+    start_release_acquire: Bool,
+    end_release_acquire: Bool,
 ](
     inputs: Array[ElemPtr[dtype], ngpus],
     output: ElemPtr[dtype],
@@ -155,7 +160,7 @@ def allreduce_1stage_kernel[
     _record_kernel_id(kernel_id_out, KERNEL_ID_1STAGE)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, edge_release_acquire](
+    cross_gpu_barrier[ngpus, start_release_acquire](
         sigs, rank, debug_skip_barrier
     )
 
@@ -166,7 +171,7 @@ def allreduce_1stage_kernel[
     )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, edge_release_acquire](
+    cross_gpu_barrier[ngpus, end_release_acquire](
         sigs, rank, debug_skip_barrier
     )
 
@@ -181,6 +186,9 @@ def allreduce_1stage_kernel[
 #   Barrier (release/acquire): scratch slices are complete and every peer has
 #            finished reading this rank's input.
 #   Stage 2: rank r copies slice p from rank p's scratch for every p != r.
+#   No end barrier: inputs are safe after the middle barrier, outputs are
+#   local, and scratch reuse is ordered by the next launch's start barrier
+#   (`end_release_acquire` is accepted only for a uniform signature).
 #   Stage 2 uses the same (thread, element) mapping as stage 1, so a block only
 #   reads scratch entries written by the same-numbered block of the peer, which
 #   is exactly what the per-block barrier orders. Scratch reuse by the next
@@ -195,7 +203,11 @@ def slice_vectors[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
 
 
 def allreduce_2stage_kernel[
-    dtype: DType, ngpus: Int, unroll: Int, edge_release_acquire: Bool
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+    start_release_acquire: Bool,
+    end_release_acquire: Bool,
 ](
     inputs: Array[ElemPtr[dtype], ngpus],
     output: ElemPtr[dtype],
@@ -215,7 +227,7 @@ def allreduce_2stage_kernel[
     var stride = Int(grid_dim.x) * Int(block_dim.x)
     var tid = Int(global_idx.x)
 
-    cross_gpu_barrier[ngpus, edge_release_acquire](
+    cross_gpu_barrier[ngpus, start_release_acquire](
         sigs, rank, debug_skip_barrier
     )
 
@@ -274,7 +286,8 @@ def allreduce_1stage_cpasync_kernel[
     ngpus: Int,
     stages: Int,
     block_threads: Int,
-    edge_release_acquire: Bool,
+    start_release_acquire: Bool,
+    end_release_acquire: Bool,
 ](
     inputs: Array[ElemPtr[dtype], ngpus],
     output: ElemPtr[dtype],
@@ -289,7 +302,7 @@ def allreduce_1stage_cpasync_kernel[
     _record_kernel_id(kernel_id_out, cpasync_kernel_id[stages]())
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, edge_release_acquire](
+    cross_gpu_barrier[ngpus, start_release_acquire](
         sigs, rank, debug_skip_barrier
     )
 
@@ -349,7 +362,7 @@ def allreduce_1stage_cpasync_kernel[
 
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, edge_release_acquire](
+    cross_gpu_barrier[ngpus, end_release_acquire](
         sigs, rank, debug_skip_barrier
     )
 

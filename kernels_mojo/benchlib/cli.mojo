@@ -74,6 +74,7 @@ struct BenchConfig(Copyable, Movable):
     var seed: Int
     var impl: String
     var debug_hang_rank: Int  # -1 = off
+    var upstream_epilogue: String  # diagnostic: "default" | "explicit"
 
     def __init__(out self):
         self.sizes_bytes = [256 * 1024, 16 * 1024 * 1024]
@@ -87,6 +88,7 @@ struct BenchConfig(Copyable, Movable):
         self.seed = 1
         self.impl = "ours"
         self.debug_hang_rank = -1
+        self.upstream_epilogue = "default"
 
 
 def parse_args() raises -> BenchConfig:
@@ -141,6 +143,10 @@ def parse_args() raises -> BenchConfig:
             cfg.impl = val
         elif opt == "--debug-hang-rank":
             cfg.debug_hang_rank = _parse_int(val, "--debug-hang-rank")
+        elif opt == "--upstream-epilogue":
+            if val != "default" and val != "explicit":
+                raise Error("--upstream-epilogue takes default or explicit")
+            cfg.upstream_epilogue = val
         else:
             raise Error(String("unknown option ", opt, "; ", usage()))
     if cfg.ngpus != 2 and cfg.ngpus != 4 and cfg.ngpus != 8:

@@ -10,7 +10,9 @@ from std.sys import size_of, stderr
 from std.time import perf_counter_ns
 from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
-from layout import TileTensor, row_major
+from layout import Coord, TileTensor, coord_to_index_list, row_major
+from layout.tile_layout import TensorLayout
+from std.utils import IndexList, StaticTuple
 from comm import Signal, group_start, group_end
 from comm.sync import init_signal_buffer, is_p2p_enabled
 from comm.allreduce import allreduce as upstream_allreduce
@@ -339,14 +341,17 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
                 row_major(n),
             )
             out_t[r] = TileTensor(bufs.outputs[r], row_major(n))
+        var explicit = cfg.upstream_epilogue == "explicit"
 
         @always_inline
         @__parameter
         def launch_all() raises:
-            group_start()
-            comptime for r in range(ngpus):
-                upstream_allreduce[ngpus=ngpus](in_t, out_t[r], rank_sigs, ctxs[r])
-            group_end()
+            if explicit:
+                _upstream_launch_all_explicit_epilogue[dtype, ngpus](
+                    in_t, out_t, rank_sigs, ctxs
+                )
+            else:
+                _upstream_launch_all[dtype, ngpus](in_t, out_t, rank_sigs, ctxs)
 
         var check = CheckResult()
         if cfg.check:
@@ -357,3 +362,56 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters)
         var stats = TimingStats(samples^)
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check))
+
+
+def _upstream_launch_all[
+    dtype: DType, ngpus: Int, L: TensorLayout
+](
+    in_t: Array[TileTensor[dtype, L, ImmutAnyOrigin], ngpus],
+    out_t: Array[TileTensor[dtype, L, MutAnyOrigin], ngpus],
+    rank_sigs: Array[Pointer[Signal, MutAnyOrigin], ngpus],
+    ctxs: List[DeviceContext],
+) raises:
+    """Upstream call shape, in a plain function (not inside a closure)."""
+    group_start()
+    comptime for r in range(ngpus):
+        upstream_allreduce[ngpus=ngpus](in_t, out_t[r], rank_sigs, ctxs[r])
+    group_end()
+
+
+def _upstream_launch_all_explicit_epilogue[
+    dtype: DType, ngpus: Int, L: TensorLayout
+](
+    in_t: Array[TileTensor[dtype, L, ImmutAnyOrigin], ngpus],
+    out_t: Array[TileTensor[dtype, L, MutAnyOrigin], ngpus],
+    rank_sigs: Array[Pointer[Signal, MutAnyOrigin], ngpus],
+    ctxs: List[DeviceContext],
+) raises:
+    """Same, with an explicit output epilogue writing each rank's output (the
+    shape upstream's own test_allreduce uses for custom epilogues)."""
+    comptime OutT = TileTensor[dtype, L, MutAnyOrigin]
+    var outs = StaticTuple[OutT, ngpus]()
+    for r in range(ngpus):
+        outs[r] = out_t[r]
+
+    @always_inline
+    @__parameter
+    @__copy_capture(outs)
+    def outputs_lambda[
+        input_index: Int,
+        _dtype: DType,
+        _width: SIMDLength,
+        *,
+        _alignment: Int,
+    ](coords: Coord, val: SIMD[_dtype, _width]) -> None:
+        outs[input_index].store_linear[width=_width, alignment=_alignment](
+            rebind[IndexList[1]](coord_to_index_list(coords)),
+            rebind[SIMD[dtype, _width]](val),
+        )
+
+    group_start()
+    comptime for r in range(ngpus):
+        upstream_allreduce[
+            ngpus=ngpus, output_lambda=outputs_lambda[input_index=r, ...]
+        ](in_t, out_t[r].layout, rank_sigs, ctxs[r])
+    group_end()
