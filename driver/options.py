@@ -22,6 +22,7 @@ class RunOptions(Record):
     seeds: tuple[int, ...] = (0,)
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
+    batch: int = Field(default=10, gt=0)
     kernel: str = "auto"
     arch: str | None = None  # None: the arch of GPU 0
     rounds: int = Field(default=3, gt=0)

@@ -143,6 +143,7 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
+    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     min_us: NonNegativeFloat

@@ -1,9 +1,11 @@
 """NCCL peer: torch.distributed all_reduce, one process per GPU, timed like ours.
 
 Speaks the allreduce executables' vocabulary and prints the same JSON line per
-size (impl "nccl"), so the driver's one parser reads it. Timing is host wall
-clock per iteration around the collective plus a device synchronize, the same
-method our executable uses; each iteration's time is the slowest rank's.
+size (impl "nccl"), so the driver's one parser reads it. Timing is the method
+our executable uses: host wall clock around `batch` collectives launched back to
+back plus a device synchronize, divided by `batch`; each sample is the slowest
+rank's. The checked run comes first, on the real inputs; the timed runs reduce a
+zero-filled buffer in place, so repeated sums never overflow.
 Run on the GPU host: `python -m driver.peers.nccl_allreduce --sizes 256K --ngpus 2`.
 """
 
@@ -37,6 +39,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--ngpus", type=int, default=2)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=1)
     p.add_argument("--check", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     ns = p.parse_args()
@@ -67,22 +70,25 @@ def _worker(rank: int, ns: argparse.Namespace, port: int) -> None:
         times_us: list[float] = []
         max_err, wrong = 0.0, 0
         if elements > 0:
-            inp = _inputs(torch, elements, rank, ns.seed, dtype, device)
-            buf = torch.empty_like(inp)
-            for i in range(ns.warmup + ns.iters):
-                buf.copy_(inp)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                dist.all_reduce(buf)
-                torch.cuda.synchronize()
-                if i >= ns.warmup:
-                    times_us.append((time.perf_counter() - t0) * 1e6)
             if ns.check:
+                buf = _inputs(torch, elements, rank, ns.seed, dtype, device)
+                dist.all_reduce(buf)
                 ref = sum(_inputs(torch, elements, r, ns.seed, dtype, device).double() for r in range(ns.ngpus))
                 err = (buf.double() - ref).abs()
                 rtol, atol = DTYPE_TOL[ns.dtype]
                 wrong = int((err > atol + rtol * ref.abs()).sum().item() + (~torch.isfinite(buf)).sum().item())
                 max_err = float(err.max().item())
+                del buf, ref, err
+            work = torch.zeros(elements, dtype=dtype, device=device)
+            for _ in range(ns.warmup):
+                dist.all_reduce(work)
+            torch.cuda.synchronize()
+            for _ in range((ns.iters + ns.batch - 1) // ns.batch):
+                t0 = time.perf_counter()
+                for _ in range(ns.batch):
+                    dist.all_reduce(work)
+                torch.cuda.synchronize()
+                times_us.append((time.perf_counter() - t0) * 1e6 / ns.batch)
         gathered: list = [None] * ns.ngpus
         dist.all_gather_object(gathered, (times_us, max_err, wrong))
         if rank == 0:
@@ -93,7 +99,7 @@ def _worker(rank: int, ns: argparse.Namespace, port: int) -> None:
             line = {
                 "suite": "allreduce", "impl": "nccl", "kernel_requested": "nccl", "kernel_selected": "nccl",
                 "kernel_confirmed": "nccl", "dtype": ns.dtype, "ngpus": ns.ngpus, "bytes": nbytes,
-                "elements": elements, "iters": ns.iters, "warmup": ns.warmup, "p50_us": p50,
+                "elements": elements, "iters": ns.iters, "warmup": ns.warmup, "batch": ns.batch, "p50_us": p50,
                 "p90_us": per_iter[min(len(per_iter) - 1, int(len(per_iter) * 0.9))], "min_us": per_iter[0],
                 "mean_us": sum(per_iter) / len(per_iter), "algbw_gbps": algbw,
                 "busbw_gbps": algbw * 2 * (ns.ngpus - 1) / ns.ngpus, "max_abs_err": max(g[1] for g in gathered),

@@ -22,7 +22,7 @@ EXE = "allreduce_bench"
 
 def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
-    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--check", "1"]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--batch", str(opts.batch), "--check", "1"]
     if impl == "ours":
         kernel = opts.kernel
         if kernel.startswith("1stage_cpasync_s"):
@@ -87,6 +87,7 @@ def _group(
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
         timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
+        peers=frozenset({"upstream", "nccl"}),
     )
     samples = run_rounds(rounds=opts.rounds)
     for attempt in range(2):  # an inconclusive gate earns one more round, once
@@ -98,6 +99,8 @@ def _group(
         samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
+    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
+                for impl, why in samples.peer_failures.items()]
     records = []
     for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.

@@ -8,6 +8,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from driver.errors import ConfigError, KernelFailed
 from driver.launch import launch
 from driver.parse import parse_lines
 from driver.records import ArchivedRecord, Skip, Verdict
@@ -58,6 +59,7 @@ class Samples(Generic[L]):
     """Per config key, the line each interleaved round produced."""
 
     by_key: dict[Hashable, list[L]] = field(default_factory=dict)
+    peer_failures: dict[str, str] = field(default_factory=dict)  # impl -> the error, one line
 
     def add(self, key: Hashable, line: L) -> None:
         self.by_key.setdefault(key, []).append(line)
@@ -84,15 +86,29 @@ def interleaved(
     samples: Samples[L] | None = None,
     on_line: Callable[[str, L], None] | None = None,
     label: str = "",
+    peers: frozenset[str] = frozenset(),
 ) -> Samples[L]:
     """Run A B C A B C ... until every config's p50 spread across rounds is below
-    `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop)."""
+    `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop).
+
+    A peer (an impl in `peers`) that crashes, hangs or misprints is dropped and its
+    error kept in `peer_failures`; the same failure of ours raises."""
     samples = samples or Samples()
     for r in range(rounds):
         for impl, cmd in cmds.items():
+            if impl in samples.peer_failures:
+                continue
             what = f"{label} {impl} (round {r + 1}/{rounds})".strip()
             progress(what)
-            for line in parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what):
+            try:
+                lines = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what)
+            except (KernelFailed, ConfigError) as exc:
+                if impl not in peers:
+                    raise
+                samples.peer_failures[impl] = exc.one_line()
+                progress(f"peer {impl} dropped: {exc.one_line()}")
+                continue
+            for line in lines:
                 samples.add(key(line), line)
                 if on_line:
                     on_line(impl, line)

@@ -80,7 +80,7 @@ def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds)
 def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
     shape_name: str, shape: tuple[int, int, int, int],
-) -> list[ArchivedRecord]:
+) -> tuple[list[ArchivedRecord], list[Skip]]:
     """Every seed checked against the reference; the first seed also timed in interleaved rounds."""
     before = device.probe().gpus[:1]
     checks: dict[tuple[str, int], list[dict[str, float]]] = {}
@@ -106,7 +106,7 @@ def _shape(
             per_seed[seed] = interleaved(
                 cmds, SdpaLine, rounds=opts.rounds if first else 1, min_rounds=min(2, opts.rounds) if first else 1,
                 target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                on_line=check, label=f"sdpa {shape_name} seed {seed}",
+                on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
             )
     after = device.probe().gpus[:1]
     timed = {impl: per_seed[opts.seeds[0]].representative(impl)[0] for impl in per_seed[opts.seeds[0]].by_key}
@@ -133,7 +133,8 @@ def _shape(
                     flags=telemetry_flags(before, after), **metrics,
                 )
             )
-    return records
+    failures = per_seed[opts.seeds[0]].peer_failures
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -142,5 +143,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if not have_torch:
         result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
     for shape_name, shape in opts.shapes:
-        result.records += _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
+        result.records += records
+        result.skipped += skipped
     return result

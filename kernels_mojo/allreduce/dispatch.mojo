@@ -65,10 +65,10 @@ from .kernels import (
     KERNEL_ID_NOOP,
     ElemPtr,
     KernelIdPtr,
-    allreduce_1stage_kernel,
-    allreduce_2stage_kernel,
-    allreduce_1stage_cpasync_kernel,
-    allreduce_noop_kernel,
+    ar_oneshot_k,
+    ar_twoshot_k,
+    ar_cpasync_k,
+    ar_noop_k,
     cpasync_kernel_id,
     cpasync_shared_bytes,
     slice_vectors,
@@ -219,7 +219,7 @@ def launch_kernel[
     var num_vectors_or_one = max(1, num_elements // V)
 
     if kernel_id == KERNEL_ID_1STAGE:
-        comptime k = allreduce_1stage_kernel[
+        comptime k = ar_oneshot_k[
             dtype, ngpus, AR_UNROLL, start_ra, end_ra
         ]
         ctx.enqueue_function[k](
@@ -228,11 +228,11 @@ def launch_kernel[
             block_dim=AR_BLOCK_THREADS,
         )
     elif kernel_id == KERNEL_ID_NOOP:
-        ctx.enqueue_function[allreduce_noop_kernel](
+        ctx.enqueue_function[ar_noop_k](
             kernel_id_out, grid_dim=1, block_dim=32
         )
     elif kernel_id == KERNEL_ID_2STAGE:
-        comptime k = allreduce_2stage_kernel[
+        comptime k = ar_twoshot_k[
             dtype, ngpus, AR_UNROLL, start_ra, end_ra
         ]
         var part = max(1, slice_vectors[dtype](num_elements, ngpus))
@@ -248,7 +248,7 @@ def launch_kernel[
                 if kernel_id == cpasync_kernel_id[stages]():
                     comptime bt = AR_CPASYNC_BLOCK_THREADS
                     comptime smem = cpasync_shared_bytes[stages, ngpus, bt]()
-                    comptime k = allreduce_1stage_cpasync_kernel[
+                    comptime k = ar_cpasync_k[
                         dtype, ngpus, stages, bt, start_ra, end_ra
                     ]
                     ctx.enqueue_function[k](

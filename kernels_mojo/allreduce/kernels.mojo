@@ -141,7 +141,7 @@ def _scalar_tail[
 # may still read its input). Barrier orderings: see AR_START_RELEASE_ACQUIRE /
 # AR_END_RELEASE_ACQUIRE in dispatch.mojo.
 # --------------------------------------------------------------------------
-def allreduce_1stage_kernel[
+def ar_oneshot_k[
     dtype: DType,
     ngpus: Int,
     unroll: Int,
@@ -202,7 +202,7 @@ def slice_vectors[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
     return (num_vectors + ngpus - 1) // ngpus
 
 
-def allreduce_2stage_kernel[
+def ar_twoshot_k[
     dtype: DType,
     ngpus: Int,
     unroll: Int,
@@ -281,7 +281,7 @@ def cpasync_shared_bytes[stages: Int, ngpus: Int, block_threads: Int]() -> Int:
     return stages * ngpus * block_threads * VECTOR_BYTES
 
 
-def allreduce_1stage_cpasync_kernel[
+def ar_cpasync_k[
     dtype: DType,
     ngpus: Int,
     stages: Int,
@@ -370,5 +370,5 @@ def allreduce_1stage_cpasync_kernel[
 # --------------------------------------------------------------------------
 # noop: diagnostic floor (launch + synchronize), writes only its kernel id.
 # --------------------------------------------------------------------------
-def allreduce_noop_kernel(kernel_id_out: KernelIdPtr):
+def ar_noop_k(kernel_id_out: KernelIdPtr):
     _record_kernel_id(kernel_id_out, KERNEL_ID_NOOP)

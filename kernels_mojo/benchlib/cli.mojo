@@ -15,7 +15,7 @@ def fail(code: Int, message: String):
 def usage() -> String:
     return (
         "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
-        " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N]"
+        " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N]"
         " [--kernel auto|1stage|2stage|1stage_cpasync|noop] [--stages 2|3|4]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
         " [--debug-hang-rank R]"
@@ -68,6 +68,7 @@ struct BenchConfig(Copyable, Movable):
     var ngpus: Int
     var iters: Int
     var warmup: Int
+    var batch: Int  # iterations launched back to back per timing sample
     var kernel: String
     var stages: Int  # 0 = not given
     var check: Bool
@@ -82,6 +83,7 @@ struct BenchConfig(Copyable, Movable):
         self.ngpus = 2
         self.iters = 50
         self.warmup = 5
+        self.batch = 1
         self.kernel = "auto"
         self.stages = 0
         self.check = True
@@ -119,6 +121,10 @@ def parse_args() raises -> BenchConfig:
             cfg.iters = _parse_int(val, "--iters")
             if cfg.iters < 1:
                 raise Error("--iters must be >= 1")
+        elif opt == "--batch":
+            cfg.batch = _parse_int(val, "--batch")
+            if cfg.batch < 1:
+                raise Error("--batch must be >= 1")
         elif opt == "--warmup":
             cfg.warmup = _parse_int(val, "--warmup")
             if cfg.warmup < 0:

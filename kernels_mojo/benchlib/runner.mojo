@@ -1,9 +1,12 @@
 # Per-size benchmark + check for our kernels and for upstream comm.allreduce,
 # sharing one timing method and one checking method.
 #
-# Timing: per iteration, host wall clock (perf_counter_ns) around launching on
-# every GPU and then synchronizing every context; p50/p90/min/mean over the
-# `iters` iterations that follow `warmup` untimed iterations.
+# Timing: host wall clock (perf_counter_ns) around `batch` iterations launched
+# back to back on every GPU, then synchronizing every context; one sample is
+# that time / batch. batch = 1 times each iteration alone (launch + sync
+# latency included); batch > 1 is nccl-tests' method (launches pipelined, the
+# sync paid once per batch). p50/p90/min/mean over ceil(iters / batch) samples
+# after `warmup` untimed iterations.
 
 from std.collections import Array
 from std.sys import size_of, stderr
@@ -48,24 +51,26 @@ def sync_all(ctxs: List[DeviceContext]) raises:
 
 def timed_iterations[
     launch_all: def() raises capturing -> None
-](ctxs: List[DeviceContext], warmup: Int, iters: Int) raises -> List[Float64]:
-    """Run `warmup` untimed then `iters` timed iterations; microseconds per
-    iteration (launch on all GPUs + synchronize all). Also prints the p50 of
-    the host launch phase alone to stderr (diagnostic)."""
+](ctxs: List[DeviceContext], warmup: Int, iters: Int, batch: Int) raises -> List[Float64]:
+    """Run `warmup` untimed then `iters` timed iterations in back-to-back
+    batches of `batch`; microseconds per iteration, one sample per batch.
+    Also prints the p50 of the host launch phase alone to stderr (diagnostic)."""
     sync_all(ctxs)
     for _ in range(warmup):
         launch_all()
         sync_all(ctxs)
-    var samples = List[Float64](capacity=iters)
-    var launch_samples = List[Float64](capacity=iters)
-    for _ in range(iters):
+    var nsamples = (iters + batch - 1) // batch
+    var samples = List[Float64](capacity=nsamples)
+    var launch_samples = List[Float64](capacity=nsamples)
+    for _ in range(nsamples):
         var t0 = perf_counter_ns()
-        launch_all()
+        for _ in range(batch):
+            launch_all()
         var t_launched = perf_counter_ns()
         sync_all(ctxs)
         var t1 = perf_counter_ns()
-        samples.append(Float64(Int(t1) - Int(t0)) / 1000.0)
-        launch_samples.append(Float64(Int(t_launched) - Int(t0)) / 1000.0)
+        samples.append(Float64(Int(t1) - Int(t0)) / 1000.0 / Float64(batch))
+        launch_samples.append(Float64(Int(t_launched) - Int(t0)) / 1000.0 / Float64(batch))
     var launch_stats = TimingStats(launch_samples^)
     print(String("timing-detail: host_launch_p50_us=", json_fixed3(launch_stats.p50_us)), file=stderr)
     return samples^
@@ -114,6 +119,7 @@ def json_record(
     s += String(',"elements":', num_elements)
     s += String(',"iters":', cfg.iters)
     s += String(',"warmup":', cfg.warmup)
+    s += String(',"batch":', cfg.batch)
     s += String(',"p50_us":', json_fixed3(stats.p50_us))
     s += String(',"p90_us":', json_fixed3(stats.p90_us))
     s += String(',"min_us":', json_fixed3(stats.min_us))
@@ -300,7 +306,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
             check = bufs.check(ctxs)
 
         _reset_kernel_ids(ctxs, kid_words)
-        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters)
+        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
         var confirmed_timed = _read_kernel_ids(ctxs, kid_words)
         if do_check and confirmed_timed != confirmed:
             print(String("kernel id changed between checked and timed runs: ", confirmed, " vs ", confirmed_timed), file=stderr)
@@ -359,7 +365,7 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
             launch_all()
             sync_all(ctxs)
             check = bufs.check(ctxs)
-        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters)
+        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
         var stats = TimingStats(samples^)
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check))
 
