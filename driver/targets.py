@@ -75,6 +75,15 @@ def all_targets() -> tuple[Target, ...]:
                  PtxExpectation("ar_twoshot_k", cp_async=False)),
         ),
         Target(
+            # Host-only: prints the dispatch table select_kernel gives this build's defines.
+            name="dispatch_table",
+            lang="mojo",
+            suite="allreduce",
+            entry="kernels_mojo/bin/dispatch_table.mojo",
+            source_globs=mojo_sources,
+            defines=_dispatch_defines(),
+        ),
+        Target(
             name="sdpa_fp8_baseline",
             lang="cuda",
             suite="sdpa",

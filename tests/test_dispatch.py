@@ -1,0 +1,60 @@
+"""The allreduce dispatch table (bytes x GPU count x dtype -> kernel), without a GPU.
+
+`dispatch_table` calls the same `select_kernel` the launch path calls, compiled
+with the same -D size windows as `allreduce_bench`, and runs on the CPU.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from driver import build, paths, targets, thresholds, toolchain
+
+GATES = thresholds.load().build
+
+
+def _table(exe) -> dict[tuple[int, str, int], str]:
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout
+    return {(r["ngpus"], r["dtype"], r["bytes"]): r["kernel"] for r in map(json.loads, out.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def default_table():
+    build.build_all(targets.select("dispatch_table"), ("sm_90",), GATES)
+    return _table(paths.build_dir() / "sm_90" / "dispatch_table")
+
+
+def test_table_covers_every_gpu_count_and_dtype(default_table):
+    assert {k[0] for k in default_table} == {2, 4, 8}
+    assert {k[1] for k in default_table} == {"float32", "bfloat16", "float16"}
+    assert set(default_table.values()) <= {"1stage", "2stage", "1stage_cpasync_s2", "1stage_cpasync_s3",
+                                           "1stage_cpasync_s4"}
+
+
+def test_default_windows(default_table):
+    # Provisional defaults (kernels_mojo/allreduce/dispatch.mojo): one-shot for every size on
+    # 2 GPUs, 2-stage above 512 KiB on 4 and 8; the cp.async window is empty until measured.
+    if targets.DISPATCH_WINDOWS_FILE.is_file():
+        pytest.skip(f"measured windows in use ({targets.DISPATCH_WINDOWS_FILE.name}), not the defaults")
+    for (ngpus, _dtype, nbytes), kernel in default_table.items():
+        expected = "1stage" if ngpus == 2 or nbytes <= 512 * 1024 else "2stage"
+        assert kernel == expected, (ngpus, nbytes, kernel)
+
+
+def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
+    """The seeds' bug: a window set at compile time must change what runs."""
+    mojo = toolchain.find_mojo().path
+    exe = tmp_path / "dispatch_table"
+    cmd = [mojo, "build", "-I", "kernels_mojo", "--target-accelerator", "sm_90", "-D", "AR_CPASYNC_MIN_BYTES=1048576",
+           "-D", "AR_CPASYNC_MAX_BYTES=4194304", "-D", "AR_CPASYNC_STAGES=2", "-D", "AR_1STAGE_MAX_BYTES=65536",
+           "kernels_mojo/bin/dispatch_table.mojo", "-o", str(exe)]
+    subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, timeout=600, check=True)
+    table = _table(exe)
+    for (ngpus, _dtype, nbytes), kernel in table.items():
+        if 1 << 20 <= nbytes <= 4 << 20:
+            assert kernel == "1stage_cpasync_s2"
+        elif nbytes <= 65536:
+            assert kernel == "1stage"
+        else:
+            assert kernel == "2stage"
