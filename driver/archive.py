@@ -43,6 +43,41 @@ def _speed_table(run: RunArchive) -> list[str]:
     return lines
 
 
+def reading(speedup: float) -> str:
+    """The seeds' reading of a difference: <5% negligible, 5-10% noticeable, >10% significant."""
+    change = abs(speedup - 1)
+    return "negligible" if change < 0.05 else "noticeable" if change <= 0.10 else "significant"
+
+
+def _winner_table(run: RunArchive) -> list[str]:
+    """Ours against every other impl of the same config, on p50 (first seed for SDPA)."""
+    groups: dict[str, dict[str, object]] = {}
+    first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
+    for r in run.records:
+        cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
+        if r.seed != first_seed and r.seed is not None:
+            continue
+        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
+    rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
+            "| config | candidate | other | candidate p50 us | other p50 us | p90 us (cand / other) | mean us (cand / other) | speedup | reading | winner |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for cfg, by_impl in groups.items():
+        cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
+        for cand in cands:
+            for other, m in by_impl.items():
+                if other == cand or (cand == "baseline" and other == "cpasync"):
+                    continue
+                c = by_impl[cand]
+                if c.p50_us <= 0 or m.p50_us <= 0:
+                    continue
+                sp = m.p50_us / c.p50_us
+                win = cand if sp > 1 else other
+                rows.append(f"| {cfg} | {cand} | {other} | {c.p50_us:.2f} | {m.p50_us:.2f} | {c.p90_us:.2f} / "
+                            f"{m.p90_us:.2f} | {c.mean_us:.2f} / {m.mean_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | "
+                            f"{reading(sp)} | {win if reading(sp) != 'negligible' else 'tie'} |")
+    return rows + [""] if len(rows) > 4 else []
+
+
 def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
@@ -61,7 +96,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = [f"![{name}]({name})" for name in images]
     else:
         pics = ["(no plots: matplotlib is not installed on this host)"]
-    return "\n".join(head + _speed_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _winner_table(run) + _speed_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:

@@ -45,7 +45,9 @@ def test_write_run_is_whole_and_indexed(results_dir):
         "COMPARE.md", "build_meta.json", "plot.png", "results.json", "thresholds.toml"]
     assert archive.load_run(folder) == run
     assert run.run_id in (results_dir / "README.md").read_text()
-    assert "![plot.png](plot.png)" in (folder / "COMPARE.md").read_text()
+    compare_md = (folder / "COMPARE.md").read_text()
+    assert "![plot.png](plot.png)" in compare_md
+    assert "| float32/2gpu/262144B | ours |" in compare_md
     assert not list(results_dir.glob(".tmp-*"))
 
 
@@ -70,3 +72,17 @@ def test_compare_flags_a_slowdown_past_the_noise(results_dir, capsys):
     assert "REGRESSION" in capsys.readouterr().out
     with pytest.raises(PerfGateFailed):  # default pair: the newest two on one device kind
         compare.main([])
+
+
+def test_reading_of_a_difference():
+    assert [archive.reading(x) for x in (1.0, 1.049, 0.96, 1.07, 0.92, 1.2, 0.5)] == [
+        "negligible", "negligible", "negligible", "noticeable", "noticeable", "significant", "significant"]
+
+
+def test_side_by_side_table_on_a_real_run():
+    run = RunArchive.model_validate_json((Path(__file__).parent / "data" / "captured" /
+                                          "results_2xH200_bench_256K_16M.json").read_text())
+    md = archive.compare_markdown(run)
+    assert "| allreduce float32/2gpu/262144B | ours | nccl |" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| sdpa mission | cpasync | baseline |"))
+    assert "negligible" in row and row.endswith("| tie |")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -38,13 +39,18 @@ def main() -> None:
     q = torch.from_numpy(q_np).to(dev)
     k = torch.from_numpy((decode_e4m3_sim(k_u8) * float(scales[0])).astype(np.float16)).to(dev)
     v = torch.from_numpy((decode_e4m3_sim(v_u8) * float(scales[1])).astype(np.float16)).to(dev)
-    for _ in range(ns.warmup):
+    host_s = []
+    for _ in range(max(ns.warmup, 3)):
+        t0 = time.perf_counter()
         F.scaled_dot_product_attention(q, k, v)
-    torch.cuda.synchronize()
-    # Like our runners: hold the GPU with a spin kernel while the host queues every
-    # timed launch, so each event pair times the device, not Python dispatch.
+        host_s.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    # Like our runners: hold the GPU with a spin kernel long enough for the host to
+    # queue every timed launch (twice the measured Python dispatch time), so each
+    # event pair times the device, not Python dispatch.
+    per_launch_s = max(sorted(host_s)[len(host_s) // 2], 10e-6)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ns.iters)]
-    torch.cuda._sleep(int(min(10e-6 * ns.iters, 0.2) * 2e9))
+    torch.cuda._sleep(int(min(2 * per_launch_s * ns.iters, 0.5) * 2e9))
     for start, end in events:
         start.record()
         F.scaled_dot_product_attention(q, k, v)
