@@ -111,6 +111,14 @@ def cmd_schema(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(ns: argparse.Namespace) -> int:
+    from driver import archive
+
+    archive.update_index(paths.results_dir())
+    print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+    return 0
+
+
 def cmd_compare(ns: argparse.Namespace) -> int:
     from driver import compare
 
@@ -146,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="per-config deltas between two archived runs")
     c.add_argument("runs", nargs="*", help="two run folders (default: the newest two on one device kind)")
     c.set_defaults(func=cmd_compare)
+
+    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders")
+    ix.set_defaults(func=cmd_index)
 
     sc = sub.add_parser("schema", help="write the JSON Schemas of every record")
     sc.add_argument("--out", default=None)
