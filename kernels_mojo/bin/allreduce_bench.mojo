@@ -9,7 +9,6 @@
 
 from std.sys import exit, size_of, stderr
 from max.gpu.host import DeviceContext
-from comm.sync import enable_p2p
 
 from benchlib.cli import (
     EXIT_BAD_CONFIG,
@@ -49,7 +48,7 @@ def _open_contexts(cfg: BenchConfig) -> List[DeviceContext]:
             for j in range(cfg.ngpus):
                 if i != j and not ctxs[i].can_access(ctxs[j]):
                     fail(EXIT_BAD_CONFIG, String("no P2P access from GPU ", i, " to GPU ", j, " (NVLink/PCIe peer access required)"))
-        enable_p2p()  # comm.sync: the call upstream allreduce expects (sets its p2p flag too)
+        DeviceContext.enable_all_peer_access()
     except e:
         fail(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
     return ctxs^
