@@ -110,7 +110,7 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dic
         (tmp / RESULTS_FILE).write_text(run.model_dump_json(indent=1))
         (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
         (tmp / "thresholds.toml").write_text(thresholds_text)
-        (tmp / "COMPARE.md").write_text(compare_markdown(run, sorted(extra or {})))
+        (tmp / "COMPARE.md").write_text(compare_markdown(run, sorted(n for n in extra or {} if n.endswith(".png"))))
         for name, data in (extra or {}).items():
             (tmp / name).write_bytes(data)
         os.replace(tmp, final)

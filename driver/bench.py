@@ -11,10 +11,10 @@ from driver.errors import BuildFailed, PerfGateFailed, WrongResults
 from driver.host import git_state, host_info, utc_now
 from driver.options import RunOptions
 from driver.records import BuildMeta, RunArchive
-from driver.suites import allreduce, sdpa
+from driver.suites import allreduce, sdpa, sweep
 from driver.suites.common import SuiteResult, progress
 
-SUITES = {"allreduce": allreduce, "sdpa": sdpa}
+SUITES = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep}
 
 
 def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
@@ -23,7 +23,7 @@ def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
     Builds before asking for a GPU, so a CPU box still compiles and checks.
     """
     gates = thresholds.load(opts.thresholds)
-    wanted = targets.select(",".join(opts.suites))
+    wanted = targets.select(",".join("allreduce" if s == "sweep" else s for s in opts.suites))
     can_build = opts.build and not paths.is_bundle()
     if can_build:
         build.build_all(wanted, (opts.arch or DEFAULT_ARCH,), gates.build)
@@ -61,7 +61,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         ceilings_gbps=results.ceilings_gbps,
     )
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
-    folder = archive.write_run(run_rec, meta, thresholds_text, plots.render(run_rec))
+    folder = archive.write_run(run_rec, meta, thresholds_text, {**plots.render(run_rec), **results.extra_files})
     print(archive.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
     wrong = [r for r in run_rec.records if not r.passed]

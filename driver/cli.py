@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes: str, dtypes: str) -> None:
     p.add_argument("--suite", default="all", help="allreduce, sdpa or all")
-    p.add_argument("--sizes", default="256K,16M", help="allreduce sizes in bytes, K/M/G suffixes: 256K,16M")
+    p.add_argument("--sizes", default=None, help="allreduce sizes in bytes, K/M/G suffixes (default 256K,16M)")
     p.add_argument("--dtype", default=dtypes, help="float32, bfloat16, float16 (comma list)")
     p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
     p.add_argument("--kernel", default="auto", help="allreduce kernel override: auto, 1stage, 2stage, 1stage_cpasync_s3")
@@ -38,6 +38,9 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes:
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
     p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")
     p.add_argument("--no-build", action="store_true", help="use the existing build as it is")
+    p.add_argument("--sweep-windows", action="store_true",
+                   help="time every allreduce kernel at every size (default 8K..1G) and write the measured "
+                        "dispatch windows to kernels_mojo/dispatch_windows.json")
 
 
 def _run_options(ns: argparse.Namespace) -> RunOptions:
@@ -45,8 +48,10 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     tpath = Path(ns.thresholds) if ns.thresholds else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
     return RunOptions(
-        suites=config.parse_suite(ns.suite),
-        sizes_bytes=config.parse_sizes(ns.sizes),
+        suites=("sweep",) if ns.sweep_windows else config.parse_suite(ns.suite),
+        sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
+        sizes_given=ns.sizes is not None,
+        sweep_windows=ns.sweep_windows,
         dtypes=config.parse_dtypes(ns.dtype),
         ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
         shapes=config.parse_shapes(ns.shapes),

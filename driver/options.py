@@ -29,3 +29,5 @@ class RunOptions(Record):
     timeout_s: float = Field(default=300.0, gt=0)
     thresholds: Path | None = None
     build: bool = True
+    sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
+    sweep_windows: bool = False

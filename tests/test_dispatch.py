@@ -58,3 +58,16 @@ def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
             assert kernel == "1stage"
         else:
             assert kernel == "2stage"
+
+
+def test_a_per_gpu_count_crossover_applies_to_that_count_only(tmp_path):
+    mojo = toolchain.find_mojo().path
+    exe = tmp_path / "dispatch_table"
+    cmd = [mojo, "build", "-I", "kernels_mojo", "--target-accelerator", "sm_90", "-D", "AR_1STAGE_MAX_BYTES_2GPU=1048576",
+           "kernels_mojo/bin/dispatch_table.mojo", "-o", str(exe)]
+    subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, timeout=600, check=True)
+    for (ngpus, _dtype, nbytes), kernel in _table(exe).items():
+        if ngpus == 2:
+            assert kernel == ("1stage" if nbytes <= 1 << 20 else "2stage")
+        else:  # untouched: the provisional 512 KiB default
+            assert kernel == ("1stage" if nbytes <= 512 << 10 else "2stage")

@@ -23,11 +23,13 @@ class SuiteResult:
     records: list[ArchivedRecord] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     ceilings_gbps: dict[str, float] = field(default_factory=dict)
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # archived beside results.json
 
     def extend(self, other: SuiteResult) -> None:
         self.records += other.records
         self.skipped += other.skipped
         self.ceilings_gbps.update(other.ceilings_gbps)
+        self.extra_files.update(other.extra_files)
 
 
 def progress(what: str) -> None:

@@ -7,6 +7,8 @@
 # one compile-time branch and read in another.
 #
 # Size windows are compile-time defines (`mojo build -D NAME=VALUE`):
+#   AR_1STAGE_MAX_BYTES_{2,4,8}GPU  per-GPU-count crossover from the measured
+#                          sweep; wins over AR_1STAGE_MAX_BYTES where defined.
 #   AR_1STAGE_MAX_BYTES    1stage for bytes <= this, 2stage above (all ngpus).
 #                          Default when not defined: 2 GiB for 2 GPUs, 512 KiB
 #                          for 4 and 8 GPUs. PROVISIONAL, from upstream
@@ -82,6 +84,11 @@ comptime GIB = 1024 * MIB
 comptime AR_1STAGE_MAX_BYTES_DEFINED = is_defined["AR_1STAGE_MAX_BYTES"]()
 comptime AR_1STAGE_MAX_BYTES = get_defined_int["AR_1STAGE_MAX_BYTES", 512 * KIB]()
 comptime AR_1STAGE_MAX_BYTES_2GPU_DEFAULT = 2 * GIB
+# Per-GPU-count crossovers written by the measured sweep (driver: bench
+# --sweep-windows -> kernels_mojo/dispatch_windows.json); -1 = not measured.
+comptime AR_1STAGE_MAX_BYTES_2GPU = get_defined_int["AR_1STAGE_MAX_BYTES_2GPU", -1]()
+comptime AR_1STAGE_MAX_BYTES_4GPU = get_defined_int["AR_1STAGE_MAX_BYTES_4GPU", -1]()
+comptime AR_1STAGE_MAX_BYTES_8GPU = get_defined_int["AR_1STAGE_MAX_BYTES_8GPU", -1]()
 comptime AR_CPASYNC_MIN_BYTES = get_defined_int["AR_CPASYNC_MIN_BYTES", 1]()
 comptime AR_CPASYNC_MAX_BYTES = get_defined_int["AR_CPASYNC_MAX_BYTES", 0]()
 comptime AR_CPASYNC_STAGES = get_defined_int["AR_CPASYNC_STAGES", 3]()
@@ -147,6 +154,12 @@ def kernel_exists(kernel_id: Int32) -> Bool:
 
 
 def one_stage_max_bytes(ngpus: Int) -> Int:
+    if ngpus == 2 and AR_1STAGE_MAX_BYTES_2GPU >= 0:
+        return AR_1STAGE_MAX_BYTES_2GPU
+    if ngpus == 4 and AR_1STAGE_MAX_BYTES_4GPU >= 0:
+        return AR_1STAGE_MAX_BYTES_4GPU
+    if ngpus == 8 and AR_1STAGE_MAX_BYTES_8GPU >= 0:
+        return AR_1STAGE_MAX_BYTES_8GPU
     comptime if AR_1STAGE_MAX_BYTES_DEFINED:
         return AR_1STAGE_MAX_BYTES
     if ngpus == 2:

@@ -1,0 +1,143 @@
+"""Measured dispatch windows: every allreduce kernel forced at every size, crossovers found.
+
+`python -m driver bench --sweep-windows` times 1stage, 2stage and 1stage_cpasync
+(2, 3, 4 stages) interleaved at each size, per GPU count and dtype, then writes the
+crossovers as the compile-time defines the Mojo build reads
+(kernels_mojo/dispatch_windows.json) and archives the sweep that justified them
+(DISPATCH.md, dispatch_windows.json in the run folder).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from driver import paths
+from driver.config import SUPPORTED_NGPUS, format_size
+from driver.errors import NoGPU
+from driver.options import RunOptions
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
+from driver.suites.allreduce import EXE, correctness
+from driver.suites.common import SuiteResult, interleaved
+from driver.targets import DISPATCH_WINDOWS_FILE
+from driver.thresholds import Thresholds
+
+KERNELS: dict[str, list[str]] = {
+    "1stage": ["--kernel", "1stage"],
+    "2stage": ["--kernel", "2stage"],
+    **{f"1stage_cpasync_s{s}": ["--kernel", "1stage_cpasync", "--stages", str(s)] for s in (2, 3, 4)},
+}
+DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
+
+Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us
+
+
+def crossovers(table: Table, noise: float) -> dict[str, int]:
+    """The defines the measurements justify.
+
+    1stage up to the largest size at which, for every dtype and every size up to
+    it, 1stage is not slower than 2stage beyond the noise (per GPU count). The
+    cp.async window: the longest run of sizes at which the best stage count beats
+    both other kernels by more than the noise for every GPU count and dtype
+    measured; empty when it wins nowhere.
+    """
+    defines: dict[str, int] = {}
+    for ngpus in sorted({k[0] for k in table}):
+        sizes = sorted({k[2] for k in table if k[0] == ngpus})
+        dtypes = sorted({k[1] for k in table if k[0] == ngpus})
+        limit = 0
+        for size in sizes:
+            if all(table[(ngpus, d, size)]["1stage"] <= table[(ngpus, d, size)]["2stage"] * (1 + noise) for d in dtypes):
+                limit = size
+            else:
+                break
+        defines[f"AR_1STAGE_MAX_BYTES_{ngpus}GPU"] = limit
+    winning: list[int] = []
+    stages: Counter[int] = Counter()
+    for size in sorted({k[2] for k in table}):
+        rows = [v for k, v in table.items() if k[2] == size]
+        wins = []
+        for row in rows:
+            cp = {k: v for k, v in row.items() if k.startswith("1stage_cpasync")}
+            best = min(cp, key=cp.get)
+            if cp[best] < min(row["1stage"], row["2stage"]) * (1 - noise):
+                wins.append(int(best.rsplit("_s", 1)[1]))
+        if rows and len(wins) == len(rows):
+            winning.append(size)
+            stages.update(wins)
+    run = _longest_run(winning)
+    if run:
+        defines |= {"AR_CPASYNC_MIN_BYTES": run[0], "AR_CPASYNC_MAX_BYTES": run[-1],
+                    "AR_CPASYNC_STAGES": stages.most_common(1)[0][0]}
+    else:
+        defines |= {"AR_CPASYNC_MIN_BYTES": 1, "AR_CPASYNC_MAX_BYTES": 0}
+    return defines
+
+
+def _longest_run(sizes: list[int]) -> list[int]:
+    """Longest run of consecutive sweep sizes (each twice the one before)."""
+    best: list[int] = []
+    cur: list[int] = []
+    for s in sizes:
+        cur = cur + [s] if cur and s == cur[-1] * 2 else [s]
+        best = cur if len(cur) > len(best) else best
+    return best
+
+
+def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
+    lines = ["# Allreduce dispatch sweep", "", run_note, "",
+             "p50 us per kernel (forced); cp.async ratio = 1stage p50 / cp.async p50 (>1: prefetch helps).", ""]
+    for ngpus, dtype in sorted({(k[0], k[1]) for k in table}):
+        lines += [f"## {dtype} x{ngpus}", "",
+                  "| size | " + " | ".join(KERNELS) + " | best | cp.async s2 / s3 / s4 ratio |",
+                  "|---|" + "---|" * (len(KERNELS) + 2)]
+        for size in sorted(k[2] for k in table if k[:2] == (ngpus, dtype)):
+            row = table[(ngpus, dtype, size)]
+            ratios = " / ".join(f"{row['1stage'] / row[f'1stage_cpasync_s{s}']:.3f}" for s in (2, 3, 4))
+            lines.append(f"| {format_size(size)} | " + " | ".join(f"{row[k]:.2f}" for k in KERNELS) +
+                         f" | {min(row, key=row.get)} | {ratios} |")
+        lines.append("")
+    lines += ["## Defines written", "", "```", *(f"-D{k}={v}" for k, v in sorted(defines.items())), "```", ""]
+    return "\n".join(lines)
+
+
+def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    present = len(dev.gpus)
+    counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= present)
+    if not counts or max(counts) > present:
+        raise NoGPU(f"the sweep needs {max(counts, default=2)} GPUs; this host has {present}")
+    sizes = opts.sizes_bytes if opts.sizes_given else DEFAULT_SIZES
+    result = SuiteResult()
+    table: Table = {}
+    for ngpus in counts:
+        for dtype in opts.dtypes:
+            base = [str(exe_dir / EXE), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
+                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), "--batch", str(opts.batch), "--check", "1"]
+            samples = interleaved(
+                {k: base + args for k, args in KERNELS.items()}, AllreduceLine, rounds=opts.rounds,
+                min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
+                key=lambda ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
+            )
+            for (kernel, nbytes), rounds in samples.by_key.items():
+                line, p50s = samples.representative((kernel, nbytes))
+                verdict = correctness(line, gates)
+                table.setdefault((ngpus, dtype, nbytes), {})[kernel] = line.p50_us
+                result.records.append(ArchivedRecord(
+                    suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
+                    config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
+                    passed=verdict.passed, max_abs_err=max(r.max_abs_err for r in rounds), correctness=verdict,
+                    measurement=line, round_p50_us=p50s))
+    # A kernel must win by more than the round-to-round spread we accept, not just the floor.
+    margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
+    defines = crossovers(table, margin)
+    windows = {"defines": defines, "measured_on": dev.kind, "git_sha": git_sha,
+               "margin": margin, "sizes_bytes": list(sizes),
+               "note": "written by `python -m driver bench --sweep-windows`; see DISPATCH.md in the run folder"}
+    text = json.dumps(windows, indent=1) + "\n"
+    result.extra_files["dispatch_windows.json"] = text.encode()
+    result.extra_files["DISPATCH.md"] = markdown(
+        table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
+    if not paths.is_bundle():
+        DISPATCH_WINDOWS_FILE.write_text(text)
+    return result
