@@ -42,6 +42,20 @@ def test_default_windows(default_table):
         assert kernel == expected, (ngpus, nbytes, kernel)
 
 
+def test_measured_windows_are_what_the_build_dispatches_on(default_table):
+    """kernels_mojo/dispatch_windows.json (written by the sweep) reaches select_kernel."""
+    if not targets.DISPATCH_WINDOWS_FILE.is_file():
+        pytest.skip("no measured windows yet: the provisional defaults apply")
+    defines = json.loads(targets.DISPATCH_WINDOWS_FILE.read_text())["defines"]
+    lo, hi = defines.get("AR_CPASYNC_MIN_BYTES", 1), defines.get("AR_CPASYNC_MAX_BYTES", 0)
+    for (ngpus, _dtype, nbytes), kernel in default_table.items():
+        if lo <= nbytes <= hi:
+            assert kernel.startswith("1stage_cpasync"), (ngpus, nbytes, kernel)
+            continue
+        limit = defines.get(f"AR_1STAGE_MAX_BYTES_{ngpus}GPU", 2 << 30 if ngpus == 2 else 512 << 10)
+        assert kernel == ("1stage" if nbytes <= limit else "2stage"), (ngpus, nbytes, kernel)
+
+
 def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
     """The seeds' bug: a window set at compile time must change what runs."""
     mojo = toolchain.find_mojo().path
