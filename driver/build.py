@@ -169,7 +169,10 @@ def build_all(
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
     try:
-        earlier = [r for r in load_meta().targets if (r.target, r.arch) not in {(n.target, n.arch) for n in records}]
+        before = load_meta()
+        earlier = [r for r in before.targets if (r.target, r.arch) not in {(n.target, n.arch) for n in records}]
+        if earlier:  # the kept targets' toolchains stay on record too
+            tc = tc.model_copy(update={k: getattr(tc, k) or getattr(before.toolchain, k) for k in ("mojo", "nvcc", "ptxas")})
     except (BuildFailed, ValueError):
         earlier = []
     all_records = sorted(earlier + records, key=lambda r: (r.arch, r.target))
