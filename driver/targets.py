@@ -83,27 +83,19 @@ def all_targets() -> tuple[Target, ...]:
             source_globs=mojo_sources,
             defines=_dispatch_defines(),
         ),
-        Target(
-            name="sdpa_fp8_baseline",
-            lang="cuda",
-            suite="sdpa",
-            entry="kernels_cuda/sdpa_fp8/runner.cu",
-            source_globs=sdpa_sources,
-            defines={"USE_CP_ASYNC": "0"},
-            flags=CUDA_FLAGS,
-            min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
-            ptx=(PtxExpectation("sdpa", cp_async=False, mma=True),),
-        ),
-        Target(
-            name="sdpa_fp8_cpasync",
-            lang="cuda",
-            suite="sdpa",
-            entry="kernels_cuda/sdpa_fp8/runner.cu",
-            source_globs=sdpa_sources,
-            defines={"USE_CP_ASYNC": "1"},
-            flags=CUDA_FLAGS,
-            min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
-            ptx=(PtxExpectation("sdpa", cp_async=True, mma=True),),
+        *(
+            Target(
+                name=f"sdpa_fp8_{variant}",
+                lang="cuda",
+                suite="sdpa",
+                entry="kernels_cuda/sdpa_fp8/runner.cu",
+                source_globs=sdpa_sources,
+                defines={"USE_CP_ASYNC": str(int(cp_async))},
+                flags=CUDA_FLAGS,
+                min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
+                ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
+            )
+            for variant, cp_async in (("baseline", False), ("cpasync", True))
         ),
     )
 
