@@ -54,6 +54,8 @@ def _winner_table(run: RunArchive) -> list[str]:
     groups: dict[str, dict[str, object]] = {}
     first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
     for r in run.records:
+        if r.suite == "stress":
+            continue
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
         if r.seed != first_seed and r.seed is not None:
             continue
@@ -78,6 +80,21 @@ def _winner_table(run: RunArchive) -> list[str]:
     return rows + [""] if len(rows) > 4 else []
 
 
+def _stress_table(run: RunArchive) -> list[str]:
+    recs = [r for r in run.records if r.suite == "stress"]
+    if not recs:
+        return []
+    rows = ["## stress", "", "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | "
+            "verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        m = r.measurement
+        why = "; ".join(r.correctness.reasons) or m.detail
+        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {m.iterations} | {m.checked} | {m.wrong} | "
+                    f"{m.max_abs_err} | {'-' if m.hazards is None else m.hazards} | {m.hang} | {m.seconds:.1f} | "
+                    f"{r.correctness.status} {why} |")
+    return rows + [""]
+
+
 def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
@@ -96,7 +113,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = [f"![{name}]({name})" for name in images]
     else:
         pics = ["(no plots: matplotlib is not installed on this host)"]
-    return "\n".join(head + _winner_table(run) + _speed_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
@@ -134,7 +151,7 @@ def _headline(run: RunArchive) -> str:
     n_pass = sum(r.passed for r in run.records)
     parts = [f"{n_pass}/{len(run.records)} correct"]
     for r in run.records:
-        if r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
+        if r.suite != "stress" and r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
             parts.append(f"{r.config} {r.performance.reasons[0].split(' (')[0]}")
     return "; ".join(parts[:4])
 

@@ -11,10 +11,10 @@ from driver.errors import BuildFailed, PerfGateFailed, WrongResults
 from driver.host import git_state, host_info, utc_now
 from driver.options import RunOptions
 from driver.records import BuildMeta, RunArchive
-from driver.suites import allreduce, sdpa, sweep
+from driver.suites import allreduce, sdpa, stress, sweep
 from driver.suites.common import SuiteResult, progress
 
-SUITES = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep}
+SUITES = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep, "stress": stress}
 
 
 def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
@@ -23,7 +23,8 @@ def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
     Builds before asking for a GPU, so a CPU box still compiles and checks.
     """
     gates = thresholds.load(opts.thresholds)
-    wanted = targets.select(",".join("allreduce" if s == "sweep" else s for s in opts.suites))
+    wanted = targets.select("all" if "stress" in opts.suites else
+                            ",".join("allreduce" if s == "sweep" else s for s in opts.suites))
     can_build = opts.build and not paths.is_bundle()
     if can_build:
         build.build_all(wanted, (opts.arch or DEFAULT_ARCH,), gates.build)

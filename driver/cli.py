@@ -48,7 +48,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     tpath = Path(ns.thresholds) if ns.thresholds else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
     return RunOptions(
-        suites=("sweep",) if ns.sweep_windows else config.parse_suite(ns.suite),
+        suites=("sweep",) if ns.sweep_windows else ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite),
+        stress_parts=(*config.parse_suite(ns.suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",))),
         sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
         sizes_given=ns.sizes is not None,
         sweep_windows=ns.sweep_windows,
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         s = sub.add_parser(name, help=helptext)
         _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
+        if name == "stress":
+            s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
         s.set_defaults(func=cmd_bench)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")

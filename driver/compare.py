@@ -48,6 +48,8 @@ def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[st
             "|---|---|---|---|---|---|---|---|---|"]
     regressions = 0
     for r in new.records:
+        if r.suite == "stress":
+            continue
         o = old_by.get(_key(r))
         if o is None or o.measurement.p50_us <= 0:
             continue

@@ -31,3 +31,4 @@ class RunOptions(Record):
     build: bool = True
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
     sweep_windows: bool = False
+    stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers")

@@ -150,9 +150,10 @@ class AllreduceLine(Record):
     mean_us: NonNegativeFloat
     algbw_gbps: NonNegativeFloat
     busbw_gbps: NonNegativeFloat
-    max_abs_err: NonNegativeFloat
+    max_abs_err: NonNegativeFloat | None  # None (JSON null): some output was NaN or infinite
     wrong: NonNegativeInt
     checked: bool
+    checked_iters: NonNegativeInt = 1  # launches poisoned, run and checked element by element
 
 
 class SdpaLine(Record):
@@ -183,7 +184,25 @@ class CeilingLine(Record):
     iters: NonNegativeInt
 
 
-Measurement = Annotated[Union[AllreduceLine, SdpaLine], Field(discriminator="suite")]
+class StressLine(Record):
+    """One stress config's outcome, written by the driver's stress suite."""
+
+    suite: Literal["stress"]
+    check: Literal["soak", "watchdog", "sanitizer"]
+    kernel: str
+    config: str
+    sizes_bytes: list[NonNegativeInt] = Field(default_factory=list)
+    iterations: NonNegativeInt  # launches executed
+    checked: NonNegativeInt  # of those, results compared element by element with the reference
+    wrong: NonNegativeInt
+    max_abs_err: NonNegativeFloat | None  # None: some output was NaN or infinite
+    hazards: NonNegativeInt | None = None  # sanitizer: None = not covered (see detail)
+    hang: bool = False
+    seconds: NonNegativeFloat = 0.0
+    detail: str = ""
+
+
+Measurement = Annotated[Union[AllreduceLine, SdpaLine, StressLine], Field(discriminator="suite")]
 
 
 # ---------------------------------------------------------------- verdicts and archive
@@ -256,4 +275,5 @@ SCHEMA_MODELS: dict[str, type[Record]] = {
     "results": RunArchive,
     "allreduce_line": AllreduceLine,
     "sdpa_line": SdpaLine,
+    "stress_line": StressLine,
 }

@@ -48,8 +48,10 @@ def correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
     reasons = []
     if not line.checked and line.elements > 0:
         reasons.append("result was not checked")
+    if line.max_abs_err is None:
+        reasons.append("some output is NaN or infinite")
     if line.wrong > gates.allreduce.max_wrong:
-        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err:g})")
+        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err})")
     if line.impl == "ours" and line.elements > 0:  # nothing is launched for 0 elements
         if line.kernel_confirmed != line.kernel_selected:
             reasons.append(f"host selected {line.kernel_selected} but the GPU ran {line.kernel_confirmed}")
@@ -75,6 +77,12 @@ def _performance(line: AllreduceLine, peers: dict[tuple[str, int], AllreduceLine
             )
         )
     return Verdict.combine(verdicts) if verdicts else None
+
+
+def worst_err(lines: list[AllreduceLine]) -> float | None:
+    """The largest error over rounds; None when any round saw a non-finite output."""
+    errs = [x.max_abs_err for x in lines]
+    return None if None in errs else max(errs, default=0.0)
 
 
 def _group(
@@ -109,7 +117,7 @@ def _group(
         records.append(
             ArchivedRecord(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
-                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=max(x.max_abs_err for x in rounds),
+                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=worst_err(rounds),
                 correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s,
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )

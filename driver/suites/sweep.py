@@ -18,7 +18,7 @@ from driver.config import SUPPORTED_NGPUS, format_size
 from driver.errors import NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
-from driver.suites.allreduce import EXE, correctness
+from driver.suites.allreduce import EXE, worst_err, correctness
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
@@ -126,7 +126,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                 result.records.append(ArchivedRecord(
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
                     config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
-                    passed=verdict.passed, max_abs_err=max(r.max_abs_err for r in rounds), correctness=verdict,
+                    passed=verdict.passed, max_abs_err=worst_err(rounds), correctness=verdict,
                     measurement=line, round_p50_us=p50s))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)

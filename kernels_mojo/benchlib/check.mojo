@@ -69,6 +69,13 @@ struct CheckResult(Copyable, Movable):
         self.out_of_tolerance = 0
         self.not_bitwise_identical = 0
 
+    def merge(mut self, other: CheckResult):
+        """Fold another checked run into this one (soak: every result counts)."""
+        self.wrong += other.wrong
+        self.max_abs_err = max(self.max_abs_err, other.max_abs_err)
+        self.out_of_tolerance += other.out_of_tolerance
+        self.not_bitwise_identical += other.not_bitwise_identical
+
 
 def _bits_equal[dtype: DType](a: Scalar[dtype], b: Scalar[dtype]) -> Bool:
     return a.to_bits() == b.to_bits()

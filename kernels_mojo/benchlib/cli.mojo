@@ -15,7 +15,7 @@ def fail(code: Int, message: String):
 def usage() -> String:
     return (
         "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
-        " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N]"
+        " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N] [--check-iters N]"
         " [--kernel auto|1stage|2stage|1stage_cpasync|noop] [--stages 2|3|4]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
         " [--debug-hang-rank R]"
@@ -69,6 +69,7 @@ struct BenchConfig(Copyable, Movable):
     var iters: Int
     var warmup: Int
     var batch: Int  # iterations launched back to back per timing sample
+    var check_iters: Int  # checked launches per size (poison, launch, check every element)
     var kernel: String
     var stages: Int  # 0 = not given
     var check: Bool
@@ -84,6 +85,7 @@ struct BenchConfig(Copyable, Movable):
         self.iters = 50
         self.warmup = 5
         self.batch = 1
+        self.check_iters = 1
         self.kernel = "auto"
         self.stages = 0
         self.check = True
@@ -125,6 +127,10 @@ def parse_args() raises -> BenchConfig:
             cfg.batch = _parse_int(val, "--batch")
             if cfg.batch < 1:
                 raise Error("--batch must be >= 1")
+        elif opt == "--check-iters":
+            cfg.check_iters = _parse_int(val, "--check-iters")
+            if cfg.check_iters < 1:
+                raise Error("--check-iters must be >= 1")
         elif opt == "--warmup":
             cfg.warmup = _parse_int(val, "--warmup")
             if cfg.warmup < 0:

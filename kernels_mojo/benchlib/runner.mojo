@@ -102,6 +102,7 @@ def json_record(
     stats: TimingStats,
     check: CheckResult,
     checked: Bool,
+    checked_iters: Int,
 ) -> String:
     var algbw = Float64(0)
     if stats.p50_us > 0:
@@ -129,6 +130,7 @@ def json_record(
     s += String(',"max_abs_err":', json_number(check.max_abs_err))
     s += String(',"wrong":', check.wrong)
     s += String(',"checked":', "true" if checked else "false")
+    s += String(',"checked_iters":', checked_iters)
     s += "}"
     return s
 
@@ -298,12 +300,19 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         var check = CheckResult()
         var confirmed = String("none")
         if do_check:
-            bufs.poison_outputs(ctxs)
-            _reset_kernel_ids(ctxs, kid_words)
-            launch_all()
-            sync_all(ctxs)
-            confirmed = _read_kernel_ids(ctxs, kid_words)
-            check = bufs.check(ctxs)
+            # --check-iters > 1 is the soak: every one of these launches is
+            # poisoned first and checked element by element afterwards.
+            for it in range(cfg.check_iters):
+                bufs.poison_outputs(ctxs)
+                _reset_kernel_ids(ctxs, kid_words)
+                launch_all()
+                sync_all(ctxs)
+                var ran = _read_kernel_ids(ctxs, kid_words)
+                if it == 0:
+                    confirmed = ran
+                elif ran != confirmed:
+                    confirmed = "mismatch"
+                check.merge(bufs.check(ctxs))
 
         _reset_kernel_ids(ctxs, kid_words)
         var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
@@ -316,7 +325,8 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         if selected == KERNEL_ID_NONE:
             selected = select_kernel(num_bytes, ngpus, dtype)
         var stats = TimingStats(samples^)
-        print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, stats, check, do_check))
+        print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, stats, check, do_check,
+                          cfg.check_iters if do_check else 0))
 
 
 def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
@@ -367,7 +377,8 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
             check = bufs.check(ctxs)
         var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
         var stats = TimingStats(samples^)
-        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check))
+        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
+                          1 if cfg.check else 0))
 
 
 def _upstream_launch_all[

@@ -1,0 +1,206 @@
+"""`nox -s stress`: the release gate. Soak every kernel, hunt hangs, run the sanitizers.
+
+- Soak: every allreduce kernel (1stage, 2stage, cp.async with 2, 3 and 4 stages) x
+  dtype x GPU count present, at random sizes with odd tails, `--iters` checked
+  launches per size (each poisoned first and checked element by element, fresh
+  random inputs every `RESEED_EVERY` launches); both SDPA variants on every shape and
+  seed, each output checked against the float64 reference.
+- Watchdog: a rank that never reaches the barrier (`--debug-hang-rank`) must be
+  killed within the timeout, and the GPUs must then run a checked allreduce again.
+- Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
+  both SDPA variants and on the allreduce kernels at small sizes. Zero hazards is
+  the gate; where the tool cannot follow the run, the record says "not covered"
+  with the tool's own message, never clean.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from driver.config import SDPA_SHAPES, SUPPORTED_NGPUS
+from driver.errors import ConfigError, KernelFailed
+from driver.launch import launch, run_process, runtime_env
+from driver.options import RunOptions
+from driver.parse import parse_lines
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine, Verdict
+from driver.reference import sdpa as ref
+from driver.suites import sdpa
+from driver.suites.allreduce import EXE, worst_err
+from driver.suites.common import SuiteResult, progress
+from driver.suites.sweep import KERNELS
+from driver.thresholds import Thresholds
+
+RESEED_EVERY = 100
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+WATCHDOG_TIMEOUT_S = 20.0
+
+
+def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
+    """Byte sizes with odd element tails: one tiny, one near 8K, the rest up to 4M elements."""
+    e = ELEM_BYTES[dtype]
+    elems = [rng.randrange(1, 64), (8 << 10) + rng.randrange(1, 16)]
+    elems += [rng.randrange(1 << 10, 4 << 20) | 1 for _ in range(max(0, count - 2))]
+    return [n * e for n in elems]
+
+
+def _record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str]) -> ArchivedRecord:
+    verdict = Verdict(status="pass" if passed else "fail", reasons=reasons)
+    return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
+                          git_sha=sha, passed=passed, max_abs_err=line.max_abs_err, correctness=verdict,
+                          measurement=line)
+
+
+def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
+                   ngpus: int, dtype: str, kernel: str) -> ArchivedRecord:
+    sizes = random_sizes(rng, dtype)
+    chunks = max(1, opts.iters // RESEED_EVERY)
+    per_chunk = max(1, opts.iters // chunks)
+    lines: list[AllreduceLine] = []
+    t0 = time.perf_counter()
+    for c in range(chunks):
+        cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
+               "--check", "1", "--check-iters", str(per_chunk), "--iters", "1", "--warmup", "0",
+               "--seed", str(rng.randrange(1 << 30)), *KERNELS[kernel]]
+        what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks})"
+        progress(what)
+        lines += parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
+    wrong = sum(ln.wrong for ln in lines)
+    bad_kernel = sorted({ln.kernel_confirmed for ln in lines if ln.elements and ln.kernel_confirmed != kernel})
+    line = StressLine(suite="stress", check="soak", kernel=kernel, config=f"{dtype}/{ngpus}gpu",
+                      sizes_bytes=sizes, iterations=sum(ln.checked_iters for ln in lines),
+                      checked=sum(ln.checked_iters for ln in lines), wrong=wrong, max_abs_err=worst_err(lines),
+                      seconds=time.perf_counter() - t0)
+    reasons = [f"{wrong} wrong elements"] if wrong else []
+    reasons += ["some output was NaN or infinite"] if line.max_abs_err is None else []
+    reasons += [f"the GPU ran {bad_kernel}, not {kernel}"] if bad_kernel else []
+    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
+
+
+def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
+              shape_name: str) -> ArchivedRecord:
+    shape = SDPA_SHAPES[shape_name]
+    t0 = time.perf_counter()
+    worst: dict[str, float] = {}
+    launches = checked = 0
+    for seed in opts.seeds:
+        with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
+            files = sdpa.write_inputs(Path(tmp), shape, seed)
+            out = Path(tmp) / "out.npy"
+            cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa._file_args(files), "--out", str(out),
+                   "--iters", str(opts.iters), "--warmup", "0"]
+            what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
+            progress(what)
+            (sl,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+            m = sdpa.error_metrics(np.load(out), ref.reference(*ref.make_inputs(shape, seed)), gates.sdpa)
+            worst = {k: max(v, worst.get(k, 0.0)) for k, v in m.items()}
+            launches += 1 + sl.iters
+            checked += 1
+    verdict = sdpa.correctness(worst, gates.sdpa)
+    line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=shape_name,
+                      iterations=launches, checked=checked, wrong=0 if verdict.passed else 1,
+                      max_abs_err=worst["max_abs_err"], seconds=time.perf_counter() - t0)
+    return _record(dev, sha, line, passed=verdict.passed, reasons=verdict.reasons)
+
+
+def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str) -> ArchivedRecord:
+    """A rank that never reaches the barrier is killed in time, and the GPUs recover."""
+    base = [str(exe), "--sizes", "1M", "--ngpus", "2", "--iters", "1", "--warmup", "0"]
+    t0 = time.perf_counter()
+    reasons: list[str] = []
+    hang = False
+    try:
+        launch([*base, "--debug-hang-rank", "1"], what="watchdog: simulated hang", timeout_s=WATCHDOG_TIMEOUT_S)
+        reasons.append("the simulated hang was not detected: the run finished")
+    except KernelFailed as exc:
+        hang = "hung" in exc.message
+        if not hang:
+            reasons.append(f"the simulated hang failed another way: {exc.message}")
+    detect_s = time.perf_counter() - t0
+    try:
+        (after,) = parse_lines(launch(base, what="watchdog: recovery run", timeout_s=opts.timeout_s).stdout,
+                               AllreduceLine, what="recovery run")
+        if after.wrong:
+            reasons.append(f"the recovery run had {after.wrong} wrong elements")
+    except (KernelFailed, ConfigError) as exc:
+        reasons.append(f"the GPUs did not recover: {exc.message}")
+    line = StressLine(suite="stress", check="watchdog", kernel="1stage", config="2gpu/1M/hang-rank-1",
+                      iterations=1, checked=1, wrong=0, max_abs_err=0.0, hang=hang, seconds=detect_s,
+                      detail=f"hang detected after {detect_s:.1f} s (timeout {WATCHDOG_TIMEOUT_S:.0f} s); recovery "
+                             f"{'ok' if not reasons else 'failed'}")
+    return _record(dev, sha, line, passed=hang and not reasons, reasons=reasons)
+
+
+# "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
+# displayed (0 errors, 0 warnings)"; not "ERROR SUMMARY: 318 errors were not printed".
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?[ \t]*$|hazards? displayed)", re.I | re.M)
+
+
+def parse_sanitizer(output: str) -> int | None:
+    """Hazards/errors the tool reported, or None when it printed no summary."""
+    counts = [int(m.group(2)) for m in _SUMMARY.finditer(output)]
+    return sum(counts) if counts else None
+
+
+def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: str, dev: DeviceInfo,
+             sha: str) -> ArchivedRecord:
+    sanitizer = shutil.which("compute-sanitizer")
+    what = f"compute-sanitizer {tool} {kernel} {config}"
+    progress(what)
+    if sanitizer is None:
+        line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=0,
+                          checked=0, wrong=0, max_abs_err=0.0, detail="not covered: compute-sanitizer not on PATH")
+        return _record(dev, sha, line, passed=False, reasons=[line.detail])
+    res = run_process([sanitizer, "--tool", tool, "--error-exitcode", "99", *cmd], timeout_s=opts.timeout_s * 4,
+                      env=runtime_env())
+    out = res.stdout + res.stderr
+    hazards = parse_sanitizer(out)
+    detail = ""
+    if res.timed_out:
+        detail = f"not covered: {tool} did not finish within {opts.timeout_s * 4:.0f} s"
+    elif hazards is None:
+        tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or ["(no output)"]
+        detail = f"not covered: {tool} printed no summary (exit {res.returncode}): {tail[0][:200]}"
+    line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=1,
+                      checked=0, wrong=0, max_abs_err=0.0, hazards=hazards, seconds=res.seconds, detail=detail)
+    reasons = [detail] if detail else ([f"{hazards} hazard(s)/error(s)"] if hazards else [])
+    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
+
+
+def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    rng = random.Random(opts.seeds[0])
+    result = SuiteResult()
+    exe = exe_dir / EXE
+    counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= len(dev.gpus))
+    if "allreduce" in opts.stress_parts:
+        for ngpus in counts:
+            for dtype in opts.dtypes:
+                for kernel in KERNELS:
+                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel))
+        if counts:
+            result.records.append(watchdog(opts, exe, dev, git_sha))
+    if "sdpa" in opts.stress_parts:
+        for impl in sdpa.VARIANTS:
+            for shape_name, _shape in opts.shapes:
+                if shape_name in SDPA_SHAPES:
+                    result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name))
+    if "sanitizers" in opts.stress_parts:
+        with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
+            files = sdpa.write_inputs(Path(tmp), SDPA_SHAPES["small"], 0)
+            for tool in SANITIZER_TOOLS:
+                for impl, exe_name in sdpa.VARIANTS.items():
+                    cmd = [str(exe_dir / exe_name), *sdpa._file_args(files), "--out", str(Path(tmp) / "o.npy"),
+                           "--iters", "2", "--warmup", "0", "--no-spin"]
+                    result.records.append(sanitize(opts, tool, cmd, exe_name, "small", dev, git_sha))
+                if counts:
+                    for kernel, args in KERNELS.items():
+                        cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0", *args]
+                        result.records.append(sanitize(opts, tool, cmd, kernel, "2gpu/8K,32772B", dev, git_sha))
+    return result
