@@ -85,3 +85,12 @@ def test_a_per_gpu_count_crossover_applies_to_that_count_only(tmp_path):
             assert kernel == ("1stage" if nbytes <= 1 << 20 else "2stage")
         else:  # untouched: the provisional 512 KiB default
             assert kernel == ("1stage" if nbytes <= 512 << 10 else "2stage")
+
+
+def test_mojo_host_logic():
+    """kernels_mojo/tests/test_host_logic.mojo: size parsing, selection, stats, checking, on the CPU."""
+    mojo = toolchain.find_mojo().path
+    proc = subprocess.run([mojo, "run", "-I", "kernels_mojo", "kernels_mojo/tests/test_host_logic.mojo"],
+                          cwd=paths.ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "test_host_logic: all passed" in proc.stdout
