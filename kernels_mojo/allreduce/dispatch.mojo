@@ -199,6 +199,13 @@ def _grid_for(work_items: Int, block_threads: Int, grid_cap: Int) -> Int:
     return max(1, min((work_items + block_threads - 1) // block_threads, grid_cap))
 
 
+# Inlined on purpose: Mojo 1.2 can corrupt a struct larger than two registers
+# passed by value across a host function call in a GPU-enabled build
+# (modular/modular#6759). Array[ptr, 4] and Array[ptr, 8] are such structs, and
+# the 4-GPU run faulted with CUDA_ERROR_ILLEGAL_ADDRESS on 2026-11-22 while 2
+# GPUs (16-byte arrays) ran clean. Inlining removes the call boundaries between
+# the caller's arrays and enqueue_function. (Not yet verified on 4 GPUs.)
+@always_inline
 def launch_kernel[
     dtype: DType, ngpus: Int
 ](
@@ -278,6 +285,7 @@ def launch_kernel[
         raise Error(String("no launch path for kernel id ", kernel_id))
 
 
+@always_inline  # see launch_kernel: no by-value Array across a call
 def allreduce_rank[
     dtype: DType, ngpus: Int
 ](
