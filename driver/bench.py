@@ -48,9 +48,10 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     for suite in opts.suites:
         progress(f"suite {suite} on {dev.kind} ({arch})")
         results.extend(SUITES[suite].run(opts, exe_dir, dev, gates, sha))
+    created = utc_now()
     run_rec = RunArchive(
-        run_id=archive.run_id(utc_now(), sha, dev.kind),
-        created_utc=utc_now(),
+        run_id=archive.run_id(created, sha, dev.kind),
+        created_utc=created,
         command=argv,
         git_sha=sha,
         git_dirty=dirty,

@@ -51,11 +51,14 @@ def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
     return [n * e for n in elems]
 
 
-def _record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str]) -> ArchivedRecord:
-    verdict = Verdict(status="pass" if passed else "fail", reasons=reasons)
+def _record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str],
+            covered: bool = True) -> ArchivedRecord:
+    """`covered=False`: the tool could not follow the run. That is reported as a skip with
+    the tool's own words: neither clean nor a failure of the kernel."""
+    status = "skip" if not covered else "pass" if passed else "fail"
     return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
-                          git_sha=sha, passed=passed, max_abs_err=line.max_abs_err, correctness=verdict,
-                          measurement=line)
+                          git_sha=sha, passed=passed or not covered, max_abs_err=line.max_abs_err,
+                          correctness=Verdict(status=status, reasons=reasons), measurement=line)
 
 
 def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
@@ -157,7 +160,7 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
     if sanitizer is None:
         line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=0,
                           checked=0, wrong=0, max_abs_err=0.0, detail="not covered: compute-sanitizer not on PATH")
-        return _record(dev, sha, line, passed=False, reasons=[line.detail])
+        return _record(dev, sha, line, passed=False, reasons=[line.detail], covered=False)
     res = run_process([sanitizer, "--tool", tool, "--error-exitcode", "99", *cmd], timeout_s=opts.timeout_s * 4,
                       env=runtime_env())
     out = res.stdout + res.stderr
@@ -170,7 +173,9 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
         detail = f"not covered: {tool} printed no summary (exit {res.returncode}): {tail[0][:200]}"
     line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=1,
                       checked=0, wrong=0, max_abs_err=0.0, hazards=hazards, seconds=res.seconds, detail=detail)
-    reasons = [detail] if detail else ([f"{hazards} hazard(s)/error(s)"] if hazards else [])
+    if detail:
+        return _record(dev, sha, line, passed=False, reasons=[detail], covered=False)
+    reasons = [f"{hazards} hazard(s)/error(s)"] if hazards else []
     return _record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
