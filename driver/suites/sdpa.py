@@ -51,11 +51,11 @@ def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
     return Verdict(status="fail" if reasons else "pass", reasons=reasons)
 
 
-def _timing_args(opts: RunOptions) -> list[str]:
+def timing_args(opts: RunOptions) -> list[str]:
     return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
 
 
-def _file_args(files: dict[str, Path]) -> list[str]:
+def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
@@ -93,11 +93,11 @@ def _shape(
             expected = ref.reference(*ref.make_inputs(shape, seed))
             outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
             cmds = {
-                impl: [str(exe_dir / exe), *_file_args(files), "--out", str(outs[impl]), *_timing_args(opts)]
+                impl: [str(exe_dir / exe), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
                 for impl, exe in VARIANTS.items()
             }
             if have_torch and first:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *_file_args(files), *_timing_args(opts)]
+                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
 
             def check(impl: str, _line: SdpaLine) -> None:
                 if impl in VARIANTS:

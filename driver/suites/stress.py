@@ -97,7 +97,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
             files = sdpa.write_inputs(Path(tmp), shape, seed)
             out = Path(tmp) / "out.npy"
-            cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa._file_args(files), "--out", str(out),
+            cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out),
                    "--iters", str(opts.iters), "--warmup", "0"]
             what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
             progress(what)
@@ -201,7 +201,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             files = sdpa.write_inputs(Path(tmp), SDPA_SHAPES["small"], 0)
             for tool in SANITIZER_TOOLS:
                 for impl, exe_name in sdpa.VARIANTS.items():
-                    cmd = [str(exe_dir / exe_name), *sdpa._file_args(files), "--out", str(Path(tmp) / "o.npy"),
+                    cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
                            "--iters", "2", "--warmup", "0", "--no-spin"]
                     result.records.append(sanitize(opts, tool, cmd, exe_name, "small", dev, git_sha))
                 if counts:

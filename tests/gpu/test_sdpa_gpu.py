@@ -23,7 +23,7 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     shape = SDPA_SHAPES[shape_name]
     files = sdpa.write_inputs(tmp_path, shape, seed)
     out = tmp_path / "out.npy"
-    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa._file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
+    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
     (line,) = parse_lines(launch(cmd, what=impl, timeout_s=120).stdout, SdpaLine, what=impl)
     assert line.impl == impl and line.shape == list(shape)
     got = np.load(out)
@@ -36,7 +36,7 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
 def test_bad_inputs_give_one_error_and_exit_2(exe_dir, tmp_path):
     files = sdpa.write_inputs(tmp_path, (1, 2, 128, 64), 0)
     exe = str(exe_dir / "sdpa_fp8_cpasync")
-    base = sdpa._file_args(files) + ["--out", str(tmp_path / "o.npy")]
+    base = sdpa.file_args(files) + ["--out", str(tmp_path / "o.npy")]
     np.save(tmp_path / "k_bad.npy", np.zeros((1, 2, 64, 64), np.uint8))
     np.save(tmp_path / "q96.npy", np.zeros((1, 2, 128, 96), np.float16))
     np.save(tmp_path / "q_f32.npy", np.zeros((1, 2, 128, 64), np.float32))
