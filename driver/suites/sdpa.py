@@ -20,13 +20,20 @@ VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
 
 
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
+    return prepare_case(folder, shape, seed, with_reference=False)[0]
+
+
+def prepare_case(
+    folder: Path, shape: tuple[int, int, int, int], seed: int, *, with_reference: bool = True
+) -> tuple[dict[str, Path], np.ndarray | None]:
+    """Write one seed's inputs as the runners read them; the float64 reference from the same arrays."""
     q, k, v, k_scale, v_scale = ref.make_inputs(shape, seed)
     files = {name: folder / f"{name}.npy" for name in ("q", "k", "v", "scales")}
     np.save(files["q"], q)
     np.save(files["k"], k)
     np.save(files["v"], v)
     np.save(files["scales"], np.array([k_scale, v_scale], dtype=np.float32))
-    return files
+    return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
 def error_metrics(out: np.ndarray, expected: np.ndarray, gates: SdpaGates) -> dict[str, float]:
@@ -89,8 +96,7 @@ def _shape(
         first = seed == opts.seeds[0]
         with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
             folder = Path(tmp)
-            files = write_inputs(folder, shape, seed)
-            expected = ref.reference(*ref.make_inputs(shape, seed))
+            files, expected = prepare_case(folder, shape, seed)
             outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
             cmds = {
                 impl: [str(exe_dir / exe), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]

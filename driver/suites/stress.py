@@ -30,7 +30,6 @@ from driver.launch import launch, run_process, runtime_env
 from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine, Verdict
-from driver.reference import sdpa as ref
 from driver.suites import sdpa
 from driver.suites.allreduce import EXE, worst_err
 from driver.suites.common import SuiteResult, progress
@@ -95,14 +94,14 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     launches = checked = 0
     for seed in opts.seeds:
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
-            files = sdpa.write_inputs(Path(tmp), shape, seed)
+            files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
             out = Path(tmp) / "out.npy"
             cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out),
                    "--iters", str(opts.iters), "--warmup", "0"]
             what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
             progress(what)
             (sl,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
-            m = sdpa.error_metrics(np.load(out), ref.reference(*ref.make_inputs(shape, seed)), gates.sdpa)
+            m = sdpa.error_metrics(np.load(out), expected, gates.sdpa)
             worst = {k: max(v, worst.get(k, 0.0)) for k, v in m.items()}
             launches += 1 + sl.iters
             checked += 1

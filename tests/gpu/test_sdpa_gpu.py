@@ -21,14 +21,14 @@ GATES = thresholds.load().sdpa
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
 def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     shape = SDPA_SHAPES[shape_name]
-    files = sdpa.write_inputs(tmp_path, shape, seed)
+    files, expected = sdpa.prepare_case(tmp_path, shape, seed)
     out = tmp_path / "out.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
     (line,) = parse_lines(launch(cmd, what=impl, timeout_s=120).stdout, SdpaLine, what=impl)
     assert line.impl == impl and line.shape == list(shape)
     got = np.load(out)
     assert got.shape == shape and got.dtype == np.float16
-    m = sdpa.error_metrics(got, sdpa.ref.reference(*sdpa.ref.make_inputs(shape, seed)), GATES)
+    m = sdpa.error_metrics(got, expected, GATES)
     verdict = sdpa.correctness(m, GATES)
     assert verdict.passed, (verdict.reasons, m)
 
