@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from driver.config import DEFAULT_ARCH, SDPA_SHAPES
+from driver.config import SDPA_SHAPES
 from driver.records import Record
 
 
