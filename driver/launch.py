@@ -36,9 +36,15 @@ class ProcessResult:
     timed_out: bool
 
     def last_error_line(self) -> str:
+        """The line that says what went wrong: our executables' `error: ...` line, else the
+        first line naming a failure (a runtime abort prints it before its stack dump),
+        else the last line."""
         lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
         for ln in reversed(lines):
             if ln.lower().startswith("error"):
+                return ln
+        for ln in lines:
+            if "failed" in ln.lower() or "error_" in ln.lower():
                 return ln
         return lines[-1] if lines else "(no output on stderr)"
 

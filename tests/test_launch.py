@@ -2,12 +2,13 @@
 
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
 
 from driver.errors import ConfigError, KernelFailed, NoGPU
-from driver.launch import launch, run_process, runtime_env
+from driver.launch import ProcessResult, launch, run_process, runtime_env
 
 
 def _py(code: str) -> list[str]:
@@ -63,3 +64,9 @@ def test_runtime_env_keeps_multicast_off():
 def test_run_process_captures_both_streams():
     res = run_process(_py("import sys; print('out'); print('err', file=sys.stderr)"), timeout_s=30)
     assert (res.returncode, res.stdout.strip(), res.stderr.strip(), res.timed_out) == (0, "out", "err", False)
+
+
+def test_an_abort_reports_the_failure_not_the_stack_dump():
+    stderr = (Path(__file__).parent / "data" / "captured" / "mojo_abort_4gpu_stderr.txt").read_text()
+    res = ProcessResult(("allreduce_bench",), -6, "", stderr, 1.0, False)
+    assert res.last_error_line().startswith("CUDA call failed: CUDA_ERROR_ILLEGAL_ADDRESS")
