@@ -20,15 +20,18 @@ from driver.thresholds import Thresholds
 EXE = "allreduce_bench"
 
 
+def kernel_flags(kernel: str) -> list[str]:
+    """The executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
+    if kernel.startswith("1stage_cpasync_s"):
+        return ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
+    return ["--kernel", kernel]
+
+
 def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
     args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--batch", str(opts.batch), "--check", "1"]
     if impl == "ours":
-        kernel = opts.kernel
-        if kernel.startswith("1stage_cpasync_s"):
-            args += ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
-        else:
-            args += ["--kernel", kernel]
+        args += kernel_flags(opts.kernel)
     args += ["--impl", impl] if impl != "nccl" else []
     return args
 

@@ -14,19 +14,17 @@ from collections import Counter
 from pathlib import Path
 
 from driver import paths
-from driver.config import SUPPORTED_NGPUS, format_size
+from driver.config import CPASYNC_STAGES, SUPPORTED_NGPUS, format_size
 from driver.errors import NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
-from driver.suites.allreduce import EXE, worst_err, correctness
+from driver.suites.allreduce import EXE, correctness, kernel_flags, worst_err
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 
 KERNELS: dict[str, list[str]] = {
-    "1stage": ["--kernel", "1stage"],
-    "2stage": ["--kernel", "2stage"],
-    **{f"1stage_cpasync_s{s}": ["--kernel", "1stage_cpasync", "--stages", str(s)] for s in (2, 3, 4)},
+    k: kernel_flags(k) for k in ("1stage", "2stage", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
 }
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
 
