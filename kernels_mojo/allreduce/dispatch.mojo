@@ -199,12 +199,12 @@ def _grid_for(work_items: Int, block_threads: Int, grid_cap: Int) -> Int:
     return max(1, min((work_items + block_threads - 1) // block_threads, grid_cap))
 
 
-# Inlined on purpose: Mojo 1.2 can corrupt a struct larger than two registers
-# passed by value across a host function call in a GPU-enabled build
-# (modular/modular#6759). Array[ptr, 4] and Array[ptr, 8] are such structs, and
-# the 4-GPU run faulted with CUDA_ERROR_ILLEGAL_ADDRESS on 2026-11-22 while 2
-# GPUs (16-byte arrays) ran clean. Inlining removes the call boundaries between
-# the caller's arrays and enqueue_function. (Not yet verified on 4 GPUs.)
+# Peer pointers reach the kernels as separate scalar arguments (see
+# kernels.peer_array): Mojo 1.2 can corrupt a struct larger than two registers
+# passed by value across a call in a GPU-enabled build (modular/modular#6759),
+# and Array[ptr, 4] / Array[ptr, 8] are such structs; the 4-GPU run faulted
+# with CUDA_ERROR_ILLEGAL_ADDRESS on 2026-11-22 while 2 GPUs (16-byte arrays)
+# ran clean. The host functions are also inlined so no Array crosses a call.
 @always_inline
 def launch_kernel[
     dtype: DType, ngpus: Int
@@ -243,7 +243,10 @@ def launch_kernel[
             dtype, ngpus, AR_UNROLL, start_ra, end_ra
         ]
         ctx.enqueue_function[k](
-            inputs, output, sigs, kernel_id_out, n, r, skip,
+            inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],
+            output,
+            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+            kernel_id_out, n, r, skip,
             grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS, grid_cap),
             block_dim=AR_BLOCK_THREADS,
         )
@@ -257,7 +260,10 @@ def launch_kernel[
         ]
         var part = max(1, slice_vectors[dtype](num_elements, ngpus))
         ctx.enqueue_function[k](
-            inputs, output, scratch, sigs,
+            inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],
+            output,
+            scratch[0 % ngpus], scratch[1 % ngpus], scratch[2 % ngpus], scratch[3 % ngpus], scratch[4 % ngpus], scratch[5 % ngpus], scratch[6 % ngpus], scratch[7 % ngpus],
+            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
             kernel_id_out, n, r, skip,
             grid_dim=_grid_for(part, AR_BLOCK_THREADS, grid_cap),
             block_dim=AR_BLOCK_THREADS,
@@ -272,7 +278,9 @@ def launch_kernel[
                         dtype, ngpus, stages, bt, start_ra, end_ra
                     ]
                     ctx.enqueue_function[k](
-                        inputs, output, sigs,
+                        inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],
+                        output,
+                        sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
                         kernel_id_out, n, r, skip,
                         grid_dim=_grid_for(num_vectors_or_one, bt, grid_cap),
                         block_dim=bt,

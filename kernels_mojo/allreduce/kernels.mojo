@@ -49,6 +49,38 @@ comptime ElemPtr[dtype: DType] = Pointer[Scalar[dtype], MutAnyOrigin]
 comptime KernelIdPtr = Pointer[Int32, MutAnyOrigin]
 
 
+# ---- peer pointers as kernel arguments ----
+# Every per-rank pointer reaches a kernel as its own scalar argument (slots
+# 0..MAX_PEER_ARGS-1; slots >= ngpus are ignored), never as an Array/struct
+# argument: Mojo 1.2 mis-passes by-value aggregates wider than 16 bytes across
+# some call boundaries (modular/modular#6759), and Array[ptr, 4] is 32 bytes.
+# The kernel rebuilds the Array in registers/local memory.
+comptime MAX_PEER_ARGS = 8
+
+
+@always_inline
+def peer_array[
+    T: TrivialRegisterPassable, ngpus: Int
+](p0: T, p1: T, p2: T, p3: T, p4: T, p5: T, p6: T, p7: T) -> Array[T, ngpus]:
+    comptime assert ngpus >= 1 and ngpus <= MAX_PEER_ARGS, "ngpus must be in [1, 8]"
+    var a = Array[T, ngpus](fill=p0)
+    comptime if ngpus > 1:
+        a[1] = p1
+    comptime if ngpus > 2:
+        a[2] = p2
+    comptime if ngpus > 3:
+        a[3] = p3
+    comptime if ngpus > 4:
+        a[4] = p4
+    comptime if ngpus > 5:
+        a[5] = p5
+    comptime if ngpus > 6:
+        a[6] = p6
+    comptime if ngpus > 7:
+        a[7] = p7
+    return a^
+
+
 @always_inline
 def _record_kernel_id(kernel_id_out: KernelIdPtr, kernel_id: Int32):
     if global_idx.x == 0:
@@ -148,9 +180,9 @@ def ar_oneshot_k[
     start_release_acquire: Bool,
     end_release_acquire: Bool,
 ](
-    inputs: Array[ElemPtr[dtype], ngpus],
+    in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
-    sigs: Array[SignalPtr, ngpus],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
     kernel_id_out: KernelIdPtr,
     num_elements: Int64,
     my_rank: Int32,
@@ -158,6 +190,8 @@ def ar_oneshot_k[
 ):
     comptime V = vector_width[dtype]()
     _record_kernel_id(kernel_id_out, KERNEL_ID_1STAGE)
+    var inputs = peer_array[ElemPtr[dtype], ngpus](in0, in1, in2, in3, in4, in5, in6, in7)
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
     cross_gpu_barrier[ngpus, start_release_acquire](
@@ -209,10 +243,10 @@ def ar_twoshot_k[
     start_release_acquire: Bool,
     end_release_acquire: Bool,
 ](
-    inputs: Array[ElemPtr[dtype], ngpus],
+    in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
-    scratch: Array[ElemPtr[dtype], ngpus],
-    sigs: Array[SignalPtr, ngpus],
+    scr0: ElemPtr[dtype], scr1: ElemPtr[dtype], scr2: ElemPtr[dtype], scr3: ElemPtr[dtype], scr4: ElemPtr[dtype], scr5: ElemPtr[dtype], scr6: ElemPtr[dtype], scr7: ElemPtr[dtype],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
     kernel_id_out: KernelIdPtr,
     num_elements: Int64,
     my_rank: Int32,
@@ -220,6 +254,9 @@ def ar_twoshot_k[
 ):
     comptime V = vector_width[dtype]()
     _record_kernel_id(kernel_id_out, KERNEL_ID_2STAGE)
+    var inputs = peer_array[ElemPtr[dtype], ngpus](in0, in1, in2, in3, in4, in5, in6, in7)
+    var scratch = peer_array[ElemPtr[dtype], ngpus](scr0, scr1, scr2, scr3, scr4, scr5, scr6, scr7)
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
     var num_vectors = n // V
@@ -289,9 +326,9 @@ def ar_cpasync_k[
     start_release_acquire: Bool,
     end_release_acquire: Bool,
 ](
-    inputs: Array[ElemPtr[dtype], ngpus],
+    in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
-    sigs: Array[SignalPtr, ngpus],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
     kernel_id_out: KernelIdPtr,
     num_elements: Int64,
     my_rank: Int32,
@@ -300,6 +337,8 @@ def ar_cpasync_k[
     comptime assert stages >= 2 and stages <= 4, "stages must be 2, 3 or 4"
     comptime V = vector_width[dtype]()
     _record_kernel_id(kernel_id_out, cpasync_kernel_id[stages]())
+    var inputs = peer_array[ElemPtr[dtype], ngpus](in0, in1, in2, in3, in4, in5, in6, in7)
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
     cross_gpu_barrier[ngpus, start_release_acquire](
