@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -23,6 +24,7 @@ class RunOptions(Record):
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)
+    timing: Literal["device", "host"] = "device"
     kernel: str = "auto"
     arch: str | None = None  # None: the arch of GPU 0
     rounds: int = Field(default=3, gt=0)

@@ -143,7 +143,11 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
-    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample
+    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
+    # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
+    # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
+    timing: Literal["device", "host"] = "host"
+    hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     min_us: NonNegativeFloat

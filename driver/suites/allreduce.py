@@ -27,9 +27,16 @@ def kernel_flags(kernel: str) -> list[str]:
     return ["--kernel", kernel]
 
 
+def timing_flags(opts: RunOptions) -> list[str]:
+    """The timing method's flags, the same for ours, upstream and the NCCL peer."""
+    if opts.timing == "host":
+        return ["--timing", "host", "--batch", str(opts.batch)]
+    return ["--timing", "device"]
+
+
 def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
-    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--batch", str(opts.batch), "--check", "1"]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
     if impl == "ours":
         args += kernel_flags(opts.kernel)
     args += ["--impl", impl] if impl != "nccl" else []

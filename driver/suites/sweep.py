@@ -18,7 +18,7 @@ from driver.config import CPASYNC_STAGES, SUPPORTED_NGPUS, format_size
 from driver.errors import NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
-from driver.suites.allreduce import EXE, correctness, kernel_flags, worst_err
+from driver.suites.allreduce import EXE, correctness, kernel_flags, timing_flags, worst_err
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
@@ -111,7 +111,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     for ngpus in counts:
         for dtype in opts.dtypes:
             base = [str(exe_dir / EXE), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
-                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), "--batch", str(opts.batch), "--check", "1"]
+                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
             samples = interleaved(
                 {k: base + args for k, args in KERNELS.items()}, AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,

@@ -18,7 +18,8 @@ def usage() -> String:
         " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N] [--check-iters N]"
         " [--kernel auto|1stage|2stage|1stage_cpasync|noop] [--stages 2|3|4]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
-        " [--debug-hang-rank R]"
+        " [--debug-hang-rank R] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
+        " [--lanes 1..4] [--mem-pressure PERCENT]"
     )
 
 
@@ -77,6 +78,11 @@ struct BenchConfig(Copyable, Movable):
     var impl: String
     var debug_hang_rank: Int  # -1 = off
     var upstream_epilogue: String  # diagnostic: "default" | "explicit"
+    var timing: String  # "device" (per-iteration CUDA events) | "host" (batched wall clock)
+    var alternate: Bool  # stress: cycle every kernel in the checked launches
+    var refresh_every: Int  # stress: fresh inputs every N checked launches (0 = never)
+    var lanes: Int  # stress: independent allreduces in flight at once
+    var mem_pressure: Float64  # stress: fraction of free GPU memory held by a filler
 
     def __init__(out self):
         self.sizes_bytes = [256 * 1024, 16 * 1024 * 1024]
@@ -93,6 +99,11 @@ struct BenchConfig(Copyable, Movable):
         self.impl = "ours"
         self.debug_hang_rank = -1
         self.upstream_epilogue = "default"
+        self.timing = "device"
+        self.alternate = False
+        self.refresh_every = 0
+        self.lanes = 1
+        self.mem_pressure = 0.0
 
 
 def parse_args() raises -> BenchConfig:
@@ -159,6 +170,27 @@ def parse_args() raises -> BenchConfig:
             if val != "default" and val != "explicit":
                 raise Error("--upstream-epilogue takes default or explicit")
             cfg.upstream_epilogue = val
+        elif opt == "--timing":
+            if val != "device" and val != "host":
+                raise Error("--timing takes device or host")
+            cfg.timing = val
+        elif opt == "--alternate":
+            if val != "0" and val != "1":
+                raise Error("--alternate takes 0 or 1")
+            cfg.alternate = val == "1"
+        elif opt == "--refresh-every":
+            cfg.refresh_every = _parse_int(val, "--refresh-every")
+            if cfg.refresh_every < 0:
+                raise Error("--refresh-every must be >= 0")
+        elif opt == "--lanes":
+            cfg.lanes = _parse_int(val, "--lanes")
+            if cfg.lanes < 1 or cfg.lanes > 4:
+                raise Error("--lanes must be 1, 2, 3 or 4")
+        elif opt == "--mem-pressure":
+            var pct = _parse_int(val, "--mem-pressure")
+            if pct < 0 or pct > 95:
+                raise Error("--mem-pressure takes a percentage of free GPU memory, 0..95")
+            cfg.mem_pressure = Float64(pct) / 100.0
         else:
             raise Error(String("unknown option ", opt, "; ", usage()))
     if cfg.ngpus != 2 and cfg.ngpus != 4 and cfg.ngpus != 8:
@@ -169,6 +201,10 @@ def parse_args() raises -> BenchConfig:
         raise Error("--kernel must be auto with --impl upstream (upstream picks its own kernel)")
     if cfg.impl == "upstream" and cfg.debug_hang_rank >= 0:
         raise Error("--debug-hang-rank is only supported with --impl ours")
+    if cfg.alternate and cfg.kernel != "auto":
+        raise Error("--alternate 1 cycles every kernel; it takes no --kernel")
+    if cfg.impl == "upstream" and (cfg.alternate or cfg.lanes > 1 or cfg.mem_pressure > 0 or cfg.refresh_every > 0):
+        raise Error("--alternate, --lanes, --mem-pressure and --refresh-every are only supported with --impl ours")
     if cfg.debug_hang_rank >= cfg.ngpus:
         raise Error(String("--debug-hang-rank ", cfg.debug_hang_rank, " out of range (0..", cfg.ngpus - 1, ")"))
     return cfg^

@@ -1,18 +1,26 @@
 # Per-size benchmark + check for our kernels and for upstream comm.allreduce,
 # sharing one timing method and one checking method.
 #
-# Timing: host wall clock (perf_counter_ns) around `batch` iterations launched
-# back to back on every GPU, then synchronizing every context; one sample is
-# that time / batch. batch = 1 times each iteration alone (launch + sync
-# latency included); batch > 1 is nccl-tests' method (launches pipelined, the
-# sync paid once per batch). p50/p90/min/mean over ceil(iters / batch) samples
-# after `warmup` untimed iterations.
+# Timing (--timing):
+#   device (default): one sample per iteration, device time from CUDA events on
+#     rank 0's stream. Before each iteration a one-thread kernel holds rank 0's
+#     stream for HOLD_NS so the host has queued every rank's launch before the
+#     start event fires (host launch latency is not timed); after the launches
+#     every other rank's stream records an event that rank 0's stream waits
+#     for, so the end event fires only when EVERY rank has finished. Peers'
+#     kernels are already waiting at the barrier when rank 0 starts (the
+#     steady state of back-to-back collectives). An iteration whose launches
+#     took the host longer than HOLD_NS is counted in `hold_overruns`.
+#   host: host wall clock (perf_counter_ns) around `batch` iterations launched
+#     back to back on every GPU, then synchronizing every context; one sample is
+#     that time / batch (nccl-tests' method for batch > 1).
+# p50/p90/min/mean over the samples, after `warmup` untimed iterations.
 
 from std.collections import Array
 from std.sys import size_of, stderr
-from std.time import perf_counter_ns
+from std.time import global_perf_counter_ns, perf_counter_ns
 from std.utils.numerics import nan
-from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
+from max.gpu.host import DeviceBuffer, DeviceContext, DeviceEvent, HostBuffer
 from layout import Coord, TileTensor, coord_to_index_list, row_major
 from layout.tile_layout import TensorLayout
 from std.utils import IndexList, StaticTuple
@@ -23,6 +31,7 @@ from comm.allreduce import allreduce as upstream_allreduce
 from allreduce.dispatch import (
     AR_CPASYNC_STAGES,
     allreduce_rank,
+    kernel_exists,
     kernel_name,
     max_grid_blocks,
     scratch_elements,
@@ -76,6 +85,69 @@ def timed_iterations[
     return samples^
 
 
+comptime HOLD_NS = 100_000
+"""How long the hold kernel keeps rank 0's stream busy before a device-timed
+iteration (100 us; the host queues 2-8 launches in 10-40 us)."""
+
+
+def hold_stream_k(hold_ns: Int64):
+    """One thread spins on the global timer for `hold_ns` (not an allreduce)."""
+    var t0 = global_perf_counter_ns()
+    while Int64(global_perf_counter_ns() - t0) < hold_ns:
+        pass
+
+
+struct DeviceSamples(Movable):
+    var samples_us: List[Float64]
+    var hold_overruns: Int
+
+    def __init__(out self, var samples_us: List[Float64], hold_overruns: Int):
+        self.samples_us = samples_us^
+        self.hold_overruns = hold_overruns
+
+
+def device_timed_iterations[
+    launch_all: def() raises capturing -> None
+](ctxs: List[DeviceContext], warmup: Int, iters: Int) raises -> DeviceSamples:
+    """Per-iteration device times (see the header): one sample per iteration."""
+    sync_all(ctxs)
+    for _ in range(warmup):
+        launch_all()
+        sync_all(ctxs)
+    var joins = List[DeviceEvent]()
+    for r in range(1, len(ctxs)):
+        joins.append(ctxs[r].create_event())
+    var samples = List[Float64](capacity=iters)
+    var overruns = 0
+    var launched_ns = 0
+
+    def one_iteration() raises {mut launched_ns, imm}:
+        var t0 = perf_counter_ns()
+        launch_all()
+        for r in range(1, len(ctxs)):
+            ctxs[r].stream().record_event(joins[r - 1])
+            ctxs[0].stream().enqueue_wait_for(joins[r - 1])
+        launched_ns = Int(perf_counter_ns()) - Int(t0)
+
+    for _ in range(iters):
+        ctxs[0].enqueue_function[hold_stream_k](Int64(HOLD_NS), grid_dim=1, block_dim=1)
+        var ns = ctxs[0].execution_time(one_iteration, 1)
+        sync_all(ctxs)
+        if launched_ns >= HOLD_NS:
+            overruns += 1
+        samples.append(Float64(ns) / 1000.0)
+    return DeviceSamples(samples^, overruns)
+
+
+def timing_samples[
+    launch_all: def() raises capturing -> None
+](cfg: BenchConfig, ctxs: List[DeviceContext]) raises -> DeviceSamples:
+    """Samples by the method --timing asks for (host: 0 overruns by definition)."""
+    if cfg.timing == "device":
+        return device_timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters)
+    return DeviceSamples(timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch), 0)
+
+
 def requested_kernel_id(cfg: BenchConfig) -> Int32:
     if cfg.kernel == "1stage":
         return KERNEL_ID_1STAGE
@@ -103,6 +175,7 @@ def json_record(
     check: CheckResult,
     checked: Bool,
     checked_iters: Int,
+    hold_overruns: Int = 0,
 ) -> String:
     var algbw = Float64(0)
     if stats.p50_us > 0:
@@ -120,7 +193,9 @@ def json_record(
     s += String(',"elements":', num_elements)
     s += String(',"iters":', cfg.iters)
     s += String(',"warmup":', cfg.warmup)
-    s += String(',"batch":', cfg.batch)
+    s += String(',"batch":', cfg.batch if cfg.timing == "host" else 1)
+    s += String(',"timing":', json_string(cfg.timing))
+    s += String(',"hold_overruns":', hold_overruns)
     s += String(',"p50_us":', json_fixed3(stats.p50_us))
     s += String(',"p90_us":', json_fixed3(stats.p90_us))
     s += String(',"min_us":', json_fixed3(stats.min_us))
@@ -239,94 +314,200 @@ def _reset_kernel_ids(
     sync_all(ctxs)
 
 
+struct Lane[dtype: DType, ngpus: Int](Movable):
+    """Everything one independent stream of allreduces needs on every rank:
+    contexts (one stream each), signal buffers (zeroed once), kernel-id words,
+    inputs/outputs/references and the 2stage scratch for the current size."""
+
+    var ctxs: List[DeviceContext]
+    var signals: List[DeviceBuffer[DType.uint32]]
+    var kid_words: List[DeviceBuffer[DType.int32]]
+    var scratch: List[DeviceBuffer[Self.dtype]]
+    var bufs: SizeBuffers[Self.dtype]
+
+    def __init__(out self, var ctxs: List[DeviceContext]) raises:
+        self.signals = List[DeviceBuffer[DType.uint32]]()
+        self.kid_words = List[DeviceBuffer[DType.int32]]()
+        self.scratch = List[DeviceBuffer[Self.dtype]]()
+        for r in range(Self.ngpus):
+            self.signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
+            self.signals[r].enqueue_fill(0)
+            self.kid_words.append(ctxs[r].enqueue_create_buffer[DType.int32](1))
+        sync_all(ctxs)
+        self.bufs = SizeBuffers[Self.dtype](ctxs, 0, 0, False)
+        self.ctxs = ctxs^
+
+    def set_size(mut self, n: Int, seed: Int, want_refs: Bool) raises:
+        """(Re)allocate inputs, outputs and scratch for n elements."""
+        self.scratch = List[DeviceBuffer[Self.dtype]]()
+        self.bufs = SizeBuffers[Self.dtype](self.ctxs, n, seed, want_refs)
+        for r in range(Self.ngpus):
+            self.scratch.append(
+                self.ctxs[r].enqueue_create_buffer[Self.dtype](scratch_elements[Self.dtype](n, Self.ngpus))
+            )
+        sync_all(self.ctxs)
+
+    def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int) raises -> Int32:
+        """Launch one allreduce on every rank (select + launch in one path);
+        returns the kernel id launched."""
+        var n = self.bufs.num_elements
+        var sig_ptrs = Array[SignalPtr, Self.ngpus](fill=self.signals[0].unsafe_ptr().as_unsafe_any_origin())
+        var in_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.bufs.inputs[0].unsafe_ptr().as_unsafe_any_origin())
+        var scratch_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.scratch[0].unsafe_ptr().as_unsafe_any_origin())
+        for r in range(Self.ngpus):
+            sig_ptrs[r] = self.signals[r].unsafe_ptr().as_unsafe_any_origin()
+            in_ptrs[r] = self.bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
+            scratch_ptrs[r] = self.scratch[r].unsafe_ptr().as_unsafe_any_origin()
+        var selected = KERNEL_ID_NONE
+        for r in range(Self.ngpus):
+            selected = allreduce_rank[Self.dtype, Self.ngpus](
+                requested,
+                self.ctxs[r],
+                r,
+                in_ptrs,
+                self.bufs.outputs[r].unsafe_ptr().as_unsafe_any_origin(),
+                scratch_ptrs,
+                sig_ptrs,
+                self.kid_words[r].unsafe_ptr().as_unsafe_any_origin(),
+                n,
+                grid_cap,
+                debug_skip_barrier=(r == hang_rank),
+            )
+        return selected
+
+    def reset_kernel_ids(mut self) raises:
+        _reset_kernel_ids(self.ctxs, self.kid_words)
+
+    def confirmed(self) raises -> String:
+        return _read_kernel_ids(self.ctxs, self.kid_words)
+
+
+def _alternation() -> List[Int32]:
+    """Every kernel built into this binary, in the order --alternate cycles them."""
+    var ids = List[Int32]()
+    ids.append(KERNEL_ID_1STAGE)
+    ids.append(KERNEL_ID_2STAGE)
+    comptime for stages in range(2, 5):
+        if kernel_exists(cpasync_kernel_id[stages]()):
+            ids.append(cpasync_kernel_id[stages]())
+    return ids^
+
+
+def _hold_memory(ctxs: List[DeviceContext], fraction: Float64) raises -> List[DeviceBuffer[DType.uint8]]:
+    """Memory-pressure filler: take `fraction` of each GPU's free memory."""
+    var fillers = List[DeviceBuffer[DType.uint8]]()
+    for r in range(len(ctxs)):
+        var info = ctxs[r].get_memory_info()
+        var nbytes = Int(Float64(Int(info[0])) * fraction)
+        fillers.append(ctxs[r].enqueue_create_buffer[DType.uint8](max(1, nbytes)))
+        fillers[r].enqueue_fill(0xA5)
+        print(String("stress: GPU ", r, " holds a ", nbytes // (1024 * 1024), " MiB filler (", Int(fraction * 100),
+                     "% of the ", Int(info[0]) // (1024 * 1024), " MiB free)"), file=stderr)
+    sync_all(ctxs)
+    return fillers^
+
+
 def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
-    """Benchmark our kernels at every size in cfg; one JSON line per size."""
-    # Persistent per-rank state: signal buffers (zeroed once) and the
-    # kernel-id words.
-    var signals = List[DeviceBuffer[DType.uint32]]()
-    var kid_words = List[DeviceBuffer[DType.int32]]()
+    """Benchmark (and with --check-iters, soak) our kernels at every size in
+    cfg; one JSON line per size.
+
+    Stress switches (all checked element by element, every launch):
+      --alternate 1      cycle every kernel built in, back to back, so a stale
+                         flag or signal left by one kernel would corrupt the next
+      --refresh-every N  fresh random inputs (new seed) every N checked launches
+      --lanes K          K independent allreduces in flight at once, each on
+                         its own stream per GPU with its own buffers and signals
+                         (grid cap divided by K so every block stays resident)
+      --mem-pressure F   a filler holds fraction F of each GPU's free memory
+    """
+    var fillers = List[DeviceBuffer[DType.uint8]]()
+    if cfg.mem_pressure > 0:
+        fillers = _hold_memory(ctxs, cfg.mem_pressure)
+    var lanes = List[Lane[dtype, ngpus]]()
     var grid_cap = max_grid_blocks(ctxs[0])
     for r in range(ngpus):
-        signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
-        signals[r].enqueue_fill(0)
-        kid_words.append(ctxs[r].enqueue_create_buffer[DType.int32](1))
         grid_cap = min(grid_cap, max_grid_blocks(ctxs[r]))
-    sync_all(ctxs)
-    var sig_ptrs = Array[SignalPtr, ngpus](fill=signals[0].unsafe_ptr().as_unsafe_any_origin())
-    for r in range(ngpus):
-        sig_ptrs[r] = signals[r].unsafe_ptr().as_unsafe_any_origin()
+    for lane in range(cfg.lanes):
+        var lane_ctxs = List[DeviceContext]()
+        for r in range(ngpus):
+            if lane == 0:
+                lane_ctxs.append(ctxs[r])
+            else:
+                lane_ctxs.append(DeviceContext(device_id=r))
+        lanes.append(Lane[dtype, ngpus](lane_ctxs^))
+    var lane_grid_cap = max(1, grid_cap // cfg.lanes)
 
     var requested = requested_kernel_id(cfg)
+    var cycle = _alternation()
     # The noop diagnostic computes nothing, so there is nothing to check.
     var do_check = cfg.check and requested != KERNEL_ID_NOOP
     for size_idx in range(len(cfg.sizes_bytes)):
         var num_bytes = cfg.sizes_bytes[size_idx]
         var n = num_bytes // size_of[dtype]()
-        var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, do_check)
-        var scratch = List[DeviceBuffer[dtype]]()
-        for r in range(ngpus):
-            scratch.append(ctxs[r].enqueue_create_buffer[dtype](scratch_elements[dtype](n, ngpus)))
-        sync_all(ctxs)
-        var in_ptrs = Array[ElemPtr[dtype], ngpus](fill=bufs.inputs[0].unsafe_ptr().as_unsafe_any_origin())
-        var scratch_ptrs = Array[ElemPtr[dtype], ngpus](fill=scratch[0].unsafe_ptr().as_unsafe_any_origin())
-        var out_ptrs = Array[ElemPtr[dtype], ngpus](fill=bufs.outputs[0].unsafe_ptr().as_unsafe_any_origin())
-        var kid_ptrs = Array[KernelIdPtr, ngpus](fill=kid_words[0].unsafe_ptr().as_unsafe_any_origin())
-        for r in range(ngpus):
-            in_ptrs[r] = bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
-            scratch_ptrs[r] = scratch[r].unsafe_ptr().as_unsafe_any_origin()
-            out_ptrs[r] = bufs.outputs[r].unsafe_ptr().as_unsafe_any_origin()
-            kid_ptrs[r] = kid_words[r].unsafe_ptr().as_unsafe_any_origin()
+        for lane in range(cfg.lanes):
+            lanes[lane].set_size(n, cfg.seed + lane, do_check)
 
         var selected = KERNEL_ID_NONE
 
         @always_inline
         @__parameter
         def launch_all() raises:
-            for r in range(ngpus):
-                selected = allreduce_rank[dtype, ngpus](
-                    requested,
-                    ctxs[r],
-                    r,
-                    in_ptrs,
-                    out_ptrs[r],
-                    scratch_ptrs,
-                    sig_ptrs,
-                    kid_ptrs[r],
-                    n,
-                    grid_cap,
-                    debug_skip_barrier=(r == cfg.debug_hang_rank),
-                )
+            selected = lanes[0].launch(requested, grid_cap, cfg.debug_hang_rank)
 
         var check = CheckResult()
         var confirmed = String("none")
+        var alternating = cfg.alternate and requested == KERNEL_ID_NONE
         if do_check:
             # --check-iters > 1 is the soak: every one of these launches is
             # poisoned first and checked element by element afterwards.
             for it in range(cfg.check_iters):
-                bufs.poison_outputs(ctxs)
-                _reset_kernel_ids(ctxs, kid_words)
-                launch_all()
-                sync_all(ctxs)
-                var ran = _read_kernel_ids(ctxs, kid_words)
-                if it == 0:
-                    confirmed = ran
-                elif ran != confirmed:
-                    confirmed = "mismatch"
-                check.merge(bufs.check(ctxs))
+                if cfg.refresh_every > 0 and it > 0 and it % cfg.refresh_every == 0:
+                    for lane in range(cfg.lanes):
+                        lanes[lane].set_size(n, cfg.seed + 7919 * it + lane, True)
+                var want = requested
+                if alternating:
+                    want = cycle[it % len(cycle)]
+                for lane in range(cfg.lanes):
+                    lanes[lane].bufs.poison_outputs(lanes[lane].ctxs)
+                    lanes[lane].reset_kernel_ids()
+                for lane in range(cfg.lanes):
+                    var cap = grid_cap if cfg.lanes == 1 else lane_grid_cap
+                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank)
+                for lane in range(cfg.lanes):
+                    sync_all(lanes[lane].ctxs)
+                for lane in range(cfg.lanes):
+                    var ran = lanes[lane].confirmed()
+                    if alternating:
+                        if n > 0 and ran != kernel_name(want):
+                            print(String("alternate: launch ", it, " lane ", lane, " asked for ", kernel_name(want),
+                                         ", the GPU reports ", ran), file=stderr)
+                            confirmed = "mismatch"
+                        elif it == 0:
+                            confirmed = "alternate"
+                    elif it == 0 and lane == 0:
+                        confirmed = ran
+                    elif ran != confirmed:
+                        confirmed = "mismatch"
+                    check.merge(lanes[lane].bufs.check(lanes[lane].ctxs))
 
-        _reset_kernel_ids(ctxs, kid_words)
-        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
-        var confirmed_timed = _read_kernel_ids(ctxs, kid_words)
-        if do_check and confirmed_timed != confirmed:
+        lanes[0].reset_kernel_ids()
+        var timing = timing_samples[launch_all](cfg, ctxs)
+        var confirmed_timed = lanes[0].confirmed()
+        if alternating:
+            if n == 0 and confirmed == "none":
+                confirmed = "alternate"
+        elif do_check and confirmed_timed != confirmed:
             print(String("kernel id changed between checked and timed runs: ", confirmed, " vs ", confirmed_timed), file=stderr)
             confirmed = "mismatch"
         elif not do_check:
             confirmed = confirmed_timed
-        if selected == KERNEL_ID_NONE:
-            selected = select_kernel(num_bytes, ngpus, dtype)
-        var stats = TimingStats(samples^)
-        print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, stats, check, do_check,
-                          cfg.check_iters if do_check else 0))
+        var selected_name = String("alternate") if alternating else kernel_name(selected)
+        if not alternating and selected == KERNEL_ID_NONE:
+            selected_name = kernel_name(select_kernel(num_bytes, ngpus, dtype))
+        var stats = TimingStats(timing.samples_us.copy())
+        print(json_record(cfg, selected_name, confirmed, n * size_of[dtype](), n, stats, check, do_check,
+                          cfg.check_iters * cfg.lanes if do_check else 0, timing.hold_overruns))
+    _ = fillers^
 
 
 def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
@@ -375,10 +556,10 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
             launch_all()
             sync_all(ctxs)
             check = bufs.check(ctxs)
-        var samples = timed_iterations[launch_all](ctxs, cfg.warmup, cfg.iters, cfg.batch)
-        var stats = TimingStats(samples^)
+        var timing = timing_samples[launch_all](cfg, ctxs)
+        var stats = TimingStats(timing.samples_us.copy())
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
-                          1 if cfg.check else 0))
+                          1 if cfg.check else 0, timing.hold_overruns))
 
 
 def _upstream_launch_all[
