@@ -65,3 +65,29 @@ def test_missing_mojo(results_dir):
         proc = run_driver(*args, env=env)
         _assert_one_clear_line(proc, ToolchainMissing.exit_code, "mojo not found", "mojo==1.2.0")
     assert not results_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--timing", "wall"], "--timing takes device or host"),
+        (["--lanes", "9"], "--lanes must be 1, 2, 3 or 4"),
+        (["--mem-pressure", "99"], "--mem-pressure takes a percentage of free GPU memory, 0..95"),
+        (["--alternate", "1", "--kernel", "2stage"], "--alternate 1 cycles every kernel; it takes no --kernel"),
+        (["--impl", "upstream", "--lanes", "2"], "only supported with --impl ours"),
+        (["--ngpus", "3"], "unsupported --ngpus 3"),
+    ],
+)
+def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, needle):
+    """The executable validates its whole command line first, so this runs on a CPU-only machine."""
+    import subprocess
+
+    from driver import paths
+
+    exe = paths.build_dir() / "sm_90" / "allreduce_bench"
+    if not exe.exists():
+        pytest.fail(f"{exe} is not built: run `python -m driver build --arch sm_90` (nox -s test does)")
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+    assert proc.stdout == ""

@@ -3,7 +3,12 @@
 - Soak: every allreduce kernel (1stage, 2stage, cp.async with 2, 3 and 4 stages) x
   dtype x GPU count present, at random sizes with odd tails, `--iters` checked
   launches per size (each poisoned first and checked element by element, fresh
-  random inputs every `RESEED_EVERY` launches); both SDPA variants on every shape and
+  random inputs every `REFRESH_EVERY` launches, a new seed per process of
+  `LAUNCHES_PER_PROCESS`); then three mixed configs per dtype and GPU count, each
+  cycling every kernel back to back (a stale flag or signal left by one kernel
+  would corrupt the next): `alternate` alone, `lanes2` (two independent
+  allreduces in flight at once on separate streams) and `mempressure90` (a filler
+  holds 90% of each GPU's free memory). Both SDPA variants on every shape and
   seed, each output checked against the float64 reference.
 - Watchdog: a rank that never reaches the barrier (`--debug-hang-rank`) must be
   killed within the timeout, and the GPUs must then run a checked allreduce again.
@@ -36,17 +41,23 @@ from driver.suites.common import SuiteResult, progress
 from driver.suites.sweep import KERNELS
 from driver.thresholds import Thresholds
 
-RESEED_EVERY = 100
+REFRESH_EVERY = 25  # fresh random inputs inside one process
+LAUNCHES_PER_PROCESS = 250  # a new process (new seed, new contexts) after this many checked launches
+MIXED_CONFIGS: dict[str, list[str]] = {
+    "alternate": ["--alternate", "1"],
+    "lanes2": ["--alternate", "1", "--lanes", "2"],
+    "mempressure90": ["--alternate", "1", "--mem-pressure", "90"],
+}
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 WATCHDOG_TIMEOUT_S = 20.0
 
 
 def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
-    """Byte sizes with odd element tails: one tiny, one near 8K, the rest up to 4M elements."""
+    """Byte sizes with odd element tails: one tiny, one near 8K, the rest up to 1M elements."""
     e = ELEM_BYTES[dtype]
     elems = [rng.randrange(1, 64), (8 << 10) + rng.randrange(1, 16)]
-    elems += [rng.randrange(1 << 10, 4 << 20) | 1 for _ in range(max(0, count - 2))]
+    elems += [rng.randrange(1 << 10, 1 << 20) | 1 for _ in range(max(0, count - 2))]
     return [n * e for n in elems]
 
 
@@ -61,28 +72,36 @@ def _record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reason
 
 
 def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
-                   ngpus: int, dtype: str, kernel: str) -> ArchivedRecord:
+                   ngpus: int, dtype: str, kernel: str, flags: list[str] | None = None) -> ArchivedRecord:
+    """`kernel` is a kernel name (forced) or a MIXED_CONFIGS name (its flags cycle every kernel)."""
+    mixed = flags is not None
     sizes = random_sizes(rng, dtype)
-    chunks = max(1, opts.iters // RESEED_EVERY)
-    per_chunk = max(1, opts.iters // chunks)
+    chunks = max(1, -(-opts.iters // LAUNCHES_PER_PROCESS))
+    per_chunk = -(-opts.iters // chunks)
     lines: list[AllreduceLine] = []
     t0 = time.perf_counter()
     for c in range(chunks):
         cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
-               "--check", "1", "--check-iters", str(per_chunk), "--iters", "1", "--warmup", "0",
-               "--seed", str(rng.randrange(1 << 30)), *KERNELS[kernel]]
+               "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
+               "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
+               *(flags if mixed else KERNELS[kernel])]
         what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks})"
         progress(what)
         lines += parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
     wrong = sum(ln.wrong for ln in lines)
-    bad_kernel = sorted({ln.kernel_confirmed for ln in lines if ln.elements and ln.kernel_confirmed != kernel})
+    expect = "alternate" if mixed else kernel
+    bad_kernel = sorted({ln.kernel_confirmed for ln in lines if ln.elements and ln.kernel_confirmed != expect})
+    # Per size, the checked launches are per_chunk x lanes; the soak's count is per size (every size
+    # gets that many), which is what ">= 1000 iterations per config" means here.
+    per_size = sum(ln.checked_iters for ln in lines) // max(1, len(sizes))
     line = StressLine(suite="stress", check="soak", kernel=kernel, config=f"{dtype}/{ngpus}gpu",
-                      sizes_bytes=sizes, iterations=sum(ln.checked_iters for ln in lines),
-                      checked=sum(ln.checked_iters for ln in lines), wrong=wrong, max_abs_err=worst_err(lines),
-                      seconds=time.perf_counter() - t0)
+                      sizes_bytes=sizes, iterations=per_size, checked=sum(ln.checked_iters for ln in lines),
+                      wrong=wrong, max_abs_err=worst_err(lines), seconds=time.perf_counter() - t0,
+                      detail=" ".join(flags) if mixed else "")
     reasons = [f"{wrong} wrong elements"] if wrong else []
     reasons += ["some output was NaN or infinite"] if line.max_abs_err is None else []
-    reasons += [f"the GPU ran {bad_kernel}, not {kernel}"] if bad_kernel else []
+    what_ran = "a kernel other than the one each launch asked for" if mixed else f"{bad_kernel}, not {kernel}"
+    reasons += [f"the GPU ran {what_ran}"] if bad_kernel else []
     return _record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
@@ -188,6 +207,9 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             for dtype in opts.dtypes:
                 for kernel in KERNELS:
                     result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel))
+                for name, flags in MIXED_CONFIGS.items():
+                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
+                                                         flags))
         if counts:
             result.records.append(watchdog(opts, exe, dev, git_sha))
     if "sdpa" in opts.stress_parts:
