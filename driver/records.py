@@ -174,6 +174,13 @@ class SdpaLine(Record):
     std_us: NonNegativeFloat
     min_us: NonNegativeFloat
     tflops: NonNegativeFloat
+    # Diagnostics, present only when the runner was asked for them:
+    ablate: Literal["none", "no_compute", "no_loads"] = "none"  # --ablate: the output is NOT a result
+    split: int | None = Field(default=None, ge=1)  # --split: KV groups per block
+    bn: int | None = Field(default=None, ge=1)  # keys per tile of the config that ran
+    soak_launches: NonNegativeInt = 0  # --soak: launches after the output run, each compared bit for bit with it
+    soak_streams: int = Field(default=1, ge=1)
+    soak_mismatched_elements: NonNegativeInt = 0
     grid: list[int] = Field(default_factory=list)
     block: list[int] = Field(default_factory=list)
     smem_bytes: NonNegativeInt = 0

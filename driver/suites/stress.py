@@ -105,30 +105,45 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     return _record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
+SDPA_SOAK_STREAMS = 2
+
+
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
               shape_name: str) -> ArchivedRecord:
+    """Per seed (fresh inputs): one output launch checked against the float64 reference, then
+    `--iters` launches over SDPA_SOAK_STREAMS streams in flight at once, each compared bit for
+    bit with that output on the GPU, so every launch is checked."""
     shape = SDPA_SHAPES[shape_name]
     t0 = time.perf_counter()
     worst: dict[str, float] = {}
-    launches = checked = 0
+    launches = mismatched = 0
+    per_seed = -(-opts.iters // len(opts.seeds))
     for seed in opts.seeds:
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
             files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
             out = Path(tmp) / "out.npy"
             cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out),
-                   "--iters", str(opts.iters), "--warmup", "0"]
+                   "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
             what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
             progress(what)
             (sl,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+            if sl.soak_launches != per_seed:
+                raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_seed}",
+                                   "rebuild the SDPA runners (python -m driver build --targets sdpa)")
             m = sdpa.error_metrics(np.load(out), expected, gates.sdpa)
             worst = {k: max(v, worst.get(k, 0.0)) for k, v in m.items()}
-            launches += 1 + sl.iters
-            checked += 1
+            launches += 1 + sl.soak_launches
+            mismatched += sl.soak_mismatched_elements
     verdict = sdpa.correctness(worst, gates.sdpa)
+    reasons = list(verdict.reasons)
+    if mismatched:
+        reasons.append(f"{mismatched} elements of the soak launches differ from the checked output")
     line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=shape_name,
-                      iterations=launches, checked=checked, wrong=0 if verdict.passed else 1,
-                      max_abs_err=worst["max_abs_err"], seconds=time.perf_counter() - t0)
-    return _record(dev, sha, line, passed=verdict.passed, reasons=verdict.reasons)
+                      iterations=launches, checked=launches, wrong=mismatched + (0 if verdict.passed else 1),
+                      max_abs_err=worst["max_abs_err"], seconds=time.perf_counter() - t0,
+                      detail=f"{len(opts.seeds)} seeds; {SDPA_SOAK_STREAMS} streams in flight; every launch compared "
+                             "bit for bit with the reference-checked output")
+    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
 def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str) -> ArchivedRecord:

@@ -1,7 +1,9 @@
 // Runner for the FP8 SDPA forward kernel (see sdpa_fp8.cuh).
 //
 //   sdpa_fp8_{baseline,cpasync} --q q.npy --k k.npy --v v.npy --scales scales.npy --out out.npy
-//                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--no-spin]
+//                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--split 0|1|2|4]
+//                               [--ablate none|no_compute|no_loads] [--no-spin]
+//                               [--soak N [--streams K]]
 //
 // q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
 // [k_scale, v_scale].  Writes out.npy fp16 [B,H,S,D] from one launch, then times `iters`
@@ -11,6 +13,15 @@
 // for ~10 us per iteration so that the host can queue all launches ahead of the GPU: the
 // event pairs then measure the kernel on the device, not host launch latency.  --no-spin
 // turns that off.
+//
+// --split picks the intra-block split-KV config (0 = heuristic, 1 = unsplit, 2 / 4 = KV groups);
+// --ablate runs a diagnostic kernel (no_compute: loads/decode only; no_loads: math only; the
+// output is then NOT a correct result).  When either flag is given, the JSON line carries
+// the extra keys "ablate", "split" and "bn" (without them it is exactly the old line).
+// --soak N (stress): after the output run, N more launches round-robin over K streams in flight
+// at once, each into its own freshly poisoned buffer, each compared bit for bit on the GPU with
+// the output run; the line then carries "soak_launches", "soak_streams" and
+// "soak_mismatched_elements".
 //
 // Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU.  Errors: one line "error: ..." on
 // stderr; stdout carries only the JSON line.
@@ -48,6 +59,15 @@ __global__ void spin_wait_kernel(unsigned long long ns) {
     } while (t - t0 < ns);
 }
 
+// Soak check: counts elements of `out` whose bits differ from `ref` (the checked output launch).
+__global__ void count_mismatches_kernel(const unsigned short* out, const unsigned short* ref, size_t n,
+                                        unsigned long long* count) {
+    unsigned long long bad = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        bad += out[i] != ref[i];
+    if (bad) atomicAdd(count, bad);
+}
+
 bool parse_int(const char* s, long* out) {
     if (!s || !*s) return false;
     char* end = nullptr;
@@ -77,8 +97,10 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 int main(int argc, char** argv) {
     std::string q_path, k_path, v_path, s_path, out_path;
-    long iters = 500, warmup = 20, warps = 0;
-    bool spin = true;
+    long iters = 500, warmup = 20, warps = 0, split = 0;
+    int ablate = sdpa_fp8::kAblNone;
+    bool spin = true, extra_keys = false;
+    long soak = 0, streams = 1;  // soak: launches after the output run, each checked bitwise against it
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto need = [&](const char* name) -> const char* {
@@ -93,11 +115,27 @@ int main(int argc, char** argv) {
         else if (a == "--iters") { if (!parse_int(need("--iters"), &iters) || iters < 1 || iters > 10000000) die(2, "--iters must be an integer >= 1"); }
         else if (a == "--warmup") { if (!parse_int(need("--warmup"), &warmup) || warmup < 0 || warmup > 10000000) die(2, "--warmup must be an integer >= 0"); }
         else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(2, "--warps must be an integer"); }
+        else if (a == "--split") {
+            if (!parse_int(need("--split"), &split) || (split != 0 && split != 1 && split != 2 && split != 4))
+                die(2, "--split must be 0, 1, 2 or 4");
+            extra_keys = true;
+        }
+        else if (a == "--ablate") {
+            const std::string m = need("--ablate");
+            if (m == "none") ablate = sdpa_fp8::kAblNone;
+            else if (m == "no_compute") ablate = sdpa_fp8::kAblNoCompute;
+            else if (m == "no_loads") ablate = sdpa_fp8::kAblNoLoads;
+            else die(2, "--ablate must be none, no_compute or no_loads");
+            extra_keys = true;
+        }
         else if (a == "--no-spin") spin = false;
+        else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
+        else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(2, "--streams must be 1..8"); }
         else die(2, "unknown argument '" + a + "'");
     }
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
-        die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N]");
+        die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
+               "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
@@ -126,6 +164,12 @@ int main(int argc, char** argv) {
     std::memcpy(&v_scale, sc.data.data() + 4, 4);
     if (!std::isfinite(k_scale) || !std::isfinite(v_scale)) die(2, "scales must be finite");
 
+    {   // flag combinations (--warps / --split / head dim) are checked before the GPU is touched
+        sdpa_fp8::LaunchInfo probe;
+        const char* why = nullptr;
+        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
+    }
+
     // ---------------------------------------------------------------- device
     int ndev = 0;
     cudaError_t de = cudaGetDeviceCount(&ndev);
@@ -137,8 +181,8 @@ int main(int argc, char** argv) {
 
     sdpa_fp8::LaunchInfo li;
     const char* why = nullptr;
-    if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, &li, &why)) die(2, why);
-    const int64_t mblocks = (S + 16 * li.nwarps - 1) / (16 * li.nwarps);
+    if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
+    const int64_t mblocks = (S + li.bm - 1) / li.bm;
     if (mblocks * BH > INT32_MAX) die(2, "grid too large");
 
     // Shared memory beyond the 48 KB default must be opted into; set it explicitly always.
@@ -168,6 +212,41 @@ int main(int argc, char** argv) {
     std::vector<unsigned char> host_out(n * sizeof(__half));
     CK(cudaMemcpy(host_out.data(), dout, host_out.size(), cudaMemcpyDeviceToHost));
     if (!(err = npy::save(out_path, "<f2", q.shape, host_out.data(), host_out.size())).empty()) die(2, err);
+
+    // ---------------------------------------------------------------- soak (stress)
+    // `soak` more launches, round-robin over `streams` streams in flight at once, each into its own
+    // output buffer poisoned right before the launch; every launch's output is compared bit for bit
+    // with the output run above (which the driver checks against the float64 reference), so every
+    // launch is checked. The kernel is deterministic, so any difference is a race or a stale tile.
+    unsigned long long soak_bad = 0;
+    if (soak > 0) {
+        std::vector<cudaStream_t> ss((size_t)streams);
+        std::vector<__half*> outs((size_t)streams, nullptr);
+        unsigned long long* dbad = nullptr;
+        CK(cudaMalloc(&dbad, sizeof(unsigned long long)));
+        CK(cudaMemset(dbad, 0, sizeof(unsigned long long)));
+        for (long s_ = 0; s_ < streams; ++s_) {
+            CK(cudaStreamCreateWithFlags(&ss[s_], cudaStreamNonBlocking));
+            CK(cudaMalloc(&outs[s_], n * sizeof(__half)));
+        }
+        const int cblocks = (int)std::min<size_t>(1024, (n + 255) / 256);
+        for (long i = 0; i < soak; ++i) {
+            const size_t s_ = (size_t)(i % streams);
+            CK(cudaMemsetAsync(outs[s_], 0xFF, n * sizeof(__half), ss[s_]));
+            CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, outs[s_], (int)S, k_scale, v_scale, ss[s_]));
+            count_mismatches_kernel<<<cblocks, 256, 0, ss[s_]>>>(
+                reinterpret_cast<const unsigned short*>(outs[s_]), reinterpret_cast<const unsigned short*>(dout), n,
+                dbad);
+            CK(cudaGetLastError());
+        }
+        for (long s_ = 0; s_ < streams; ++s_) CK(cudaStreamSynchronize(ss[s_]));
+        CK(cudaMemcpy(&soak_bad, dbad, sizeof(soak_bad), cudaMemcpyDeviceToHost));
+        for (long s_ = 0; s_ < streams; ++s_) {
+            CK(cudaFree(outs[s_]));
+            CK(cudaStreamDestroy(ss[s_]));
+        }
+        CK(cudaFree(dbad));
+    }
 
     // ---------------------------------------------------------------- timing
     for (long i = 0; i < warmup; ++i) CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
@@ -216,13 +295,21 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D;
     const double tflops = p50 > 0 ? flops / (p50 * 1e-6) / 1e12 : 0.0;
 
+    static const char* const kAblNames[] = {"none", "no_compute", "no_loads"};
+    std::string extra;
+    if (extra_keys)  // only on request: the driver's line schema has no such keys
+        extra = std::string(",\"ablate\":\"") + kAblNames[li.ablate] + "\",\"split\":" + std::to_string(li.nsplit) +
+                ",\"bn\":" + std::to_string(li.bn);
+    if (soak > 0)
+        extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
+                 ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);
     std::printf(
         "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
         "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
-        "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d}\n",
+        "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d%s}\n",
         sdpa_fp8::kCpAsync ? "cpasync" : "baseline", (long long)B, (long long)H, (long long)S, (long long)D, iters,
         warmup, p50, p90, mean, sd, sorted.front(), tflops, li.grid, li.block, li.smem + (int)fa.sharedSizeBytes,
-        fa.numRegs);
+        fa.numRegs, extra.c_str());
     std::fflush(stdout);
     return 0;
 }
