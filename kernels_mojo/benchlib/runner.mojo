@@ -3,14 +3,16 @@
 #
 # Timing (--timing):
 #   device (default): one sample per iteration, device time from CUDA events on
-#     rank 0's stream. Before each iteration a one-thread kernel holds rank 0's
-#     stream for HOLD_NS so the host has queued every rank's launch before the
-#     start event fires (host launch latency is not timed); after the launches
-#     every other rank's stream records an event that rank 0's stream waits
-#     for, so the end event fires only when EVERY rank has finished. Peers'
-#     kernels are already waiting at the barrier when rank 0 starts (the
-#     steady state of back-to-back collectives). An iteration whose launches
-#     took the host longer than HOLD_NS is counted in `hold_overruns`.
+#     rank 0's stream (the NCCL peer is timed the same way). Before each
+#     iteration a one-thread kernel holds rank 0's stream for HOLD_NS so the
+#     host has queued every rank's launch before the start event fires (host
+#     launch latency is not timed). Peers' kernels are already waiting at the
+#     barrier when rank 0 starts (the steady state of back-to-back
+#     collectives). Rank 0 finishes only after every peer has passed the end
+#     barrier (1stage, cp.async) or the middle barrier (2stage: after it, a
+#     rank only copies its peers' finished slices). An iteration whose launches
+#     took the host longer than HOLD_NS is counted in `hold_overruns`. Every
+#     stream is synchronized after every iteration.
 #   host: host wall clock (perf_counter_ns) around `batch` iterations launched
 #     back to back on every GPU, then synchronizing every context; one sample is
 #     that time / batch (nccl-tests' method for batch > 1).
@@ -20,7 +22,7 @@ from std.collections import Array
 from std.sys import size_of, stderr
 from std.time import global_perf_counter_ns, perf_counter_ns
 from std.utils.numerics import nan
-from max.gpu.host import DeviceBuffer, DeviceContext, DeviceEvent, HostBuffer
+from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
 from layout import Coord, TileTensor, coord_to_index_list, row_major
 from layout.tile_layout import TensorLayout
 from std.utils import IndexList, StaticTuple
@@ -114,9 +116,6 @@ def device_timed_iterations[
     for _ in range(warmup):
         launch_all()
         sync_all(ctxs)
-    var joins = List[DeviceEvent]()
-    for r in range(1, len(ctxs)):
-        joins.append(ctxs[r].create_event())
     var samples = List[Float64](capacity=iters)
     var overruns = 0
     var launched_ns = 0
@@ -124,9 +123,6 @@ def device_timed_iterations[
     def one_iteration() raises {mut launched_ns, imm}:
         var t0 = perf_counter_ns()
         launch_all()
-        for r in range(1, len(ctxs)):
-            ctxs[r].stream().record_event(joins[r - 1])
-            ctxs[0].stream().enqueue_wait_for(joins[r - 1])
         launched_ns = Int(perf_counter_ns()) - Int(t0)
 
     for _ in range(iters):
@@ -537,7 +533,14 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
                 rebind[Pointer[Scalar[dtype], ImmutAnyOrigin]](bufs.inputs[r].unsafe_ptr()),
                 row_major(n),
             )
-            out_t[r] = TileTensor(bufs.outputs[r], row_major(n))
+            # From the raw pointer: a TileTensor built from the DeviceBuffer itself reached
+            # upstream's kernel with a garbage base address (0xab; compute-sanitizer, run 2),
+            # while every pointer-built shape ran clean (kernels_mojo/bin/upstream_probe.mojo,
+            # 2x H200, 2026-11-22).
+            out_t[r] = TileTensor(
+                rebind[Pointer[Scalar[dtype], MutAnyOrigin]](bufs.outputs[r].unsafe_ptr()),
+                row_major(n),
+            )
         var explicit = cfg.upstream_epilogue == "explicit"
 
         @always_inline
