@@ -75,6 +75,14 @@ def all_targets() -> tuple[Target, ...]:
                  PtxExpectation("ar_twoshot_k", cp_async=False)),
         ),
         Target(
+            # The upstream peer (max-core's comm.allreduce), same flags and JSON line; no -D windows.
+            name="upstream_bench",
+            lang="mojo",
+            suite="allreduce",
+            entry="kernels_mojo/bin/upstream_bench.mojo",
+            source_globs=mojo_sources,
+        ),
+        Target(
             # Host-only: prints the dispatch table select_kernel gives this build's defines.
             name="dispatch_table",
             lang="mojo",

@@ -74,7 +74,7 @@ def test_missing_mojo(results_dir):
         (["--lanes", "9"], "--lanes must be 1, 2, 3 or 4"),
         (["--mem-pressure", "99"], "--mem-pressure takes a percentage of free GPU memory, 0..95"),
         (["--alternate", "1", "--kernel", "2stage"], "--alternate 1 cycles every kernel; it takes no --kernel"),
-        (["--impl", "upstream", "--lanes", "2"], "only supported with --impl ours"),
+        (["--impl", "upstream"], "upstream_bench: upstream"),
         (["--ngpus", "3"], "unsupported --ngpus 3"),
     ],
 )
@@ -90,4 +90,24 @@ def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, need
     proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("split", ["2", "4"])
+def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, split):
+    """S = 300: 10 tiles of 32 over 4 groups, 5 of 64 over 2. Racecheck reported hazards for
+    exactly these uneven splits on H200, so the runner refuses them (the heuristic avoids them)."""
+    import subprocess
+
+    from driver import paths
+    from driver.suites import sdpa
+
+    exe = paths.build_dir() / "sm_90" / "sdpa_fp8_cpasync"
+    if not exe.exists():
+        pytest.fail(f"{exe} is not built: run `python -m driver build --arch sm_90` (nox -s test does)")
+    files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
+    cmd = [str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), "--split", split]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "divide evenly over the groups" in proc.stderr
     assert proc.stdout == ""

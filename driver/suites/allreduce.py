@@ -18,6 +18,7 @@ from driver.suites.common import SuiteResult, interleaved, progress, ratio_verdi
 from driver.thresholds import Thresholds
 
 EXE = "allreduce_bench"
+UPSTREAM_EXE = "upstream_bench"
 
 
 def kernel_flags(kernel: str) -> list[str]:
@@ -39,7 +40,6 @@ def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
     args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
     if impl == "ours":
         args += kernel_flags(opts.kernel)
-    args += ["--impl", impl] if impl != "nccl" else []
     return args
 
 
@@ -47,7 +47,7 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[s
     exe = str(exe_dir / EXE)
     cmds = {
         "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
-        "upstream": [exe, *_args(opts, dtype, ngpus, "upstream")],
+        "upstream": [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream")],
     }
     if importlib.util.find_spec("torch") is not None:
         cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]

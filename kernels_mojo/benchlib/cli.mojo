@@ -77,7 +77,6 @@ struct BenchConfig(Copyable, Movable):
     var seed: Int
     var impl: String
     var debug_hang_rank: Int  # -1 = off
-    var upstream_epilogue: String  # diagnostic: "default" | "explicit"
     var timing: String  # "device" (per-iteration CUDA events) | "host" (batched wall clock)
     var alternate: Bool  # stress: cycle every kernel in the checked launches
     var refresh_every: Int  # stress: fresh inputs every N checked launches (0 = never)
@@ -98,7 +97,6 @@ struct BenchConfig(Copyable, Movable):
         self.seed = 1
         self.impl = "ours"
         self.debug_hang_rank = -1
-        self.upstream_epilogue = "default"
         self.timing = "device"
         self.alternate = False
         self.refresh_every = 0
@@ -106,9 +104,12 @@ struct BenchConfig(Copyable, Movable):
         self.mem_pressure = 0.0
 
 
-def parse_args() raises -> BenchConfig:
-    """Parse argv; raises Error(message) for any bad option or value."""
+def parse_args(impl: String = "ours") raises -> BenchConfig:
+    """Parse argv; raises Error(message) for any bad option or value. `impl`:
+    which executable is parsing ("ours": allreduce_bench, "upstream":
+    upstream_bench); --impl, if given, must agree."""
     var cfg = BenchConfig()
+    cfg.impl = impl
     var args = argv()
     var i = 1
     while i < len(args):
@@ -163,13 +164,11 @@ def parse_args() raises -> BenchConfig:
         elif opt == "--impl":
             if val != "ours" and val != "upstream":
                 raise Error(String("unknown impl '", val, "' (ours, upstream)"))
-            cfg.impl = val
+            if val != impl:
+                raise Error(String("--impl ", val, ": this executable runs impl ", impl,
+                                   " (allreduce_bench: ours, upstream_bench: upstream)"))
         elif opt == "--debug-hang-rank":
             cfg.debug_hang_rank = _parse_int(val, "--debug-hang-rank")
-        elif opt == "--upstream-epilogue":
-            if val != "default" and val != "explicit":
-                raise Error("--upstream-epilogue takes default or explicit")
-            cfg.upstream_epilogue = val
         elif opt == "--timing":
             if val != "device" and val != "host":
                 raise Error("--timing takes device or host")

@@ -1,5 +1,5 @@
-# Per-size benchmark + check for our kernels and for upstream comm.allreduce,
-# sharing one timing method and one checking method.
+# Per-size benchmark + check for our kernels; benchlib/upstream.mojo runs
+# upstream comm.allreduce with the same timing, checking and JSON line.
 #
 # Timing (--timing):
 #   device (default): one sample per iteration, device time from CUDA events on
@@ -23,12 +23,6 @@ from std.sys import size_of, stderr
 from std.time import global_perf_counter_ns, perf_counter_ns
 from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
-from layout import Coord, TileTensor, coord_to_index_list, row_major
-from layout.tile_layout import TensorLayout
-from std.utils import IndexList, StaticTuple
-from comm import Signal, group_start, group_end
-from comm.sync import init_signal_buffer, is_p2p_enabled
-from comm.allreduce import allreduce as upstream_allreduce
 
 from allreduce.dispatch import (
     AR_CPASYNC_STAGES,
@@ -50,7 +44,7 @@ from allreduce.kernels import (
 )
 from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
-from .cli import BenchConfig
+from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, fail
 from .check import CheckResult, RefPtr, check_rank_output, fill_rank_inputs
 from .stats import TimingStats, json_fixed3, json_number, json_string
 
@@ -506,113 +500,29 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     _ = fillers^
 
 
-def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
-    """Benchmark max-core's comm.allreduce with the same timing and checks."""
-    print(String("upstream: is_p2p_enabled=", is_p2p_enabled()), file=stderr)
-    for size_idx in range(len(cfg.sizes_bytes)):
-        var num_bytes = cfg.sizes_bytes[size_idx]
-        var n = num_bytes // size_of[dtype]()
-        var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, cfg.check)
-        var signals = List[DeviceBuffer[DType.uint8]]()
-        var rank_sigs = Array[Pointer[Signal, MutAnyOrigin], ngpus](uninitialized=True)
-        for r in range(ngpus):
-            signals.append(
-                ctxs[r].enqueue_create_buffer[DType.uint8](
-                    size_of[Signal]() + ngpus * size_of[dtype]() * max(1, n)
-                )
-            )
-            init_signal_buffer(signals[r], ctxs[r])
-            rank_sigs[r] = signals[r].unsafe_ptr().unsafe_bitcast[Signal]().as_unsafe_any_origin()
-        sync_all(ctxs)
-        comptime InT = TileTensor[dtype, type_of(row_major(n)), ImmutAnyOrigin]
-        comptime OutT = TileTensor[dtype, type_of(row_major(n)), MutAnyOrigin]
-        var in_t = Array[InT, ngpus](uninitialized=True)
-        var out_t = Array[OutT, ngpus](uninitialized=True)
-        for r in range(ngpus):
-            in_t[r] = TileTensor(
-                rebind[Pointer[Scalar[dtype], ImmutAnyOrigin]](bufs.inputs[r].unsafe_ptr()),
-                row_major(n),
-            )
-            # From the raw pointer: a TileTensor built from the DeviceBuffer itself reached
-            # upstream's kernel with a garbage base address (0xab; compute-sanitizer, run 2),
-            # while every pointer-built shape ran clean (kernels_mojo/bin/upstream_probe.mojo,
-            # 2x H200, 2026-11-22).
-            out_t[r] = TileTensor(
-                rebind[Pointer[Scalar[dtype], MutAnyOrigin]](bufs.outputs[r].unsafe_ptr()),
-                row_major(n),
-            )
-        var explicit = cfg.upstream_epilogue == "explicit"
-
-        @always_inline
-        @__parameter
-        def launch_all() raises:
-            if explicit:
-                _upstream_launch_all_explicit_epilogue[dtype, ngpus](
-                    in_t, out_t, rank_sigs, ctxs
-                )
-            else:
-                _upstream_launch_all[dtype, ngpus](in_t, out_t, rank_sigs, ctxs)
-
-        var check = CheckResult()
-        if cfg.check:
-            bufs.poison_outputs(ctxs)
-            launch_all()
-            sync_all(ctxs)
-            check = bufs.check(ctxs)
-        var timing = timing_samples[launch_all](cfg, ctxs)
-        var stats = TimingStats(timing.samples_us.copy())
-        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
-                          1 if cfg.check else 0, timing.hold_overruns))
-
-
-def _upstream_launch_all[
-    dtype: DType, ngpus: Int, L: TensorLayout
-](
-    in_t: Array[TileTensor[dtype, L, ImmutAnyOrigin], ngpus],
-    out_t: Array[TileTensor[dtype, L, MutAnyOrigin], ngpus],
-    rank_sigs: Array[Pointer[Signal, MutAnyOrigin], ngpus],
-    ctxs: List[DeviceContext],
-) raises:
-    """Upstream call shape, in a plain function (not inside a closure)."""
-    group_start()
-    comptime for r in range(ngpus):
-        upstream_allreduce[ngpus=ngpus](in_t, out_t[r], rank_sigs, ctxs[r])
-    group_end()
-
-
-def _upstream_launch_all_explicit_epilogue[
-    dtype: DType, ngpus: Int, L: TensorLayout
-](
-    in_t: Array[TileTensor[dtype, L, ImmutAnyOrigin], ngpus],
-    out_t: Array[TileTensor[dtype, L, MutAnyOrigin], ngpus],
-    rank_sigs: Array[Pointer[Signal, MutAnyOrigin], ngpus],
-    ctxs: List[DeviceContext],
-) raises:
-    """Same, with an explicit output epilogue writing each rank's output (the
-    shape upstream's own test_allreduce uses for custom epilogues)."""
-    comptime OutT = TileTensor[dtype, L, MutAnyOrigin]
-    var outs = StaticTuple[OutT, ngpus]()
-    for r in range(ngpus):
-        outs[r] = out_t[r]
-
-    @always_inline
-    @__parameter
-    @__copy_capture(outs)
-    def outputs_lambda[
-        input_index: Int,
-        _dtype: DType,
-        _width: SIMDLength,
-        *,
-        _alignment: Int,
-    ](coords: Coord, val: SIMD[_dtype, _width]) -> None:
-        outs[input_index].store_linear[width=_width, alignment=_alignment](
-            rebind[IndexList[1]](coord_to_index_list(coords)),
-            rebind[SIMD[dtype, _width]](val),
-        )
-
-    group_start()
-    comptime for r in range(ngpus):
-        upstream_allreduce[
-            ngpus=ngpus, output_lambda=outputs_lambda[input_index=r, ...]
-        ](in_t, out_t[r].layout, rank_sigs, ctxs[r])
-    group_end()
+def open_contexts(cfg: BenchConfig, enable_peer_access: Bool = True) -> List[DeviceContext]:
+    """Open one context per rank; exits 4 without a GPU, 2 for bad configs
+    (more GPUs than present, a pair without P2P access). `enable_peer_access`
+    False leaves enabling P2P to the caller (upstream_bench uses upstream's
+    own comm.sync.enable_p2p)."""
+    var ndev = DeviceContext.number_of_devices()
+    if ndev == 0:
+        fail(EXIT_NO_GPU, "no GPU: no devices found")
+    if cfg.ngpus > ndev:
+        fail(EXIT_BAD_CONFIG, String("--ngpus ", cfg.ngpus, " exceeds the ", ndev, " GPU(s) present"))
+    var ctxs = List[DeviceContext]()
+    try:
+        for i in range(cfg.ngpus):
+            ctxs.append(DeviceContext(device_id=i))
+    except e:
+        fail(EXIT_NO_GPU, String("no GPU: ", e))
+    try:
+        for i in range(cfg.ngpus):
+            for j in range(cfg.ngpus):
+                if i != j and not ctxs[i].can_access(ctxs[j]):
+                    fail(EXIT_BAD_CONFIG, String("no P2P access from GPU ", i, " to GPU ", j, " (NVLink/PCIe peer access required)"))
+        if enable_peer_access:
+            DeviceContext.enable_all_peer_access()
+    except e:
+        fail(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
+    return ctxs^

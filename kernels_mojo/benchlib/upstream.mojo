@@ -1,0 +1,103 @@
+# The upstream peer: max-core 26.7's comm.allreduce, timed, checked and printed
+# exactly like our kernels (benchlib/runner.mojo), from its own executable
+# (bin/upstream_bench.mojo).
+#
+# The call path is the one kernels_mojo/bin/upstream_probe.mojo proved on
+# 2x H200 (kernels_mojo/results/run4_h200x2_upstream_probe.txt): P2P enabled
+# through comm.sync.enable_p2p(), every tensor built from a raw pointer, the
+# signal buffers initialised once per size with init_signal_buffer, and the
+# per-rank calls made from a plain function inside group_start/group_end. The
+# same calls made from inside allreduce_bench (built with our -D windows and
+# kernels) faulted with CUDA_ERROR_ILLEGAL_ADDRESS (a garbage output address in
+# upstream's 1-stage kernel), which is why upstream has its own executable.
+
+from std.collections import Array
+from std.sys import size_of, stderr
+from max.gpu.host import DeviceBuffer, DeviceContext
+from layout import TileTensor, row_major
+from layout.tile_layout import TensorLayout
+from comm import Signal, group_start, group_end
+from comm.sync import enable_p2p, init_signal_buffer, is_p2p_enabled
+from comm.allreduce import allreduce as upstream_allreduce
+
+from .cli import BenchConfig
+from .check import CheckResult
+from .runner import SizeBuffers, json_record, sync_all, timing_samples
+from .stats import TimingStats
+
+comptime SigPtr = Pointer[Signal, MutAnyOrigin]
+
+
+def enable_upstream_p2p() raises:
+    """Upstream's own P2P switch (what its is_p2p_enabled() reads)."""
+    if not enable_p2p():
+        raise Error("comm.sync.enable_p2p() failed: upstream needs P2P access between every pair of GPUs")
+    print(String("upstream: is_p2p_enabled=", is_p2p_enabled()), file=stderr)
+
+
+def _launch_all[
+    dtype: DType, ngpus: Int, L: TensorLayout
+](
+    in_t: Array[TileTensor[dtype, L, ImmutAnyOrigin], ngpus],
+    out_t: Array[TileTensor[dtype, L, MutAnyOrigin], ngpus],
+    sigs: Array[SigPtr, ngpus],
+    ctxs: List[DeviceContext],
+) raises:
+    """Upstream's call shape (MOJO_NOTES.md): one call per rank in a group."""
+    group_start()
+    comptime for r in range(ngpus):
+        upstream_allreduce[ngpus=ngpus](in_t, out_t[r], sigs, ctxs[r])
+    group_end()
+
+
+def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
+    """Benchmark max-core's comm.allreduce with our timing and checks; one JSON line per size."""
+    for size_idx in range(len(cfg.sizes_bytes)):
+        var num_bytes = cfg.sizes_bytes[size_idx]
+        var n = num_bytes // size_of[dtype]()
+        var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, cfg.check)
+        var signals = List[DeviceBuffer[DType.uint8]]()
+        for r in range(ngpus):
+            signals.append(
+                ctxs[r].enqueue_create_buffer[DType.uint8](
+                    size_of[Signal]() + ngpus * size_of[dtype]() * max(1, n)
+                )
+            )
+        sync_all(ctxs)
+        var sigs = Array[SigPtr, ngpus](uninitialized=True)
+        for r in range(ngpus):
+            sigs[r] = rebind[SigPtr](signals[r].unsafe_ptr().unsafe_bitcast[Signal]())
+            init_signal_buffer(signals[r], ctxs[r])
+        sync_all(ctxs)
+        comptime Layout = type_of(row_major(Int(0)))
+        var in_t = Array[TileTensor[dtype, Layout, ImmutAnyOrigin], ngpus](uninitialized=True)
+        var out_t = Array[TileTensor[dtype, Layout, MutAnyOrigin], ngpus](uninitialized=True)
+        for r in range(ngpus):
+            in_t[r] = TileTensor(
+                rebind[Pointer[Scalar[dtype], ImmutAnyOrigin]](bufs.inputs[r].unsafe_ptr()),
+                row_major(n),
+            )
+            out_t[r] = TileTensor(
+                rebind[Pointer[Scalar[dtype], MutAnyOrigin]](bufs.outputs[r].unsafe_ptr()),
+                row_major(n),
+            )
+
+        @always_inline
+        @__parameter
+        def launch_all() raises:
+            _launch_all[dtype, ngpus](in_t, out_t, sigs, ctxs)
+
+        var check = CheckResult()
+        if n == 0:  # nothing to reduce: nothing is launched (as for our kernels)
+            print(json_record(cfg, "upstream", "none", 0, 0, TimingStats([0.0]), check, cfg.check, 0))
+            continue
+        if cfg.check:
+            bufs.poison_outputs(ctxs)
+            launch_all()
+            sync_all(ctxs)
+            check = bufs.check(ctxs)
+        var timing = timing_samples[launch_all](cfg, ctxs)
+        var stats = TimingStats(timing.samples_us.copy())
+        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
+                          1 if cfg.check else 0, timing.hold_overruns))
+        _ = signals^
