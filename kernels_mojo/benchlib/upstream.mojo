@@ -26,6 +26,7 @@ from .runner import SizeBuffers, json_record, sync_all, timing_samples
 from .stats import TimingStats
 
 comptime SigPtr = Pointer[Signal, MutAnyOrigin]
+comptime DynLayout = type_of(row_major(Int(1)))
 
 
 def enable_upstream_p2p() raises:
@@ -50,54 +51,85 @@ def _launch_all[
     group_end()
 
 
+struct UpstreamTensors[dtype: DType, ngpus: Int](Movable):
+    """Raw per-rank pointers kept next to the buffers that own them (the
+    probe's layout); the tensor Arrays are built from them on demand."""
+
+    var in_ptrs: List[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]]
+    var out_ptrs: List[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]]
+    var sig_list: List[Pointer[Signal, MutUntrackedOrigin]]
+    var n: Int
+
+    def __init__(out self, bufs: SizeBuffers[Self.dtype], signals: List[DeviceBuffer[DType.uint8]]):
+        self.n = bufs.num_elements
+        self.in_ptrs = List[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]]()
+        self.out_ptrs = List[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]]()
+        self.sig_list = List[Pointer[Signal, MutUntrackedOrigin]]()
+        for r in range(Self.ngpus):
+            self.in_ptrs.append(rebind[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]](bufs.inputs[r].unsafe_ptr()))
+            self.out_ptrs.append(rebind[Pointer[Scalar[Self.dtype], MutUntrackedOrigin]](bufs.outputs[r].unsafe_ptr()))
+            self.sig_list.append(
+                rebind[Pointer[Signal, MutUntrackedOrigin]](signals[r].unsafe_ptr().unsafe_bitcast[Signal]())
+            )
+
+    def inputs(self) -> Array[TileTensor[Self.dtype, DynLayout, ImmutAnyOrigin], Self.ngpus]:
+        var a = Array[TileTensor[Self.dtype, DynLayout, ImmutAnyOrigin], Self.ngpus](uninitialized=True)
+        for r in range(Self.ngpus):
+            a[r] = TileTensor(rebind[Pointer[Scalar[Self.dtype], ImmutAnyOrigin]](self.in_ptrs[r]), row_major(self.n))
+        return a^
+
+    def outputs(self) -> Array[TileTensor[Self.dtype, DynLayout, MutAnyOrigin], Self.ngpus]:
+        var a = Array[TileTensor[Self.dtype, DynLayout, MutAnyOrigin], Self.ngpus](uninitialized=True)
+        for r in range(Self.ngpus):
+            a[r] = TileTensor(rebind[Pointer[Scalar[Self.dtype], MutAnyOrigin]](self.out_ptrs[r]), row_major(self.n))
+        return a^
+
+    def sigs(self) -> Array[SigPtr, Self.ngpus]:
+        var a = Array[SigPtr, Self.ngpus](uninitialized=True)
+        for r in range(Self.ngpus):
+            a[r] = rebind[SigPtr](self.sig_list[r])
+        return a^
+
+
 def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContext]) raises:
     """Benchmark max-core's comm.allreduce with our timing and checks; one JSON line per size."""
     for size_idx in range(len(cfg.sizes_bytes)):
         var num_bytes = cfg.sizes_bytes[size_idx]
         var n = num_bytes // size_of[dtype]()
         var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, cfg.check)
+        var check = CheckResult()
+        if n == 0:  # nothing to reduce: nothing is launched (as for our kernels)
+            print(json_record(cfg, "upstream", "none", 0, 0, TimingStats([0.0]), check, cfg.check, 0))
+            continue
         var signals = List[DeviceBuffer[DType.uint8]]()
         for r in range(ngpus):
             signals.append(
-                ctxs[r].enqueue_create_buffer[DType.uint8](
-                    size_of[Signal]() + ngpus * size_of[dtype]() * max(1, n)
-                )
+                ctxs[r].enqueue_create_buffer[DType.uint8](size_of[Signal]() + ngpus * size_of[dtype]() * n)
             )
         sync_all(ctxs)
-        var sigs = Array[SigPtr, ngpus](uninitialized=True)
+        var t = UpstreamTensors[dtype, ngpus](bufs, signals)
         for r in range(ngpus):
-            sigs[r] = rebind[SigPtr](signals[r].unsafe_ptr().unsafe_bitcast[Signal]())
             init_signal_buffer(signals[r], ctxs[r])
         sync_all(ctxs)
-        comptime Layout = type_of(row_major(Int(0)))
-        var in_t = Array[TileTensor[dtype, Layout, ImmutAnyOrigin], ngpus](uninitialized=True)
-        var out_t = Array[TileTensor[dtype, Layout, MutAnyOrigin], ngpus](uninitialized=True)
-        for r in range(ngpus):
-            in_t[r] = TileTensor(
-                rebind[Pointer[Scalar[dtype], ImmutAnyOrigin]](bufs.inputs[r].unsafe_ptr()),
-                row_major(n),
-            )
-            out_t[r] = TileTensor(
-                rebind[Pointer[Scalar[dtype], MutAnyOrigin]](bufs.outputs[r].unsafe_ptr()),
-                row_major(n),
-            )
+        var in_t = t.inputs()
+        var out_t = t.outputs()
+        var sigs = t.sigs()
 
         @always_inline
         @__parameter
         def launch_all() raises:
             _launch_all[dtype, ngpus](in_t, out_t, sigs, ctxs)
 
-        var check = CheckResult()
-        if n == 0:  # nothing to reduce: nothing is launched (as for our kernels)
-            print(json_record(cfg, "upstream", "none", 0, 0, TimingStats([0.0]), check, cfg.check, 0))
-            continue
         if cfg.check:
             bufs.poison_outputs(ctxs)
+            print("upstream: checked launch", file=stderr)
             launch_all()
             sync_all(ctxs)
             check = bufs.check(ctxs)
+        print("upstream: timed launches", file=stderr)
         var timing = timing_samples[launch_all](cfg, ctxs)
         var stats = TimingStats(timing.samples_us.copy())
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
                           1 if cfg.check else 0, timing.hold_overruns))
         _ = signals^
+        _ = t^
