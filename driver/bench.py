@@ -36,7 +36,7 @@ def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
                               f"rebuild with --arch {arch}")
         build.build_all(wanted, (arch,), gates.build)
         meta = build.load_meta()
-    return gates, meta, arch
+    return gates, build.with_sass(meta), arch
 
 
 def run(opts: RunOptions, argv: list[str]) -> Path:

@@ -191,3 +191,19 @@ def load_meta() -> BuildMeta:
     if not path.is_file():
         raise BuildFailed(f"{path} does not exist", "run `nox -s build` (or `python -m driver build`) first")
     return BuildMeta.model_validate_json(path.read_text())
+
+
+def with_sass(meta: BuildMeta) -> BuildMeta:
+    """Record the SASS check (LDGSTS, HMMA) for CUDA executables built where no cuobjdump was
+    (the CPU box), once a host that has it (the GPU hosts) runs them. Unchanged elsewhere."""
+    cuobjdump = toolchain.find_cuobjdump()
+    if cuobjdump is None:
+        return meta
+    targets = []
+    for t in meta.targets:
+        exe = paths.build_dir() / t.arch / t.target
+        if t.lang == "cuda" and t.sass is None and exe.is_file():
+            t = t.model_copy(update={"sass": inspect_ptx.sass_check(cuobjdump, exe)})
+            log(f"{t.arch} {t.target}: SASS " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in t.sass.items()))
+        targets.append(t)
+    return meta.model_copy(update={"targets": targets})

@@ -94,3 +94,21 @@ def test_bench_without_gpu_builds_then_says_no_gpu(meta, results_dir):
     assert proc.returncode == NoGPU.exit_code, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("no GPU:")
     assert not results_dir.exists()
+
+
+def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
+    """The CPU box has no cuobjdump, so the build records sass=None; a host with one (the GPU
+    hosts) fills it in from the real executables' machine code before archiving."""
+    from driver import build, toolchain
+
+    fake = tmp_path / "cuobjdump"
+    # Stands in for `cuobjdump --dump-sass EXE`: machine code of a cp.async build holds LDGSTS.
+    fake.write_text('#!/bin/sh\ncase "$2" in *cpasync*) echo "LDGSTS.E.BYPASS.128 [R1], [R2]";; esac\n'
+                    'echo "HMMA.16816.F32 R4, R8, R12, R4"\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(toolchain, "find_cuobjdump", lambda: str(fake))
+    meta = build.with_sass(build.load_meta())
+    sass = {t.target: t.sass for t in meta.targets if t.lang == "cuda" and t.arch == "sm_90"}
+    assert sass["sdpa_fp8_cpasync"] == {"LDGSTS": True, "HMMA": True}
+    assert sass["sdpa_fp8_baseline"] == {"LDGSTS": False, "HMMA": True}
+    assert all(t.sass is None for t in meta.targets if t.lang == "mojo")
