@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SDPA FP8 diagnostic plan (kernels_cuda/sdpa_fp8): old vs split-KV configs x ablations, both variants.
 #
-#   bash .gpu/sdpa_plan.sh [BIN_DIR]        # BIN_DIR default: <repo>/build/sm_90
+#   bash kernels_cuda/sdpa_fp8/sdpa_plan.sh [BIN_DIR]        # BIN_DIR default: <repo>/build/sm_90
 #
 # Needs: BIN_DIR/sdpa_fp8_baseline, BIN_DIR/sdpa_fp8_cpasync (built from this checkout), python3 with
 # numpy.  Imports only driver/reference/sdpa.py (by file path: no pydantic needed).
@@ -18,7 +18,7 @@
 #         2. check: tails and D=128 with every config, --iters 5 (correctness only).
 #         3. sanitize: compute-sanitizer racecheck/synccheck on the split configs, if time is left.
 set -u
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${1:-$ROOT/build/sm_90}"
 export PYTHONUNBUFFERED=1
 exec python3 - "$ROOT" "$BIN" <<'PY'
