@@ -12,6 +12,8 @@
   seed, each output checked against the float64 reference.
 - Watchdog: a rank that never reaches the barrier (`--debug-hang-rank`) must be
   killed within the timeout, and the GPUs must then run a checked allreduce again.
+  On a single-GPU host, an SDPA runner stuck behind a kernel that never finishes
+  (`--debug-hang`) instead, followed by a checked SDPA run.
 - Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
   both SDPA variants and on the allreduce kernels at small sizes. Zero hazards is
   the gate; where the tool cannot follow the run, the record says "not covered"
@@ -150,32 +152,62 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     return _record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
-def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str) -> ArchivedRecord:
-    """A rank that never reaches the barrier is killed in time, and the GPUs recover."""
-    base = [str(exe), "--sizes", "1M", "--ngpus", "2", "--iters", "1", "--warmup", "0"]
-    t0 = time.perf_counter()
-    reasons: list[str] = []
-    hang = False
-    try:
-        launch([*base, "--debug-hang-rank", "1"], what="watchdog: simulated hang", timeout_s=WATCHDOG_TIMEOUT_S)
-        reasons.append("the simulated hang was not detected: the run finished")
-    except KernelFailed as exc:
-        hang = "hung" in exc.message
-        if not hang:
-            reasons.append(f"the simulated hang failed another way: {exc.message}")
+def _watchdog_record(dev: DeviceInfo, sha: str, kernel: str, config: str, t0: float, hang_reasons: list[str],
+                     hang: bool, recover) -> ArchivedRecord:
     detect_s = time.perf_counter() - t0
+    reasons = list(hang_reasons)
     try:
-        (after,) = parse_lines(launch(base, what="watchdog: recovery run", timeout_s=opts.timeout_s).stdout,
-                               AllreduceLine, what="recovery run")
-        if after.wrong:
-            reasons.append(f"the recovery run had {after.wrong} wrong elements")
+        reasons += recover()
     except (KernelFailed, ConfigError) as exc:
         reasons.append(f"the GPUs did not recover: {exc.message}")
-    line = StressLine(suite="stress", check="watchdog", kernel="1stage", config="2gpu/1M/hang-rank-1",
+    line = StressLine(suite="stress", check="watchdog", kernel=kernel, config=config,
                       iterations=1, checked=1, wrong=0, max_abs_err=0.0, hang=hang, seconds=detect_s,
                       detail=f"hang detected after {detect_s:.1f} s (timeout {WATCHDOG_TIMEOUT_S:.0f} s); recovery "
                              f"{'ok' if not reasons else 'failed'}")
     return _record(dev, sha, line, passed=hang and not reasons, reasons=reasons)
+
+
+def _expect_hang(cmd: list[str], what: str) -> tuple[bool, list[str]]:
+    try:
+        launch(cmd, what=what, timeout_s=WATCHDOG_TIMEOUT_S)
+        return False, ["the simulated hang was not detected: the run finished"]
+    except KernelFailed as exc:
+        if "hung" in exc.message:
+            return True, []
+        return False, [f"the simulated hang failed another way: {exc.message}"]
+
+
+def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str) -> ArchivedRecord:
+    """A rank that never reaches the barrier is killed in time, and the GPUs recover."""
+    base = [str(exe), "--sizes", "1M", "--ngpus", "2", "--iters", "1", "--warmup", "0"]
+    t0 = time.perf_counter()
+    hang, reasons = _expect_hang([*base, "--debug-hang-rank", "1"], "watchdog: simulated hang")
+
+    def recover() -> list[str]:
+        (after,) = parse_lines(launch(base, what="watchdog: recovery run", timeout_s=opts.timeout_s).stdout,
+                               AllreduceLine, what="recovery run")
+        return [f"the recovery run had {after.wrong} wrong elements"] if after.wrong else []
+
+    return _watchdog_record(dev, sha, "1stage", "2gpu/1M/hang-rank-1", t0, reasons, hang, recover)
+
+
+def watchdog_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
+    """Single-GPU hosts: an SDPA runner stuck behind a kernel that never finishes (--debug-hang) is
+    killed in time, and a checked SDPA run afterwards proves the GPU usable."""
+    exe = exe_dir / sdpa.VARIANTS["baseline"]
+    with tempfile.TemporaryDirectory(prefix="stress-hang-") as tmp:
+        files, expected = sdpa.prepare_case(Path(tmp), SDPA_SHAPES["small"], 0)
+        out = Path(tmp) / "out.npy"
+        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), "--iters", "1", "--warmup", "0"]
+        t0 = time.perf_counter()
+        hang, reasons = _expect_hang([*cmd, "--debug-hang"], "watchdog: simulated SDPA hang")
+
+        def recover() -> list[str]:
+            launch(cmd, what="watchdog: SDPA recovery run", timeout_s=opts.timeout_s)
+            verdict = sdpa.correctness(sdpa.error_metrics(np.load(out), expected, gates.sdpa), gates.sdpa)
+            return [f"the recovery run was wrong: {'; '.join(verdict.reasons)}"] if not verdict.passed else []
+
+        return _watchdog_record(dev, sha, exe.name, "1gpu/small/debug-hang", t0, reasons, hang, recover)
 
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
@@ -232,6 +264,8 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         if counts:
             result.records.append(watchdog(opts, exe, dev, git_sha))
     if "sdpa" in opts.stress_parts:
+        if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
+            result.records.append(watchdog_sdpa(opts, exe_dir, dev, gates, git_sha))
         for impl in sdpa.VARIANTS:
             for shape_name, _shape in opts.shapes:
                 if shape_name in SDPA_SHAPES:

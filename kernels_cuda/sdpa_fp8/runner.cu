@@ -22,6 +22,7 @@
 // at once, each into its own freshly poisoned buffer, each compared bit for bit on the GPU with
 // the output run; the line then carries "soak_launches", "soak_streams" and
 // "soak_mismatched_elements".
+// --debug-hang (watchdog tests only): a kernel that never finishes runs before the output run.
 //
 // Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU.  Errors: one line "error: ..." on
 // stderr; stdout carries only the JSON line.
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
     int ablate = sdpa_fp8::kAblNone;
     bool spin = true, extra_keys = false;
     long soak = 0, streams = 1;  // soak: launches after the output run, each checked bitwise against it
+    bool debug_hang = false;     // watchdog tests: a kernel that never finishes, before the output run
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto need = [&](const char* name) -> const char* {
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
             extra_keys = true;
         }
         else if (a == "--no-spin") spin = false;
+        else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
         else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(2, "--streams must be 1..8"); }
         else die(2, "unknown argument '" + a + "'");
@@ -205,6 +208,13 @@ int main(int argc, char** argv) {
 
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    if (debug_hang) {  // never returns: the driver's watchdog must kill this process
+        std::fprintf(stderr, "debug: --debug-hang: launching a kernel that never finishes\n");
+        spin_wait_kernel<<<1, 1, 0, st>>>(~0ull);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+    }
 
     // ---------------------------------------------------------------- output run
     CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
