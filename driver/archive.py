@@ -32,9 +32,13 @@ def _speed_table(run: RunArchive) -> list[str]:
                   "|---|---|---|---|---|---|---|---|"]
         for r in recs:
             m = r.measurement
-            metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
+            if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {r.correctness.status} | "
+                             f"{gate} {why} |")
+                continue
+            metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
                 f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
                 f"{r.correctness.status} | {gate} {why} |"
@@ -57,7 +61,7 @@ def _winner_table(run: RunArchive) -> list[str]:
         if r.suite == "stress":
             continue
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
-        if r.seed != first_seed and r.seed is not None:
+        if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
             continue
         groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
     rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",

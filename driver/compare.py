@@ -43,11 +43,11 @@ def _resolve(text: str) -> Path:
 
 def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[str], int]:
     """Markdown rows and the number of regressions."""
-    old_by = {_key(r): r for r in old.records}
+    old_by = {_key(r): r for r in old.records if r.round_p50_us}  # records with timings only
     rows = ["| suite | impl | kernel | config | old p50 us | new p50 us | change | noise | verdict |",
             "|---|---|---|---|---|---|---|---|---|"]
     regressions = 0
-    for r in new.records:
+    for r in (r for r in new.records if r.round_p50_us):
         if r.suite == "stress":
             continue
         o = old_by.get(_key(r))

@@ -27,7 +27,7 @@ def render(run: RunArchive) -> dict[str, bytes]:
     except ImportError:
         return {}
     out: dict[str, bytes] = {}
-    ar = [r for r in run.records if r.suite == "allreduce"]
+    ar = [r for r in run.records if r.suite == "allreduce" and r.round_p50_us]
     if ar:
         series: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for r in ar:
@@ -48,7 +48,7 @@ def render(run: RunArchive) -> dict[str, bytes]:
         ax.legend(fontsize=7)
         out["allreduce_algbw.png"] = _figure_bytes(fig)
         plt.close(fig)
-    sd = [r for r in run.records if r.suite == "sdpa"]  # first seed of each shape is plotted
+    sd = [r for r in run.records if r.suite == "sdpa" and r.round_p50_us]  # the timed (first) seed per shape
     if sd:
         shapes = sorted({r.config.split("/")[0] for r in sd})
         impls = sorted({r.impl for r in sd})

@@ -148,6 +148,7 @@ class AllreduceLine(Record):
     # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
     timing: Literal["device", "host"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
+    timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     min_us: NonNegativeFloat

@@ -26,7 +26,8 @@ def _run(scale: float = 1.0, sha: str = "a" * 40) -> RunArchive:
         v = allreduce.correctness(ln, GATES)
         records.append(ArchivedRecord(suite="allreduce", impl=ln.impl, kernel=ln.kernel_confirmed,
                                       config=f"{ln.dtype}/{ln.ngpus}gpu/{ln.bytes}B", device=H200X2.kind,
-                                      git_sha=sha, passed=v.passed, correctness=v, measurement=ln))
+                                      git_sha=sha, passed=v.passed, correctness=v, measurement=ln,
+                                      round_p50_us=[ln.p50_us]))
     now = utc_now()
     return RunArchive(run_id=archive.run_id(now, sha, H200X2.kind) + f"-{scale}", created_utc=now,
                       command=["python", "-m", "driver", "bench"], git_sha=sha, git_dirty=False, device=H200X2,
@@ -86,3 +87,16 @@ def test_side_by_side_table_on_a_real_run():
     assert "| allreduce float32/2gpu/262144B | ours | nccl |" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| sdpa mission | cpasync | baseline |"))
     assert "negligible" in row and row.endswith("| tie |")
+
+
+def test_records_without_timings_are_shown_as_not_timed_and_never_compared(results_dir, capsys):
+    """A checked-only record (wrong results, or a seed past the first) carries no round p50s: the
+    tables say "not timed" instead of a one-launch time, and compare skips it."""
+    run = _run(1.0)
+    untimed = run.model_copy(update={"records": [r.model_copy(update={"round_p50_us": []}) for r in run.records]})
+    text = archive.compare_markdown(untimed)
+    assert "not timed" in text
+    assert "| ours | nccl |" not in text
+    old = archive.write_run(untimed, _meta(), "")
+    new = archive.write_run(_run(5.0, sha="d" * 40).model_copy(update={"records": untimed.records}), _meta(), "")
+    assert compare.main([str(old), str(new)]) == 0

@@ -128,7 +128,7 @@ def _group(
             ArchivedRecord(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=worst_err(rounds),
-                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s,
+                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s if ln.timed else [],
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )

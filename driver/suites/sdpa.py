@@ -13,7 +13,9 @@ from driver import device
 from driver.options import RunOptions
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.suites.common import Samples, SuiteResult, interleaved, ratio_verdict, telemetry_flags
+from driver.launch import launch
+from driver.parse import parse_lines
+from driver.suites.common import Samples, SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
 from driver.thresholds import SdpaGates, Thresholds
 
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
@@ -84,62 +86,94 @@ def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds)
     return {k: Verdict.combine(v) for k, v in out.items()}
 
 
+CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
+
+
+def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
+                timeout_s: float, what: str) -> tuple[SdpaLine, dict[str, float]]:
+    cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
+    (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
+    return line, error_metrics(np.load(out), expected, gates.sdpa)
+
+
 def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference; the first seed also timed in interleaved rounds."""
+    """Every seed checked against the reference first (one launch per variant, nothing timed); then
+    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
+    run's output checked again. A variant with wrong results is never timed."""
     before = device.probe().gpus[:1]
     checks: dict[tuple[str, int], list[dict[str, float]]] = {}
-    per_seed: dict[int, Samples[SdpaLine]] = {}
-    for seed in opts.seeds:
-        first = seed == opts.seeds[0]
-        with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
-            folder = Path(tmp)
+    check_lines: dict[tuple[str, int], SdpaLine] = {}
+    samples: Samples[SdpaLine] | None = None
+    timed_seed = opts.seeds[0]
+    with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
+        for seed in opts.seeds:
+            folder = Path(tmp) / f"seed{seed}"
+            folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
             outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            for impl, exe in VARIANTS.items():
+                what = f"sdpa {shape_name} seed {seed} {impl} (check)"
+                progress(what)
+                line, metrics = _check_only(exe_dir / exe, files, outs[impl], expected, gates, opts.timeout_s, what)
+                check_lines[(impl, seed)] = line
+                checks[(impl, seed)] = [metrics]
+            if seed != timed_seed:
+                continue
+            correct = [impl for impl in VARIANTS if correctness(checks[(impl, seed)][0], gates.sdpa).passed]
             cmds = {
-                impl: [str(exe_dir / exe), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl, exe in VARIANTS.items()
+                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
+                for impl in correct
             }
-            if have_torch and first:
+            if have_torch and cmds:
                 cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
 
-            def check(impl: str, _line: SdpaLine) -> None:
+            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
                 if impl in VARIANTS:
-                    checks.setdefault((impl, seed), []).append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
+                    checks[(impl, seed)].append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
 
-            per_seed[seed] = interleaved(
-                cmds, SdpaLine, rounds=opts.rounds if first else 1, min_rounds=min(2, opts.rounds) if first else 1,
-                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
-            )
+            if cmds:
+                samples = interleaved(
+                    cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
+                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
+                )
     after = device.probe().gpus[:1]
-    timed = {impl: per_seed[opts.seeds[0]].representative(impl)[0] for impl in per_seed[opts.seeds[0]].by_key}
+    timed_keys = samples.by_key if samples is not None else {}
+    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
     perf = _performance(shape_name, timed, gates)
     records = []
-    for seed, samples in per_seed.items():
-        for impl in samples.by_key:
-            line, p50s = samples.representative(impl)
-            if impl in VARIANTS:
-                runs = checks[(impl, seed)]
-                metrics = {k: max(m[k] for m in runs) for k in runs[0]}
-                verdict = correctness(metrics, gates.sdpa)
-                if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
-                    verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
-                                      f"per block > {gates.build.max_smem_bytes_per_block}"])
-            else:
-                metrics, verdict = {}, Verdict(status="skip", reasons=["peer: timed only"])
+    for seed in opts.seeds:
+        for impl in VARIANTS:
+            runs = checks[(impl, seed)]
+            metrics = {k: max(m[k] for m in runs) for k in runs[0]}
+            verdict = correctness(metrics, gates.sdpa)
+            was_timed = seed == timed_seed and impl in timed_keys
+            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
+            if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
+                verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
+                                  f"per block > {gates.build.max_smem_bytes_per_block}"])
+            if seed == timed_seed and not was_timed:
+                verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
             records.append(
                 ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed or impl not in VARIANTS,
-                    correctness=verdict, performance=perf.get(impl) if seed == opts.seeds[0] else None,
-                    measurement=line, round_p50_us=p50s, telemetry_before=before, telemetry_after=after,
-                    flags=telemetry_flags(before, after), **metrics,
+                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
+                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
+                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
+                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after), **metrics,
                 )
             )
-    failures = per_seed[opts.seeds[0]].peer_failures
+    if "torch_sdpa" in timed_keys:
+        line, p50s = samples.representative("torch_sdpa")
+        records.append(ArchivedRecord(
+            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
+            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
+            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
+            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
+        ))
+    failures = samples.peer_failures if samples is not None else {}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
 
 

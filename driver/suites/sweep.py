@@ -120,12 +120,13 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             for (kernel, nbytes), rounds in samples.by_key.items():
                 line, p50s = samples.representative((kernel, nbytes))
                 verdict = correctness(line, gates)
-                table.setdefault((ngpus, dtype, nbytes), {})[kernel] = line.p50_us
+                if line.timed:  # a kernel with wrong results is not timed and takes no part in the windows
+                    table.setdefault((ngpus, dtype, nbytes), {})[kernel] = line.p50_us
                 result.records.append(ArchivedRecord(
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
                     config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
                     passed=verdict.passed, max_abs_err=worst_err(rounds), correctness=verdict,
-                    measurement=line, round_p50_us=p50s))
+                    measurement=line, round_p50_us=p50s if line.timed else []))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)

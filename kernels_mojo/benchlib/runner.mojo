@@ -166,6 +166,7 @@ def json_record(
     checked: Bool,
     checked_iters: Int,
     hold_overruns: Int = 0,
+    timed: Bool = True,
 ) -> String:
     var algbw = Float64(0)
     if stats.p50_us > 0:
@@ -185,6 +186,7 @@ def json_record(
     s += String(',"warmup":', cfg.warmup)
     s += String(',"batch":', cfg.batch if cfg.timing == "host" else 1)
     s += String(',"timing":', json_string(cfg.timing))
+    s += String(',"timed":', "true" if timed else "false")
     s += String(',"hold_overruns":', hold_overruns)
     s += String(',"p50_us":', json_fixed3(stats.p50_us))
     s += String(',"p90_us":', json_fixed3(stats.p90_us))
@@ -480,6 +482,12 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                         confirmed = "mismatch"
                     check.merge(lanes[lane].bufs.check(lanes[lane].ctxs))
 
+        # A wrong kernel is never timed: the line reports the check and no timing.
+        if do_check and (check.wrong > 0 or confirmed == "mismatch"):
+            print(String("not timed: ", check.wrong, " wrong elements, kernel confirmed: ", confirmed), file=stderr)
+            print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, TimingStats([0.0]),
+                              check, do_check, cfg.check_iters * cfg.lanes, 0, timed=False))
+            continue
         lanes[0].reset_kernel_ids()
         var timing = timing_samples[launch_all](cfg, ctxs)
         var confirmed_timed = lanes[0].confirmed()

@@ -126,6 +126,11 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
             launch_all()
             sync_all(ctxs)
             check = bufs.check(ctxs)
+            if check.wrong > 0:  # a wrong kernel is never timed
+                print(String("not timed: ", check.wrong, " wrong elements"), file=stderr)
+                print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, TimingStats([0.0]), check,
+                                  cfg.check, 1, 0, timed=False))
+                continue
         print("upstream: timed launches", file=stderr)
         var timing = timing_samples[launch_all](cfg, ctxs)
         var stats = TimingStats(timing.samples_us.copy())
