@@ -64,6 +64,7 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
         batch=config.parse_positive_int(ns.batch, "--batch"),
         timing=ns.timing,
+        soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
         kernel=config.parse_kernel(ns.kernel),
         arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
         rounds=config.parse_positive_int(ns.rounds, "--rounds"),
@@ -155,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
+            s.add_argument("--minutes", default="0", help="soak each config for at least this many minutes "
+                           "(on top of --iters launches; default 0: by count only)")
         s.set_defaults(func=cmd_bench)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")

@@ -151,3 +151,14 @@ def parse_positive_int(text: str, what: str) -> int:
     if not text.strip().isdigit() or int(text) <= 0:
         raise ConfigError(f"malformed {what} {text!r}", f"{what} must be a positive integer")
     return int(text)
+
+
+def parse_minutes(text: str) -> float:
+    """`--minutes`: a non-negative number of minutes (0 = soak by count only)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"malformed --minutes '{text}'", "give a number of minutes >= 0, e.g. --minutes 10")
+    return value

@@ -34,3 +34,4 @@ class RunOptions(Record):
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
     sweep_windows: bool = False
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers")
+    soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)

@@ -68,3 +68,12 @@ def test_shapes_named_and_explicit():
     for bad in ("1x8x512", "1x8x0x64", "1x8x512x96", "huge", "mission,,large"):
         with pytest.raises(ConfigError):
             config.parse_shapes(bad)
+
+
+def test_soak_minutes():
+    from driver.config import parse_minutes
+
+    assert parse_minutes("0") == 0 and parse_minutes("2.5") == 2.5
+    for bad in ("-1", "ten", "nan", "inf", ""):
+        with pytest.raises(ConfigError, match="malformed --minutes"):
+            parse_minutes(bad)

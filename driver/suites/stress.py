@@ -86,14 +86,17 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     per_chunk = -(-opts.iters // chunks)
     lines: list[AllreduceLine] = []
     t0 = time.perf_counter()
-    for c in range(chunks):
+    c = 0
+    # At least `chunks` processes (>= --iters launches per size), and on for --minutes.
+    while c < chunks or time.perf_counter() - t0 < opts.soak_minutes * 60:
         cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
                "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
                "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
                *(flags if mixed else KERNELS[kernel])]
-        what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks})"
+        what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks}{'+' if c >= chunks else ''})"
         progress(what)
         lines += parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
+        c += 1
     wrong = sum(ln.wrong for ln in lines)
     expect = "alternate" if mixed else kernel
     bad_kernel = sorted({ln.kernel_confirmed for ln in lines if ln.elements and ln.kernel_confirmed != expect})
@@ -124,7 +127,16 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     worst: dict[str, float] = {}
     launches = mismatched = 0
     per_seed = -(-opts.iters // len(opts.seeds))
-    for seed in opts.seeds:
+    # Every seed once (>= --iters launches), then new seeds (fresh inputs) until --minutes have passed.
+    seeds = list(opts.seeds)
+    rnd = 0
+    while True:
+        if not seeds:
+            if time.perf_counter() - t0 >= opts.soak_minutes * 60:
+                break
+            rnd += 1
+            seeds = [s + 1009 * rnd for s in opts.seeds]
+        seed = seeds.pop(0)
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
             files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
             out = Path(tmp) / "out.npy"
