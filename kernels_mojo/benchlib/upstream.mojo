@@ -136,5 +136,10 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         var stats = TimingStats(timing.samples_us.copy())
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
                           1 if cfg.check else 0, timing.hold_overruns))
+        # Keep the buffers alive to here: the tensors above hold untracked raw pointers, so without
+        # these lines Mojo may free the inputs/outputs right after their last named use (the check),
+        # before the timed calls. (Found by reading, after the timed calls faulted on 2x H200 while
+        # the checked call was correct; not yet run on a GPU.)
+        _ = bufs^
         _ = signals^
         _ = t^
