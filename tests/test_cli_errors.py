@@ -76,6 +76,7 @@ def test_missing_mojo(results_dir):
         (["--alternate", "1", "--kernel", "2stage"], "--alternate 1 cycles every kernel; it takes no --kernel"),
         (["--impl", "upstream"], "upstream_bench: upstream"),
         (["--ngpus", "3"], "unsupported --ngpus 3"),
+        (["--sizes", "6", "--dtype", "float32"], "size 6 bytes is not a multiple of the 4-byte float32 element"),
     ],
 )
 def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, needle):
