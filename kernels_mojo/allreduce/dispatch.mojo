@@ -31,11 +31,20 @@
 #                          H200 (run 2) 1, 2 and 4 were within noise up to
 #                          256 MiB; 4 was never clearly worse and gave the best
 #                          1 GiB numbers).
-#   AR_START_RELEASE_ACQUIRE 1 (default): the start barrier uses system-scope
-#                          release stores / acquire loads; 0: relaxed volatile
-#                          32-bit flags.
-#   AR_END_RELEASE_ACQUIRE 0 (default): the end barrier (1stage, cpasync) uses
-#                          relaxed volatile 32-bit flags; 1: release/acquire.
+#   AR_START_ORDERING      ordering of the start barrier (all kernels):
+#                          0 relaxed (volatile flags), 1 acquire (volatile
+#                          store, system-scope acquire spin load; default),
+#                          2 release/acquire (system-scope release store).
+#                          The start barrier publishes nothing written in
+#                          the kernel: the inputs peers read were written
+#                          before this rank's launch (stream order), and in
+#                          2stage it only has to keep a rank from writing its
+#                          scratch while a peer's previous launch may still
+#                          read it (write-after-read). The release store puts
+#                          a system-scope fence in every block's critical
+#                          path.
+#   AR_END_ORDERING        ordering of the end barrier (1stage, cpasync):
+#                          0 relaxed (default), 1 acquire, 2 release/acquire.
 #                          The end barrier only has to keep a rank from
 #                          returning while a peer may still READ its input
 #                          (write-after-read); every peer thread's loads have
@@ -58,7 +67,7 @@ from max.gpu.host import (
     get_gpu_target,
 )
 
-from .signal import MAX_BLOCKS, SignalPtr
+from .signal import MAX_BLOCKS, SignalPtr, ORDER_RELAXED, ORDER_ACQUIRE, ORDER_RELEASE_ACQUIRE
 from .kernels import (
     KERNEL_ID_NONE,
     KERNEL_ID_1STAGE,
@@ -98,12 +107,8 @@ comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
 comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
-comptime AR_START_RELEASE_ACQUIRE = get_defined_int[
-    "AR_START_RELEASE_ACQUIRE", 1
-]() != 0
-comptime AR_END_RELEASE_ACQUIRE = get_defined_int[
-    "AR_END_RELEASE_ACQUIRE", 0
-]() != 0
+comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_ACQUIRE]()
+comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
 
 
 @always_inline
@@ -120,6 +125,12 @@ def _check_defines():
     )
     comptime assert AR_CPASYNC_BLOCK_THREADS >= 32 and AR_CPASYNC_BLOCK_THREADS <= 1024, (
         "AR_CPASYNC_BLOCK_THREADS must be in [32, 1024]"
+    )
+    comptime assert AR_START_ORDERING >= ORDER_RELAXED and AR_START_ORDERING <= ORDER_RELEASE_ACQUIRE, (
+        "AR_START_ORDERING must be 0, 1 or 2"
+    )
+    comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
+        "AR_END_ORDERING must be 0, 1 or 2"
     )
 
 
@@ -224,8 +235,8 @@ def launch_kernel[
     """Enqueue kernel `kernel_id` for `rank` on `ctx`. Launches nothing for 0
     elements. Raises for an id that does not exist in this binary."""
     comptime V = vector_width[dtype]()
-    comptime start_ra = AR_START_RELEASE_ACQUIRE
-    comptime end_ra = AR_END_RELEASE_ACQUIRE
+    comptime start_ra = AR_START_ORDERING
+    comptime end_ra = AR_END_ORDERING
     _check_defines()
     if not kernel_exists(kernel_id):
         raise Error(

@@ -17,7 +17,7 @@ from max.gpu.memory import (
     external_memory,
 )
 
-from .signal import SignalPtr, cross_gpu_barrier
+from .signal import SignalPtr, cross_gpu_barrier, ORDER_RELEASE_ACQUIRE
 
 # ---- kernel ids (also the values written to the device word) ----
 comptime KERNEL_ID_NONE: Int32 = 0
@@ -170,15 +170,15 @@ def _scalar_tail[
 # --------------------------------------------------------------------------
 # 1stage (one-shot): start barrier, every rank reduces the whole buffer from
 # all peers into its own output, end barrier (so no rank returns while a peer
-# may still read its input). Barrier orderings: see AR_START_RELEASE_ACQUIRE /
-# AR_END_RELEASE_ACQUIRE in dispatch.mojo.
+# may still read its input). Barrier orderings: see AR_START_ORDERING /
+# AR_END_ORDERING in dispatch.mojo.
 # --------------------------------------------------------------------------
 def ar_oneshot_k[
     dtype: DType,
     ngpus: Int,
     unroll: Int,
-    start_release_acquire: Bool,
-    end_release_acquire: Bool,
+    start_ordering: Int,
+    end_ordering: Int,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -194,7 +194,7 @@ def ar_oneshot_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_release_acquire](
+    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
         sigs, rank, debug_skip_barrier
     )
 
@@ -205,7 +205,7 @@ def ar_oneshot_k[
     )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_release_acquire](
+    cross_gpu_barrier[ngpus, end_ordering, sync_after=False](
         sigs, rank, debug_skip_barrier
     )
 
@@ -222,7 +222,7 @@ def ar_oneshot_k[
 #   Stage 2: rank r copies slice p from rank p's scratch for every p != r.
 #   No end barrier: inputs are safe after the middle barrier, outputs are
 #   local, and scratch reuse is ordered by the next launch's start barrier
-#   (`end_release_acquire` is accepted only for a uniform signature).
+#   (`end_ordering` is accepted only for a uniform signature).
 #   Stage 2 uses the same (thread, element) mapping as stage 1, so a block only
 #   reads scratch entries written by the same-numbered block of the peer, which
 #   is exactly what the per-block barrier orders. Scratch reuse by the next
@@ -240,8 +240,8 @@ def ar_twoshot_k[
     dtype: DType,
     ngpus: Int,
     unroll: Int,
-    start_release_acquire: Bool,
-    end_release_acquire: Bool,
+    start_ordering: Int,
+    end_ordering: Int,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -264,7 +264,7 @@ def ar_twoshot_k[
     var stride = Int(grid_dim.x) * Int(block_dim.x)
     var tid = Int(global_idx.x)
 
-    cross_gpu_barrier[ngpus, start_release_acquire](
+    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
         sigs, rank, debug_skip_barrier
     )
 
@@ -276,7 +276,7 @@ def ar_twoshot_k[
     )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, True](sigs, rank, debug_skip_barrier)
+    cross_gpu_barrier[ngpus, ORDER_RELEASE_ACQUIRE](sigs, rank, debug_skip_barrier)
 
     # Stage 2: all-gather the other slices from the peers' scratch buffers
     # (same j = tid + k * stride mapping as stage 1; `unroll` batches loads).
@@ -323,8 +323,8 @@ def ar_cpasync_k[
     ngpus: Int,
     stages: Int,
     block_threads: Int,
-    start_release_acquire: Bool,
-    end_release_acquire: Bool,
+    start_ordering: Int,
+    end_ordering: Int,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -341,7 +341,7 @@ def ar_cpasync_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_release_acquire](
+    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
         sigs, rank, debug_skip_barrier
     )
 
@@ -401,7 +401,7 @@ def ar_cpasync_k[
 
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_release_acquire](
+    cross_gpu_barrier[ngpus, end_ordering, sync_after=False](
         sigs, rank, debug_skip_barrier
     )
 

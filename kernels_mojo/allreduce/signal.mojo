@@ -12,9 +12,9 @@
 #
 # Barrier protocol (per thread block, after vLLM's custom allreduce): thread t
 # (t < ngpus) bumps its epoch counter, stores the new epoch into peer t's
-# flags[block][my_rank] with a system-scope release store, then spins with
-# system-scope acquire loads on its own flags[block][t] until the value is at
-# least the epoch (signed wrap-around difference). Epochs only grow, so a flag
+# flags[block][my_rank] (a system-scope release store, or a volatile store:
+# see `ordering`), then spins on its own flags[block][t] (acquire or volatile
+# loads) until the value is at least the epoch (signed wrap-around difference). Epochs only grow, so a flag
 # left over from an earlier barrier or an earlier launch is always smaller than
 # the epoch being waited for; a peer that already moved on to the next barrier
 # has written a larger value, which also (correctly) passes. Flags are 32-bit;
@@ -38,10 +38,23 @@ comptime SIGNAL_BUFFER_WORDS = 2 * FLAG_WORDS
 
 comptime SignalPtr = Pointer[UInt32, MutAnyOrigin]
 
+# Barrier orderings (the `ordering` parameter of cross_gpu_barrier).
+comptime ORDER_RELAXED = 0
+"""Volatile 32-bit flag store and spin load: orders nothing by itself."""
+comptime ORDER_ACQUIRE = 1
+"""Volatile flag store, system-scope acquire spin load: this thread's later
+loads are not performed before the peer's flag is seen (the reader's half)."""
+comptime ORDER_RELEASE_ACQUIRE = 2
+"""System-scope release store and acquire load: also publishes the block's
+earlier writes (needs the block barrier before the store)."""
+
 
 @always_inline
 def cross_gpu_barrier[
-    ngpus: Int, release_acquire: Bool
+    ngpus: Int,
+    ordering: Int,
+    sync_before: Bool = True,
+    sync_after: Bool = True,
 ](
     sigs: Array[SignalPtr, ngpus],
     my_rank: Int,
@@ -51,10 +64,11 @@ def cross_gpu_barrier[
 
     Parameters:
         ngpus: Number of ranks.
-        release_acquire: True: release store / acquire load at system scope
-            (orders this block's earlier global writes before peers' later
-            reads). False: volatile (relaxed) 32-bit store/load; only for
-            barriers that order nothing written in this kernel.
+        ordering: ORDER_RELAXED, ORDER_ACQUIRE or ORDER_RELEASE_ACQUIRE.
+        sync_before: Block barrier before the flag store (needed when the
+            block's own earlier loads or stores must be complete first).
+        sync_after: Block barrier after the wait (needed when the block's
+            threads act on what the barrier orders).
 
     Args:
         sigs: Signal buffers of all ranks, indexed by rank.
@@ -62,7 +76,9 @@ def cross_gpu_barrier[
         debug_skip: Non-zero makes this rank skip the barrier entirely (its
             peers then wait forever). Only for watchdog tests.
     """
-    barrier()
+    comptime assert ordering >= ORDER_RELAXED and ordering <= ORDER_RELEASE_ACQUIRE, "unknown barrier ordering"
+    comptime if sync_before:
+        barrier()
     if debug_skip == 0 and thread_idx.x < ngpus:
         var peer = Int(thread_idx.x)
         var bid = Int(block_idx.x)
@@ -73,17 +89,20 @@ def cross_gpu_barrier[
         epoch_ptr.unsafe_store(epoch)
         var to_peer = sigs[peer].unsafe_offset(bid * MAX_GPUS + my_rank)
         var from_peer = sigs[my_rank].unsafe_offset(bid * MAX_GPUS + peer)
-        comptime if release_acquire:
+        comptime if ordering == ORDER_RELEASE_ACQUIRE:
             Atomic[UInt32].store[ordering=Ordering.RELEASE](to_peer, epoch)
+        else:
+            to_peer.unsafe_store[volatile=True](epoch)
+        comptime if ordering >= ORDER_ACQUIRE:
             while (
                 Atomic[UInt32].load[ordering=Ordering.ACQUIRE](from_peer)
                 - epoch
             ).cast[DType.int32]() < 0:
                 pass
         else:
-            to_peer.unsafe_store[volatile=True](epoch)
             while (from_peer.unsafe_load[volatile=True]() - epoch).cast[
                 DType.int32
             ]() < 0:
                 pass
-    barrier()
+    comptime if sync_after:
+        barrier()
