@@ -111,14 +111,15 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         for r in range(ngpus):
             init_signal_buffer(signals[r], ctxs[r])
         sync_all(ctxs)
-        var in_t = t.inputs()
-        var out_t = t.outputs()
-        var sigs = t.sigs()
 
+        # The tensor Arrays are rebuilt from `t` (heap Lists, kept alive below) on every call instead of
+        # being captured: a by-reference capture of stack Arrays whose last named use came earlier left
+        # the timed calls reading reused stack slots (CUDA_ERROR_MISALIGNED_ADDRESS on 2x H200, session 3,
+        # after a correct checked call).
         @always_inline
         @__parameter
         def launch_all() raises:
-            _launch_all[dtype, ngpus](in_t, out_t, sigs, ctxs)
+            _launch_all[dtype, ngpus](t.inputs(), t.outputs(), t.sigs(), ctxs)
 
         if cfg.check:
             bufs.poison_outputs(ctxs)
@@ -136,10 +137,8 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         var stats = TimingStats(timing.samples_us.copy())
         print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
                           1 if cfg.check else 0, timing.hold_overruns))
-        # Keep the buffers alive to here: the tensors above hold untracked raw pointers, so without
-        # these lines Mojo may free the inputs/outputs right after their last named use (the check),
-        # before the timed calls. (Found by reading, after the timed calls faulted on 2x H200 while
-        # the checked call was correct; not yet run on a GPU.)
+        # Keep the buffers alive to here: the tensors hold untracked raw pointers, so without these
+        # lines Mojo may free the inputs/outputs right after their last named use (the check).
         _ = bufs^
         _ = signals^
         _ = t^
