@@ -194,7 +194,7 @@ def ar_oneshot_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
+    cross_gpu_barrier[ngpus, start_ordering](
         sigs, rank, debug_skip_barrier
     )
 
@@ -205,7 +205,7 @@ def ar_oneshot_k[
     )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_ordering, sync_after=False](
+    cross_gpu_barrier[ngpus, end_ordering](
         sigs, rank, debug_skip_barrier
     )
 
@@ -264,7 +264,7 @@ def ar_twoshot_k[
     var stride = Int(grid_dim.x) * Int(block_dim.x)
     var tid = Int(global_idx.x)
 
-    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
+    cross_gpu_barrier[ngpus, start_ordering](
         sigs, rank, debug_skip_barrier
     )
 
@@ -341,7 +341,7 @@ def ar_cpasync_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_ordering, sync_before=False](
+    cross_gpu_barrier[ngpus, start_ordering](
         sigs, rank, debug_skip_barrier
     )
 
@@ -401,7 +401,7 @@ def ar_cpasync_k[
 
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_ordering, sync_after=False](
+    cross_gpu_barrier[ngpus, end_ordering](
         sigs, rank, debug_skip_barrier
     )
 
