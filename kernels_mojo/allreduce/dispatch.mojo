@@ -33,8 +33,14 @@
 #                          1 GiB numbers).
 #   AR_START_ORDERING      ordering of the start barrier (all kernels):
 #                          0 relaxed (volatile flags), 1 acquire (volatile
-#                          store, system-scope acquire spin load; default),
-#                          2 release/acquire (system-scope release store).
+#                          store, system-scope acquire spin load), 2
+#                          release/acquire (system-scope release store;
+#                          default: the ordering every GPU test and soak ran
+#                          with). 2x H200, fp32, 1stage, device timing
+#                          (session 3): 256 KiB p50 10.08 us with 2, 8.70
+#                          with 1, 8.48 with 0; 8 KiB 9.34 / 8.00 / 7.71.
+#                          1 and 0 gave 0 wrong elements in those runs but
+#                          have not been through the GPU tests or the soak.
 #                          The start barrier publishes nothing written in
 #                          the kernel: the inputs peers read were written
 #                          before this rank's launch (stream order), and in
@@ -107,7 +113,7 @@ comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
 comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
-comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_ACQUIRE]()
+comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_RELEASE_ACQUIRE]()
 comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
 
 

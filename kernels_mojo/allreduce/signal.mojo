@@ -72,8 +72,10 @@ def cross_gpu_barrier[
     """
     comptime assert ordering >= ORDER_RELAXED and ordering <= ORDER_RELEASE_ACQUIRE, "unknown barrier ordering"
     # Both block barriers stay, also where nothing needs them (the start
-    # barrier's first, the end barrier's second): a build without them hung at
-    # 16 MiB on 2x H200 (session 3, every ordering; cause not found).
+    # barrier's first, the end barrier's second). A build without them was
+    # only ever run together with a host-code change that made every 16 MiB
+    # launch after a smaller size hang (session 3, reverted), so dropping
+    # them is untested.
     barrier()
     if debug_skip == 0 and thread_idx.x < ngpus:
         var peer = Int(thread_idx.x)

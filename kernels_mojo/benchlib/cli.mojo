@@ -206,8 +206,4 @@ def parse_args(impl: String = "ours") raises -> BenchConfig:
         raise Error("--alternate, --lanes, --mem-pressure and --refresh-every are only supported with --impl ours")
     if cfg.debug_hang_rank >= cfg.ngpus:
         raise Error(String("--debug-hang-rank ", cfg.debug_hang_rank, " out of range (0..", cfg.ngpus - 1, ")"))
-    var elem_bytes = 4 if cfg.dtype == "float32" else 2
-    for s in cfg.sizes_bytes:
-        if s % elem_bytes != 0:
-            raise Error(String("size ", s, " bytes is not a multiple of the ", elem_bytes, "-byte ", cfg.dtype, " element"))
     return cfg^

@@ -463,7 +463,8 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                     lanes[lane].bufs.poison_outputs(lanes[lane].ctxs)
                     lanes[lane].reset_kernel_ids()
                 for lane in range(cfg.lanes):
-                    selected = lanes[lane].launch(want, lane_grid_cap, cfg.debug_hang_rank)
+                    var cap = grid_cap if cfg.lanes == 1 else lane_grid_cap
+                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank)
                 for lane in range(cfg.lanes):
                     sync_all(lanes[lane].ctxs)
                 for lane in range(cfg.lanes):

@@ -113,9 +113,9 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         sync_all(ctxs)
 
         # The tensor Arrays are rebuilt from `t` (heap Lists, kept alive below) on every call instead of
-        # being captured: a by-reference capture of stack Arrays whose last named use came earlier left
-        # the timed calls reading reused stack slots (CUDA_ERROR_MISALIGNED_ADDRESS on 2x H200, session 3,
-        # after a correct checked call).
+        # being captured. The timed calls still faulted (CUDA_ERROR_MISALIGNED_ADDRESS, 2x H200, session 3)
+        # with captured Arrays and the buffers kept alive; one suspect is a by-reference capture of stack
+        # Arrays whose last named use came earlier. This version has not been run on a GPU.
         @always_inline
         @__parameter
         def launch_all() raises:

@@ -9,7 +9,7 @@
 # stdout: exactly one JSON line per size; diagnostics go to stderr.
 # Exit codes: 0 ok, 2 bad configuration, 4 no GPU.
 
-from std.sys import exit, stderr
+from std.sys import exit, size_of, stderr
 from max.gpu.host import DeviceContext
 
 from benchlib.cli import (
@@ -27,6 +27,12 @@ comptime DTYPE_NAMES = ("float32", "bfloat16", "float16")
 comptime NGPUS = (2, 4, 8)
 
 
+def _dtype_bytes(name: String) -> Int:
+    if name == "float32":
+        return 4
+    return 2
+
+
 def main():
     var cfg: BenchConfig
     try:
@@ -34,6 +40,10 @@ def main():
     except e:
         fail(EXIT_BAD_CONFIG, String(e))
         return
+    var elem_bytes = _dtype_bytes(cfg.dtype)
+    for s in cfg.sizes_bytes:
+        if s % elem_bytes != 0:
+            fail(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes, "-byte ", cfg.dtype, " element"))
     var ctxs = open_contexts(cfg, enable_peer_access=False)
     try:
         enable_upstream_p2p()
