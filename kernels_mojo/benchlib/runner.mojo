@@ -505,6 +505,17 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         var stats = TimingStats(timing.samples_us.copy())
         print(json_record(cfg, selected_name, confirmed, n * size_of[dtype](), n, stats, check, do_check,
                           cfg.check_iters * cfg.lanes if do_check else 0, timing.hold_overruns))
+    # Keep-alives for what `launch_all` captures. A @__parameter closure
+    # captures by reference but its calls do not count as uses for ASAP
+    # destruction: once the last named use of a captured local has passed, its
+    # stack slot can be reused while the closure still reads it. Commit 872a62c
+    # dropped the last named use of grid_cap inside the size loop; from the
+    # second size on, launch_all then read a garbage grid cap, and 16 MiB
+    # (4096 blocks, beyond the 1024-block signal layout) hung on 2x H200
+    # (session 3: bisected to the host code; reverted).
+    _ = grid_cap
+    _ = requested
+    _ = lanes^
     _ = fillers^
 
 

@@ -112,10 +112,12 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
             init_signal_buffer(signals[r], ctxs[r])
         sync_all(ctxs)
 
-        # The tensor Arrays are rebuilt from `t` (heap Lists, kept alive below) on every call instead of
-        # being captured. The timed calls still faulted (CUDA_ERROR_MISALIGNED_ADDRESS, 2x H200, session 3)
-        # with captured Arrays and the buffers kept alive; one suspect is a by-reference capture of stack
-        # Arrays whose last named use came earlier. This version has not been run on a GPU.
+        # The tensor Arrays are rebuilt from `t` (kept alive below) on every call instead of being captured.
+        # The earlier version captured stack Arrays whose only named uses were inside this closure; the
+        # closure's calls do not keep a capture alive (see the keep-alives at the end of run_ours), so the
+        # timed calls could read reused stack slots. That matches what was seen: the first (checked) call
+        # correct, later calls CUDA_ERROR_MISALIGNED_ADDRESS / ILLEGAL_ADDRESS (2x H200, sessions 2 and 3).
+        # This version has not been run on a GPU.
         @always_inline
         @__parameter
         def launch_all() raises:
