@@ -52,7 +52,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
     return RunOptions(
         suites=("sweep",) if ns.sweep_windows else ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite),
-        stress_parts=(*config.parse_suite(ns.suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",))),
+        stress_parts=(*config.parse_suite(ns.suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
+                      *(() if getattr(ns, "no_profile", False) else ("profile",))),
         sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
         sizes_given=ns.sizes is not None,
         sweep_windows=ns.sweep_windows,
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
+            s.add_argument("--no-profile", action="store_true",
+                           help="skip the profile stage (Nsight Compute bank conflicts, prefetch/compute overlap)")
             s.add_argument("--minutes", default="0", help="soak each config for at least this many minutes "
                            "(on top of --iters launches; default 0: by count only)")
         s.set_defaults(func=cmd_bench)

@@ -33,5 +33,5 @@ class RunOptions(Record):
     build: bool = True
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
     sweep_windows: bool = False
-    stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers")
+    stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)

@@ -200,7 +200,7 @@ class StressLine(Record):
     """One stress config's outcome, written by the driver's stress suite."""
 
     suite: Literal["stress"]
-    check: Literal["soak", "watchdog", "sanitizer"]
+    check: Literal["soak", "watchdog", "sanitizer", "profile"]
     kernel: str
     config: str
     sizes_bytes: list[NonNegativeInt] = Field(default_factory=list)
@@ -212,6 +212,7 @@ class StressLine(Record):
     hang: bool = False
     seconds: NonNegativeFloat = 0.0
     detail: str = ""
+    counters: dict[str, float] = Field(default_factory=dict)  # profile: ncu counters or timings (see detail)
 
 
 Measurement = Annotated[Union[AllreduceLine, SdpaLine, StressLine], Field(discriminator="suite")]

@@ -18,6 +18,9 @@
   both SDPA variants and on the allreduce kernels at small sizes. Zero hazards is
   the gate; where the tool cannot follow the run, the record says "not covered"
   with the tool's own message, never clean.
+- Profile (driver/suites/profile.py): Nsight Compute bank-conflict and stall counters for both
+  SDPA variants, prefetch/compute overlap from ablated timings, and the allreduce cp.async
+  kernel with and without prefetch.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from driver.launch import launch, run_process, runtime_env
 from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine, Verdict
-from driver.suites import sdpa
+from driver.suites import profile, sdpa
 from driver.suites.allreduce import EXE, worst_err
 from driver.suites.common import SuiteResult, progress
 from driver.suites.sweep import KERNELS
@@ -298,4 +301,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                     for kernel, args in KERNELS.items():
                         cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0", *args]
                         result.records.append(sanitize(opts, tool, cmd, kernel, "2gpu/8K,32772B", dev, git_sha))
+    if "profile" in opts.stress_parts:
+        result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
+                                          allreduce="allreduce" in opts.stress_parts and bool(counts)))
     return result
