@@ -136,17 +136,23 @@ def _record(dev: DeviceInfo, sha: str, kernel: str, config: str, *, counters: di
     return stress_record(dev, sha, line, passed=covered, reasons=[] if covered else [detail], covered=covered)
 
 
+NO_NCU = "not covered: Nsight Compute (ncu) not found on PATH or under /usr/local/cuda, /opt/nvidia"
+
+
+def _ncu_cmd(ncu: str, kernel_regex: str, metrics: tuple[str, ...], target: list[str]) -> list[str]:
+    """One launch of the first kernel matching `kernel_regex`, clocks left alone, base units, CSV."""
+    return [ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", f"regex:{kernel_regex}",
+            "--launch-count", "1", "--metrics", ",".join(metrics), *target]
+
+
 def ncu_sdpa(opts: RunOptions, ncu: str | None, exe: Path, files: dict[str, Path], out: Path, shape_name: str,
              dev: DeviceInfo, sha: str, metrics: tuple[str, ...], left_out: list[str]) -> ArchivedRecord:
     kernel = exe.name
     config = f"ncu/{shape_name}"
     progress(f"ncu {kernel} {shape_name}")
     if ncu is None:
-        return _record(dev, sha, kernel, config, counters={}, covered=False,
-                       detail="not covered: Nsight Compute (ncu) not found on PATH or under /usr/local/cuda, /opt/nvidia")
-    cmd = [ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", "regex:sdpa",
-           "--launch-count", "1", "--metrics", ",".join(metrics),
-           str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS]
+        return _record(dev, sha, kernel, config, counters={}, covered=False, detail=NO_NCU)
+    cmd = _ncu_cmd(ncu, "sdpa", metrics, [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS])
     res = run_process(cmd, timeout_s=opts.timeout_s * NCU_TIMEOUT_FACTOR, env=runtime_env())
     if res.timed_out:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
@@ -190,12 +196,10 @@ def ncu_allreduce(opts: RunOptions, ncu: str | None, exe: Path, dev: DeviceInfo,
     config = "ncu/2gpu/8K"
     progress(f"ncu allreduce {kernel}")
     if ncu is None:
-        return _record(dev, sha, kernel, config, counters={}, covered=False,
-                       detail="not covered: Nsight Compute (ncu) not found on PATH or under /usr/local/cuda, /opt/nvidia")
-    cmd = [ncu, "--clock-control", "none", "--csv", "--print-units", "base", "--kernel-name", "regex:ar_cpasync",
-           "--launch-count", "1", "--metrics", ",".join(metrics),
-           str(exe), "--sizes", "8K", "--ngpus", "2", "--kernel", "1stage_cpasync", "--stages", "3",
-           "--iters", "1", "--warmup", "0", "--timing", "host", "--batch", "1"]
+        return _record(dev, sha, kernel, config, counters={}, covered=False, detail=NO_NCU)
+    cmd = _ncu_cmd(ncu, "ar_cpasync", metrics,
+                   [str(exe), "--sizes", "8K", "--ngpus", "2", "--kernel", "1stage_cpasync", "--stages", "3",
+                    "--iters", "1", "--warmup", "0", "--timing", "host", "--batch", "1"])
     res = run_process(cmd, timeout_s=ALLREDUCE_NCU_TIMEOUT_S, env=runtime_env())
     if res.timed_out:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
