@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 from driver.errors import ConfigError, KernelFailed
 from driver.launch import launch
 from driver.parse import parse_lines
-from driver.records import ArchivedRecord, Skip, Verdict
+from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
 
 L = TypeVar("L")
 
@@ -129,3 +129,13 @@ def telemetry_flags(before: list, after: list) -> list[str]:
         if reasons:
             flags.append(f"GPU{b.index}: clocks held back ({', '.join(reasons)}) after the config")
     return flags
+
+
+def stress_record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str],
+                  covered: bool = True) -> ArchivedRecord:
+    """`covered=False`: the tool could not follow the run. That is reported as a skip with
+    the tool's own words: neither clean nor a failure of the kernel."""
+    status = "skip" if not covered else "pass" if passed else "fail"
+    return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
+                          git_sha=sha, passed=passed or not covered, max_abs_err=line.max_abs_err,
+                          correctness=Verdict(status=status, reasons=reasons), measurement=line)

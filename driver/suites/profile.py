@@ -32,7 +32,7 @@ from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
-from driver.suites.common import progress
+from driver.suites.common import progress, stress_record
 
 # Profiled SDPA shapes: the mission shape (launch-bound) and `large` (where tiling and cp.async show).
 PROFILED_SHAPES = ("mission", "large")
@@ -128,9 +128,6 @@ def _tool_message(out: str) -> str:
 
 def _record(dev: DeviceInfo, sha: str, kernel: str, config: str, *, counters: dict[str, float], detail: str,
             covered: bool, seconds: float = 0.0) -> ArchivedRecord:
-    # Local import: stress imports this module.
-    from driver.suites.stress import _record as stress_record
-
     line = StressLine(suite="stress", check="profile", kernel=kernel, config=config, iterations=1 if covered else 0,
                       checked=0, wrong=0, max_abs_err=0.0, seconds=seconds, counters=counters, detail=detail)
     return stress_record(dev, sha, line, passed=covered, reasons=[] if covered else [detail], covered=covered)

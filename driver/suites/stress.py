@@ -39,10 +39,10 @@ from driver.errors import ConfigError, KernelFailed
 from driver.launch import launch, run_process, runtime_env
 from driver.options import RunOptions
 from driver.parse import parse_lines
-from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine, Verdict
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import profile, sdpa
 from driver.suites.allreduce import EXE, worst_err
-from driver.suites.common import SuiteResult, progress
+from driver.suites.common import SuiteResult, progress, stress_record
 from driver.suites.sweep import KERNELS
 from driver.thresholds import Thresholds
 
@@ -68,16 +68,6 @@ def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
     elems = [rng.randrange(1, 64), (8 << 10) + rng.randrange(1, 16)]
     elems += [rng.randrange(1 << 10, 1 << 18) | 1 for _ in range(max(0, count - 2))]
     return [n * e for n in elems]
-
-
-def _record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str],
-            covered: bool = True) -> ArchivedRecord:
-    """`covered=False`: the tool could not follow the run. That is reported as a skip with
-    the tool's own words: neither clean nor a failure of the kernel."""
-    status = "skip" if not covered else "pass" if passed else "fail"
-    return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
-                          git_sha=sha, passed=passed or not covered, max_abs_err=line.max_abs_err,
-                          correctness=Verdict(status=status, reasons=reasons), measurement=line)
 
 
 def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
@@ -114,7 +104,7 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     reasons += ["some output was NaN or infinite"] if line.max_abs_err is None else []
     what_ran = "a kernel other than the one each launch asked for" if mixed else f"{bad_kernel}, not {kernel}"
     reasons += [f"the GPU ran {what_ran}"] if bad_kernel else []
-    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
 SDPA_SOAK_STREAMS = 2
@@ -164,7 +154,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
                       max_abs_err=worst["max_abs_err"], seconds=time.perf_counter() - t0,
                       detail=f"{len(opts.seeds)} seeds; {SDPA_SOAK_STREAMS} streams in flight; every launch compared "
                              "bit for bit with the reference-checked output")
-    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
 def _watchdog_record(dev: DeviceInfo, sha: str, kernel: str, config: str, t0: float, hang_reasons: list[str],
@@ -179,7 +169,7 @@ def _watchdog_record(dev: DeviceInfo, sha: str, kernel: str, config: str, t0: fl
                       iterations=1, checked=1, wrong=0, max_abs_err=0.0, hang=hang, seconds=detect_s,
                       detail=f"hang detected after {detect_s:.1f} s (timeout {WATCHDOG_TIMEOUT_S:.0f} s); recovery "
                              f"{'ok' if not reasons else 'failed'}")
-    return _record(dev, sha, line, passed=hang and not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, passed=hang and not reasons, reasons=reasons)
 
 
 def _expect_hang(cmd: list[str], what: str) -> tuple[bool, list[str]]:
@@ -244,7 +234,7 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
     if sanitizer is None:
         line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=0,
                           checked=0, wrong=0, max_abs_err=0.0, detail="not covered: compute-sanitizer not on PATH")
-        return _record(dev, sha, line, passed=False, reasons=[line.detail], covered=False)
+        return stress_record(dev, sha, line, passed=False, reasons=[line.detail], covered=False)
     res = run_process([sanitizer, "--tool", tool, "--error-exitcode", "99", *cmd], timeout_s=opts.timeout_s * 4,
                       env=runtime_env())
     out = res.stdout + res.stderr
@@ -258,9 +248,9 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
     line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=1,
                       checked=0, wrong=0, max_abs_err=0.0, hazards=hazards, seconds=res.seconds, detail=detail)
     if detail:
-        return _record(dev, sha, line, passed=False, reasons=[detail], covered=False)
+        return stress_record(dev, sha, line, passed=False, reasons=[detail], covered=False)
     reasons = [f"{hazards} hazard(s)/error(s)"] if hazards else []
-    return _record(dev, sha, line, passed=not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
