@@ -33,22 +33,26 @@
 #                          1 GiB numbers).
 #   AR_START_ORDERING      ordering of the start barrier (all kernels):
 #                          0 relaxed (volatile flags), 1 acquire (volatile
-#                          store, system-scope acquire spin load), 2
-#                          release/acquire (system-scope release store;
-#                          default: the ordering every GPU test and soak ran
-#                          with). 2x H200, fp32, 1stage, device timing
-#                          (session 3): 256 KiB p50 10.08 us with 2, 8.70
-#                          with 1, 8.48 with 0; 8 KiB 9.34 / 8.00 / 7.71.
-#                          1 and 0 gave 0 wrong elements in those runs but
-#                          have not been through the GPU tests or the soak.
+#                          store, system-scope acquire spin load; default),
+#                          2 release/acquire (system-scope release store).
 #                          The start barrier publishes nothing written in
 #                          the kernel: the inputs peers read were written
 #                          before this rank's launch (stream order), and in
 #                          2stage it only has to keep a rank from writing its
 #                          scratch while a peer's previous launch may still
-#                          read it (write-after-read). The release store puts
-#                          a system-scope fence in every block's critical
-#                          path.
+#                          read it (write-after-read). What it must give is
+#                          the reader's half: no load of peer data is
+#                          performed before the peer's flag is seen, which
+#                          the acquire load gives and a volatile load alone
+#                          does not promise. The release store put a
+#                          system-scope fence in every block's critical path.
+#                          2x H200, fp32, 1stage, device timing, 200 iters,
+#                          p50 (session 4 call B, two rounds, with
+#                          AR_LEAN_BARRIERS=1 for 1 and 0): 256 KiB 10.24 /
+#                          10.08 us with 2 (no lean), 8.67 / 8.74 with 1,
+#                          8.48 / 8.41 with 0; upstream in the same call
+#                          8.45 / 8.41. Default 1: GPU tests (18 passed) in
+#                          that call; soak in the session-4 stress run.
 #   AR_END_ORDERING        ordering of the end barrier (1stage, cpasync):
 #                          0 relaxed (default), 1 acquire, 2 release/acquire.
 #                          The end barrier only has to keep a rank from
@@ -62,6 +66,14 @@
 #                          The 2stage middle barrier, which publishes data
 #                          written in the same kernel, is always
 #                          release/acquire.
+#   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
+#                          the start barrier's flag exchange (nothing before
+#                          it needs ordering) and the one after the end
+#                          barrier's (the block only exits), as vLLM and
+#                          upstream do; 0: keep both. Session 4 call B:
+#                          256 KiB 8.83 / 8.67 us without, 8.67 / 8.74 with
+#                          (within noise); kept for fewer instructions on the
+#                          critical path.
 
 from std.collections import Array
 from std.sys import size_of
@@ -113,8 +125,9 @@ comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
 comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
-comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_RELEASE_ACQUIRE]()
+comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_ACQUIRE]()
 comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
+comptime AR_LEAN_BARRIERS = get_defined_int["AR_LEAN_BARRIERS", 1]() != 0
 
 
 @always_inline
@@ -257,7 +270,7 @@ def launch_kernel[
 
     if kernel_id == KERNEL_ID_1STAGE:
         comptime k = ar_oneshot_k[
-            dtype, ngpus, AR_UNROLL, start_ra, end_ra
+            dtype, ngpus, AR_UNROLL, start_ra, end_ra, AR_LEAN_BARRIERS
         ]
         ctx.enqueue_function[k](
             inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],
@@ -273,7 +286,7 @@ def launch_kernel[
         )
     elif kernel_id == KERNEL_ID_2STAGE:
         comptime k = ar_twoshot_k[
-            dtype, ngpus, AR_UNROLL, start_ra, end_ra
+            dtype, ngpus, AR_UNROLL, start_ra, end_ra, AR_LEAN_BARRIERS
         ]
         var part = max(1, slice_vectors[dtype](num_elements, ngpus))
         ctx.enqueue_function[k](
@@ -292,7 +305,7 @@ def launch_kernel[
                     comptime bt = AR_CPASYNC_BLOCK_THREADS
                     comptime smem = cpasync_shared_bytes[stages, ngpus, bt]()
                     comptime k = ar_cpasync_k[
-                        dtype, ngpus, stages, bt, start_ra, end_ra
+                        dtype, ngpus, stages, bt, start_ra, end_ra, AR_LEAN_BARRIERS
                     ]
                     ctx.enqueue_function[k](
                         inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],

@@ -171,7 +171,9 @@ def _scalar_tail[
 # 1stage (one-shot): start barrier, every rank reduces the whole buffer from
 # all peers into its own output, end barrier (so no rank returns while a peer
 # may still read its input). Barrier orderings: see AR_START_ORDERING /
-# AR_END_ORDERING in dispatch.mojo.
+# AR_END_ORDERING in dispatch.mojo; `lean_barriers` (AR_LEAN_BARRIERS) drops
+# the block barrier before the start barrier's flag exchange and the one after
+# the end barrier's, which order nothing.
 # --------------------------------------------------------------------------
 def ar_oneshot_k[
     dtype: DType,
@@ -179,6 +181,7 @@ def ar_oneshot_k[
     unroll: Int,
     start_ordering: Int,
     end_ordering: Int,
+    lean_barriers: Bool,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -194,7 +197,7 @@ def ar_oneshot_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_ordering](
+    cross_gpu_barrier[ngpus, start_ordering, lead=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
 
@@ -205,7 +208,7 @@ def ar_oneshot_k[
     )
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_ordering](
+    cross_gpu_barrier[ngpus, end_ordering, trail=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
 
@@ -242,6 +245,7 @@ def ar_twoshot_k[
     unroll: Int,
     start_ordering: Int,
     end_ordering: Int,
+    lean_barriers: Bool,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -264,7 +268,7 @@ def ar_twoshot_k[
     var stride = Int(grid_dim.x) * Int(block_dim.x)
     var tid = Int(global_idx.x)
 
-    cross_gpu_barrier[ngpus, start_ordering](
+    cross_gpu_barrier[ngpus, start_ordering, lead=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
 
@@ -325,6 +329,7 @@ def ar_cpasync_k[
     block_threads: Int,
     start_ordering: Int,
     end_ordering: Int,
+    lean_barriers: Bool,
 ](
     in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
     output: ElemPtr[dtype],
@@ -341,7 +346,7 @@ def ar_cpasync_k[
     var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
     var n = Int(num_elements)
     var rank = Int(my_rank)
-    cross_gpu_barrier[ngpus, start_ordering](
+    cross_gpu_barrier[ngpus, start_ordering, lead=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
 
@@ -401,7 +406,7 @@ def ar_cpasync_k[
 
     _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
 
-    cross_gpu_barrier[ngpus, end_ordering](
+    cross_gpu_barrier[ngpus, end_ordering, trail=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
 

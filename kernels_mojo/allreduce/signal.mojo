@@ -53,6 +53,8 @@ earlier writes (needs the block barrier before the store)."""
 def cross_gpu_barrier[
     ngpus: Int,
     ordering: Int,
+    lead: Bool = True,
+    trail: Bool = True,
 ](
     sigs: Array[SignalPtr, ngpus],
     my_rank: Int,
@@ -63,6 +65,13 @@ def cross_gpu_barrier[
     Parameters:
         ngpus: Number of ranks.
         ordering: ORDER_RELAXED, ORDER_ACQUIRE or ORDER_RELEASE_ACQUIRE.
+        lead: Block barrier before the flag exchange: needed wherever the
+            block's earlier writes or reads must be finished before peers
+            are told (end and middle barriers); a start barrier has nothing
+            before it to order.
+        trail: Block barrier after the flag exchange: needed wherever the
+            block's later accesses must wait for the peers (start and middle
+            barriers); after an end barrier the block only exits.
 
     Args:
         sigs: Signal buffers of all ranks, indexed by rank.
@@ -71,12 +80,8 @@ def cross_gpu_barrier[
             peers then wait forever). Only for watchdog tests.
     """
     comptime assert ordering >= ORDER_RELAXED and ordering <= ORDER_RELEASE_ACQUIRE, "unknown barrier ordering"
-    # Both block barriers stay, also where nothing needs them (the start
-    # barrier's first, the end barrier's second). A build without them was
-    # only ever run together with a host-code change that made every 16 MiB
-    # launch after a smaller size hang (session 3, reverted), so dropping
-    # them is untested.
-    barrier()
+    comptime if lead:
+        barrier()
     if debug_skip == 0 and thread_idx.x < ngpus:
         var peer = Int(thread_idx.x)
         var bid = Int(block_idx.x)
@@ -102,4 +107,5 @@ def cross_gpu_barrier[
                 DType.int32
             ]() < 0:
                 pass
-    barrier()
+    comptime if trail:
+        barrier()
