@@ -18,7 +18,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from driver import build, paths
+from driver import build, paths, targets, thresholds
 from driver.errors import BuildFailed, ConfigError, ToolchainMissing
 from driver.host import git_state, utc_now
 
@@ -71,7 +71,9 @@ def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
     for py in pythons:
         if not py.replace(".", "").isdigit() or py.count(".") != 1:
             raise ConfigError(f"malformed Python version {py!r}", "e.g. --python 3.11,3.12")
-    meta = build.load_meta()
+    # Build first (content-hash cached, so this is quick when nothing changed): a bundle packed from
+    # build outputs older than the sources would carry the current git sha on stale executables.
+    meta, _compiled = build.build_all(targets.select("all"), archs, thresholds.load(None).build)
     missing = [a for a in archs if a not in meta.archs]
     if missing:
         raise BuildFailed(f"nothing built for {', '.join(missing)}", f"run `python -m driver build --arch {','.join(archs)}`")
