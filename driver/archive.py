@@ -99,6 +99,46 @@ def _stress_table(run: RunArchive) -> list[str]:
     return rows + [""]
 
 
+# Short column names for the profile stage's counters (ncu metric names are long); any other
+# counter keeps its own name.
+PROFILE_COLUMNS = {
+    "gpu__time_duration.sum": "ncu duration ns",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank conflicts shared ld",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "bank conflicts shared st",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum": "bank conflicts cp.async",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared ld wavefronts",
+    "smsp__sass_inst_executed_op_ldgsts.sum": "cp.async instructions",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall long scoreboard",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall short scoreboard",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall barrier",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall math pipe",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall mio",
+}
+
+
+def _number(v: float) -> str:
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.3g}"
+
+
+def _profile_table(run: RunArchive) -> list[str]:
+    """The profile stage's counters, one table per kind of record (ncu, overlap, prefetch), so the
+    numbers can be read side by side instead of inside the verdict column."""
+    recs = [r for r in run.records if r.suite == "stress" and r.measurement.check == "profile"]
+    out: list[str] = []
+    for kind in dict.fromkeys(r.measurement.config.split("/")[0] for r in recs):
+        group = [r for r in recs if r.measurement.config.split("/")[0] == kind]
+        names = list(dict.fromkeys(k for r in group for k in r.measurement.counters))
+        out += [f"### profile: {kind}", "", "| kernel | config | " + " | ".join(PROFILE_COLUMNS.get(n, n) for n in names)
+                + " | note |", "|---|---|" + "---|" * (len(names) + 1)]
+        for r in group:
+            c = r.measurement.counters
+            cells = [_number(c[n]) if n in c else "-" for n in names]
+            note = "; ".join(r.correctness.reasons) if r.correctness.status != "pass" else ""
+            out.append(f"| {r.measurement.kernel} | {r.measurement.config} | " + " | ".join(cells) + f" | {note} |")
+        out.append("")
+    return out
+
+
 def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
@@ -111,13 +151,14 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     ]
     ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]
     skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
-    if images is None:
-        pics = []
-    elif images:
+    plottable = any(r.suite in ("allreduce", "sdpa") and r.round_p50_us for r in run.records)
+    if images:
         pics = [f"![{name}]({name})" for name in images]
-    else:
+    elif images is not None and plottable:
         pics = ["(no plots: matplotlib is not installed on this host)"]
-    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    else:
+        pics = []  # nothing asked for, or nothing timed to plot (a stress run)
+    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
@@ -144,6 +185,15 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dic
 
 def load_run(folder: Path) -> RunArchive:
     return RunArchive.model_validate_json((folder / RESULTS_FILE).read_text())
+
+
+def rerender_compare(folder: Path) -> None:
+    """COMPARE.md is derived from results.json (and the plots beside it): write it again, whole."""
+    run = load_run(folder)
+    pngs = sorted(p.name for p in folder.glob("*.png"))
+    tmp = folder / ".COMPARE.md.tmp"
+    tmp.write_text(compare_markdown(run, pngs or None))
+    os.replace(tmp, folder / "COMPARE.md")
 
 
 def archived_runs(root: Path | None = None) -> list[Path]:

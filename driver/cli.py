@@ -126,6 +126,9 @@ def cmd_schema(ns: argparse.Namespace) -> int:
 def cmd_index(ns: argparse.Namespace) -> int:
     from driver import archive
 
+    if ns.rerender:
+        for folder in archive.archived_runs():
+            archive.rerender_compare(folder)
     archive.update_index(paths.results_dir())
     print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
     return 0
@@ -174,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
 
     ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders")
+    ix.add_argument("--rerender", action="store_true",
+                    help="also re-render every run's COMPARE.md from its results.json (after a report change)")
     ix.set_defaults(func=cmd_index)
 
     sc = sub.add_parser("schema", help="write the JSON Schemas of every record")

@@ -100,3 +100,21 @@ def test_records_without_timings_are_shown_as_not_timed_and_never_compared(resul
     old = archive.write_run(untimed, _meta(), "")
     new = archive.write_run(_run(5.0, sha="d" * 40).model_copy(update={"records": untimed.records}), _meta(), "")
     assert compare.main([str(old), str(new)]) == 0
+
+
+def test_profile_counters_get_their_own_tables_on_a_real_stress_run():
+    """The profile stage's counters are laid out as columns (one table per kind of record), with
+    the not-covered allreduce ncu attempt shown as such, never as numbers."""
+    run = RunArchive.model_validate_json((Path(__file__).parent / "data" / "captured" /
+                                          "results_2xH200_stress_profile.json").read_text())
+    md = archive.compare_markdown(run)
+    lines = md.splitlines()
+    ncu_head = lines[lines.index("### profile: ncu") + 2]
+    assert "bank conflicts shared st" in ncu_head and "stall long scoreboard" in ncu_head
+    cp_large = next(ln for ln in lines if ln.startswith("| sdpa_fp8_cpasync | ncu/large |"))
+    # 11 counters, all numeric, for the cp.async kernel on the large shape (278528 cp.async instructions).
+    cells = [c.strip() for c in cp_large.strip("|").split("|")][2:-1]
+    assert len(cells) == 11 and all(c.replace(".", "").isdigit() for c in cells) and "278528" in cells
+    ar = next(ln for ln in lines if ln.startswith("| 1stage_cpasync_s3 | ncu/2gpu/8K |"))
+    assert "not covered" in ar and ar.count("| - ") == 11
+    assert "### profile: overlap" in lines and "### profile: prefetch" in lines
