@@ -28,7 +28,7 @@ def default_table():
 def test_table_covers_every_gpu_count_and_dtype(default_table):
     assert {k[0] for k in default_table} == {2, 4, 8}
     assert {k[1] for k in default_table} == {"float32", "bfloat16", "float16"}
-    assert set(default_table.values()) <= {"1stage", "2stage", "1stage_cpasync_s2", "1stage_cpasync_s3",
+    assert set(default_table.values()) <= {"1stage", "2stage", "1stage_push", "1stage_cpasync_s2", "1stage_cpasync_s3",
                                            "1stage_cpasync_s4"}
 
 
@@ -48,7 +48,11 @@ def test_measured_windows_are_what_the_build_dispatches_on(default_table):
         pytest.skip("no measured windows yet: the provisional defaults apply")
     defines = json.loads(targets.DISPATCH_WINDOWS_FILE.read_text())["defines"]
     lo, hi = defines.get("AR_CPASYNC_MIN_BYTES", 1), defines.get("AR_CPASYNC_MAX_BYTES", 0)
+    push_max = defines.get("AR_PUSH_MAX_BYTES", 0)
     for (ngpus, _dtype, nbytes), kernel in default_table.items():
+        if 0 < nbytes <= push_max:  # the push window takes precedence over every other rule
+            assert kernel == "1stage_push", (ngpus, nbytes, kernel)
+            continue
         if lo <= nbytes <= hi:
             assert kernel.startswith("1stage_cpasync"), (ngpus, nbytes, kernel)
             continue

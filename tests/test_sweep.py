@@ -53,3 +53,19 @@ def test_crossover_rules_on_edges():
     assert none["AR_CPASYNC_MIN_BYTES"] > none["AR_CPASYNC_MAX_BYTES"]  # empty window
     md = sweep.markdown(table, d, "note")
     assert "-DAR_1STAGE_MAX_BYTES_2GPU=16384" in md and "| 16K |" in md
+
+
+def test_push_window_starts_at_the_smallest_size_and_ends_at_the_first_loss():
+    def row(one, push):
+        return {"1stage": one, "2stage": one + 5, "1stage_push": push, "1stage_cpasync_s2": one + 1,
+                "1stage_cpasync_s3": one + 1, "1stage_cpasync_s4": one + 1}
+
+    sizes = (8192, 16384, 32768, 65536)
+    wins_then_loses = {(2, d, s): row(10, p) for d in ("float32", "bfloat16") for s, p in zip(sizes, (7, 8, 9.9, 8))}
+    d = sweep.crossovers(wins_then_loses, noise=0.02)
+    # 9.9 vs 10 is inside the 2% noise: the window ends at 16K even though push wins again at 64K.
+    assert d["AR_PUSH_MAX_BYTES"] == 16384
+    one_dtype_loses = dict(wins_then_loses) | {(2, "bfloat16", 8192): row(10, 11)}
+    assert sweep.crossovers(one_dtype_loses, noise=0.02)["AR_PUSH_MAX_BYTES"] == 0
+    no_push = {k: {n: t for n, t in v.items() if n != "1stage_push"} for k, v in wins_then_loses.items()}
+    assert "AR_PUSH_MAX_BYTES" not in sweep.crossovers(no_push, noise=0.02)

@@ -24,8 +24,10 @@ from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 
 KERNELS: dict[str, list[str]] = {
-    k: kernel_flags(k) for k in ("1stage", "2stage", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+    k: kernel_flags(k) for k in ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
 }
+PUSH = "1stage_push"
+PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
 
 Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us
@@ -38,7 +40,10 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     it, 1stage is not slower than 2stage beyond the noise (per GPU count). The
     cp.async window: the longest run of sizes at which the best stage count beats
     both other kernels by more than the noise for every GPU count and dtype
-    measured; empty when it wins nowhere.
+    measured; empty when it wins nowhere. The push window (where the sweep timed
+    1stage_push): from the smallest size up to the last size at which push beats
+    every other kernel by more than the noise for every GPU count and dtype; 0
+    when it does not win at the smallest size.
     """
     defines: dict[str, int] = {}
     for ngpus in sorted({k[0] for k in table}):
@@ -64,6 +69,16 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
         if rows and len(wins) == len(rows):
             winning.append(size)
             stages.update(wins)
+    if table and all(PUSH in row for row in table.values()):
+        push_limit = 0
+        for size in sorted({k[2] for k in table}):
+            rows = [v for k, v in table.items() if k[2] == size]
+            if size <= PUSH_REGION_MAX_BYTES and all(
+                    row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
+                push_limit = size
+            else:
+                break
+        defines["AR_PUSH_MAX_BYTES"] = push_limit
     run = _longest_run(winning)
     if run:
         defines |= {"AR_CPASYNC_MIN_BYTES": run[0], "AR_CPASYNC_MAX_BYTES": run[-1],
@@ -87,13 +102,15 @@ def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
     lines = ["# Allreduce dispatch sweep", "", run_note, "",
              "p50 us per kernel (forced); cp.async ratio = 1stage p50 / cp.async p50 (>1: prefetch helps).", ""]
     for ngpus, dtype in sorted({(k[0], k[1]) for k in table}):
+        # Columns: the kernels this table timed (a sweep from before 1stage_push has no push column).
+        timed = [k for k in KERNELS if all(k in v for kk, v in table.items() if kk[:2] == (ngpus, dtype))]
         lines += [f"## {dtype} x{ngpus}", "",
-                  "| size | " + " | ".join(KERNELS) + " | best | cp.async s2 / s3 / s4 ratio |",
-                  "|---|" + "---|" * (len(KERNELS) + 2)]
+                  "| size | " + " | ".join(timed) + " | best | cp.async s2 / s3 / s4 ratio |",
+                  "|---|" + "---|" * (len(timed) + 2)]
         for size in sorted(k[2] for k in table if k[:2] == (ngpus, dtype)):
             row = table[(ngpus, dtype, size)]
             ratios = " / ".join(f"{row['1stage'] / row[f'1stage_cpasync_s{s}']:.3f}" for s in (2, 3, 4))
-            lines.append(f"| {format_size(size)} | " + " | ".join(f"{row[k]:.2f}" for k in KERNELS) +
+            lines.append(f"| {format_size(size)} | " + " | ".join(f"{row[k]:.2f}" for k in timed) +
                          f" | {min(row, key=row.get)} | {ratios} |")
         lines.append("")
     lines += ["## Defines written", "", "```", *(f"-D{k}={v}" for k, v in sorted(defines.items())), "```", ""]

@@ -66,6 +66,13 @@
 #                          The 2stage middle barrier, which publishes data
 #                          written in the same kernel, is always
 #                          release/acquire.
+#   AR_PUSH_MAX_BYTES      1stage_push (no barriers; see kernels.mojo) for
+#                          0 < bytes <= this (takes precedence over every
+#                          other rule). Default 0: never auto-selected.
+#   AR_PUSH_REGION_MAX_BYTES largest message the runner gives a push receive
+#                          region for (2 generations x ngpus x the message,
+#                          per rank): default 256 MiB; a forced 1stage_push
+#                          above it is refused with an error.
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
 #                          the start barrier's flag exchange (nothing before
 #                          it needs ordering) and the one after the end
@@ -90,6 +97,7 @@ from .kernels import (
     KERNEL_ID_NONE,
     KERNEL_ID_1STAGE,
     KERNEL_ID_2STAGE,
+    KERNEL_ID_PUSH,
     KERNEL_ID_CPASYNC_BASE,
     KERNEL_ID_NOOP,
     ElemPtr,
@@ -98,6 +106,8 @@ from .kernels import (
     ar_twoshot_k,
     ar_cpasync_k,
     ar_noop_k,
+    ar_push_k,
+    PushPtr,
     cpasync_kernel_id,
     cpasync_shared_bytes,
     slice_vectors,
@@ -127,6 +137,8 @@ comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
 comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
 comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_ACQUIRE]()
 comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
+comptime AR_PUSH_MAX_BYTES = get_defined_int["AR_PUSH_MAX_BYTES", 0]()
+comptime AR_PUSH_REGION_MAX_BYTES = get_defined_int["AR_PUSH_REGION_MAX_BYTES", 256 * MIB]()
 comptime AR_LEAN_BARRIERS = get_defined_int["AR_LEAN_BARRIERS", 1]() != 0
 
 
@@ -148,6 +160,9 @@ def _check_defines():
     comptime assert AR_START_ORDERING >= ORDER_RELAXED and AR_START_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_START_ORDERING must be 0, 1 or 2"
     )
+    comptime assert AR_PUSH_MAX_BYTES <= AR_PUSH_REGION_MAX_BYTES, (
+        "AR_PUSH_MAX_BYTES must not exceed AR_PUSH_REGION_MAX_BYTES"
+    )
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_END_ORDERING must be 0, 1 or 2"
     )
@@ -164,6 +179,8 @@ def kernel_name(kernel_id: Int32) -> String:
         return "1stage"
     if kernel_id == KERNEL_ID_2STAGE:
         return "2stage"
+    if kernel_id == KERNEL_ID_PUSH:
+        return "1stage_push"
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
         return String("1stage_cpasync_s", kernel_id - KERNEL_ID_CPASYNC_BASE)
     if kernel_id == KERNEL_ID_NONE:
@@ -174,7 +191,7 @@ def kernel_name(kernel_id: Int32) -> String:
 
 
 def kernel_exists(kernel_id: Int32) -> Bool:
-    if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE:
+    if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE or kernel_id == KERNEL_ID_PUSH:
         return True
     if kernel_id == KERNEL_ID_NOOP:
         return True
@@ -202,6 +219,8 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
     windows can become dtype-specific; all three dtypes use 16-byte vectors."""
     _ = dtype
     _check_defines()
+    if num_bytes > 0 and num_bytes <= AR_PUSH_MAX_BYTES:
+        return KERNEL_ID_PUSH
     if (
         CPASYNC_AVAILABLE
         and num_bytes >= AR_CPASYNC_MIN_BYTES
@@ -217,6 +236,14 @@ def scratch_elements[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
     """Elements of the per-rank peer-visible scratch the 2stage kernel needs
     (at least 1, so it can always be allocated)."""
     return max(1, slice_vectors[dtype](num_elements, ngpus) * vector_width[dtype]())
+
+
+def push_slot_packs[dtype: DType](num_elements: Int) -> Int:
+    """16-byte packs per source rank in a push receive region for this message
+    (0: larger than AR_PUSH_REGION_MAX_BYTES, so no region; push is refused)."""
+    if num_elements * size_of[dtype]() > AR_PUSH_REGION_MAX_BYTES:
+        return 0
+    return max(1, (num_elements + vector_width[dtype]() - 1) // vector_width[dtype]())
 
 
 def max_grid_blocks(ctx: DeviceContext) raises -> Int:
@@ -246,6 +273,9 @@ def launch_kernel[
     output: ElemPtr[dtype],
     scratch: Array[ElemPtr[dtype], ngpus],
     sigs: Array[SignalPtr, ngpus],
+    push_rx: Array[PushPtr, ngpus],
+    push_slots: Int,
+    push_generation: Int,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
@@ -278,6 +308,21 @@ def launch_kernel[
             sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
             kernel_id_out, n, r, skip,
             grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS, grid_cap),
+            block_dim=AR_BLOCK_THREADS,
+        )
+    elif kernel_id == KERNEL_ID_PUSH:
+        if push_slots * V < num_elements:
+            raise Error(
+                String("1stage_push: no receive region for ", num_elements * size_of[dtype](), " bytes per rank (at most ",
+                       AR_PUSH_REGION_MAX_BYTES, " bytes, AR_PUSH_REGION_MAX_BYTES); use 1stage or 2stage")
+            )
+        comptime k = ar_push_k[dtype, ngpus]
+        ctx.enqueue_function[k](
+            inputs[rank],
+            output,
+            push_rx[0 % ngpus], push_rx[1 % ngpus], push_rx[2 % ngpus], push_rx[3 % ngpus], push_rx[4 % ngpus], push_rx[5 % ngpus], push_rx[6 % ngpus], push_rx[7 % ngpus],
+            kernel_id_out, n, Int64(push_slots), Int32(push_generation % 2), r, skip,
+            grid_dim=_grid_for((num_elements + V - 1) // V, AR_BLOCK_THREADS, grid_cap),
             block_dim=AR_BLOCK_THREADS,
         )
     elif kernel_id == KERNEL_ID_NOOP:
@@ -334,6 +379,9 @@ def allreduce_rank[
     output: ElemPtr[dtype],
     scratch: Array[ElemPtr[dtype], ngpus],
     sigs: Array[SignalPtr, ngpus],
+    push_rx: Array[PushPtr, ngpus],
+    push_slots: Int,
+    push_generation: Int,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
@@ -354,6 +402,9 @@ def allreduce_rank[
         output,
         scratch,
         sigs,
+        push_rx,
+        push_slots,
+        push_generation,
         kernel_id_out,
         num_elements,
         grid_cap,

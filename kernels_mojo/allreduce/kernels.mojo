@@ -7,6 +7,7 @@
 # (`kernel_id_out`) so the host can confirm which kernel actually ran.
 
 from std.collections import Array
+from std.memory import bitcast
 from std.sys import size_of
 from max.gpu import global_idx, thread_idx, block_idx, block_dim, grid_dim
 from max.gpu.memory import (
@@ -24,6 +25,7 @@ comptime KERNEL_ID_NONE: Int32 = 0
 """No kernel ran (device word left at its reset value)."""
 comptime KERNEL_ID_1STAGE: Int32 = 1
 comptime KERNEL_ID_2STAGE: Int32 = 2
+comptime KERNEL_ID_PUSH: Int32 = 3
 comptime KERNEL_ID_NOOP: Int32 = 90
 """Diagnostic only (never auto-selected): records its id and returns; no
 barrier, no data. Measures the launch + synchronize floor."""
@@ -409,6 +411,129 @@ def ar_cpasync_k[
     cross_gpu_barrier[ngpus, end_ordering, trail=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
+
+
+# --------------------------------------------------------------------------
+# 1stage_push: one-shot allreduce without any barrier (a Lamport-style
+# protocol). Every rank owns a receive region in its own memory,
+#   region[generation 0|1][source rank][pack]   (16-byte packs),
+# which holds the sentinel word PUSH_SENTINEL everywhere it holds no data
+# (filled once by the host, and restored by the reader after every read).
+# Per 16-byte pack p of the message, a thread:
+#   1. loads its own pack and turns every -0.0 into +0.0, so no data word
+#      can ever equal the sentinel (fp32 -0.0 is 0x80000000; for 16-bit types
+#      a 32-bit word is 0x80000000 only if its upper half is -0.0);
+#   2. stores that pack into every peer's region at [gen][my_rank][p]
+#      (16-byte volatile stores over NVLink);
+#   3. for every peer q, spins on its own region at [gen][q][p] until no
+#      32-bit word of the pack is the sentinel, then writes the sentinel back;
+#   4. sums the packs in rank order 0..ngpus-1 (its own sanitized pack at its
+#      own rank) in float32 and stores the result.
+# Words are 32-bit aligned and written once per call, so a word the reader
+# sees is either the sentinel or the final data: a pack with no sentinel word
+# is complete even if the 16-byte store reached memory in pieces.
+# Generations alternate per call (the host passes call_count % 2): a peer can
+# only write generation g again two calls later, which needs this rank's
+# pushes of the call in between, which are issued only after this kernel (and
+# so every sentinel it wrote back) has finished. No start barrier (nothing is
+# read from a peer's buffer, so a peer's next call cannot overwrite what this
+# one still reads) and no end barrier (a rank finishes once it has every
+# peer's data). Every -0.0 in the inputs contributes +0.0 (the sum differs
+# from the plain one only where every term is -0.0: +0.0 instead of -0.0).
+# Tail: the last pack is read and written element by element; the bytes past
+# the end travel as zeros.
+# --------------------------------------------------------------------------
+comptime PUSH_SENTINEL: UInt32 = 0x80000000
+"""fp32 -0.0; never a data word after `_drop_negative_zero`."""
+comptime PushPtr = Pointer[UInt32, MutAnyOrigin]
+comptime PUSH_GENERATIONS = 2
+
+
+@always_inline
+def push_region_words(ngpus: Int, slot_packs: Int) -> Int:
+    """32-bit words of one rank's receive region for `slot_packs` packs per source rank."""
+    return PUSH_GENERATIONS * ngpus * slot_packs * (VECTOR_BYTES // 4)
+
+
+@always_inline
+def _drop_negative_zero[dtype: DType, w: Int](v: SIMD[dtype, w]) -> SIMD[dtype, w]:
+    comptime if size_of[dtype]() == 4:
+        var b = bitcast[DType.uint32, w](v)
+        return bitcast[dtype, w](b.eq(UInt32(0x80000000)).select(SIMD[DType.uint32, w](0), b))
+    else:
+        var b = bitcast[DType.uint16, w](v)
+        return bitcast[dtype, w](b.eq(UInt16(0x8000)).select(SIMD[DType.uint16, w](0), b))
+
+
+@always_inline
+def _load_pack[dtype: DType](src: ElemPtr[dtype], pack: Int, n: Int) -> SIMD[dtype, vector_width[dtype]()]:
+    comptime V = vector_width[dtype]()
+    if (pack + 1) * V <= n:
+        return src.unsafe_load[width=V, alignment=VECTOR_BYTES](pack * V)
+    var v = SIMD[dtype, V](0)
+    comptime for i in range(V):
+        if pack * V + i < n:
+            v[i] = src.unsafe_load(pack * V + i)
+    return v
+
+
+@always_inline
+def _store_pack[dtype: DType](dst: ElemPtr[dtype], pack: Int, n: Int, v: SIMD[dtype, vector_width[dtype]()]):
+    comptime V = vector_width[dtype]()
+    if (pack + 1) * V <= n:
+        dst.unsafe_store[alignment=VECTOR_BYTES](pack * V, v)
+        return
+    comptime for i in range(V):
+        if pack * V + i < n:
+            dst.unsafe_store(pack * V + i, v[i])
+
+
+def ar_push_k[
+    dtype: DType,
+    ngpus: Int,
+](
+    input: ElemPtr[dtype],
+    output: ElemPtr[dtype],
+    rx0: PushPtr, rx1: PushPtr, rx2: PushPtr, rx3: PushPtr, rx4: PushPtr, rx5: PushPtr, rx6: PushPtr, rx7: PushPtr,
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    slot_packs: Int64,
+    generation: Int32,
+    my_rank: Int32,
+    debug_skip_push: Int32,
+):
+    comptime V = vector_width[dtype]()
+    comptime W = VECTOR_BYTES // 4
+    _record_kernel_id(kernel_id_out, KERNEL_ID_PUSH)
+    var rx = peer_array[PushPtr, ngpus](rx0, rx1, rx2, rx3, rx4, rx5, rx6, rx7)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    var slot = Int(slot_packs)
+    var num_packs = (n + V - 1) // V
+    var gen_base = Int(generation) * ngpus * slot
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    for p in range(Int(global_idx.x), num_packs, stride):
+        var mine = _drop_negative_zero[dtype, V](_load_pack[dtype](input, p, n))
+        if debug_skip_push == 0:
+            var bits = bitcast[DType.uint32, W](mine)
+            comptime for k in range(1, ngpus):
+                var q = (rank + k) % ngpus
+                rx[q].unsafe_store[alignment=VECTOR_BYTES, volatile=True]((gen_base + rank * slot + p) * W, bits)
+        var acc = SIMD[DType.float32, V](0)
+        comptime for q in range(ngpus):
+            var v = mine
+            if q != rank:
+                var at = (gen_base + q * slot + p) * W
+                var w = rx[rank].unsafe_load[width=W, alignment=VECTOR_BYTES, volatile=True](at)
+                while w.eq(PUSH_SENTINEL).reduce_or():
+                    w = rx[rank].unsafe_load[width=W, alignment=VECTOR_BYTES, volatile=True](at)
+                rx[rank].unsafe_store[alignment=VECTOR_BYTES, volatile=True](at, SIMD[DType.uint32, W](PUSH_SENTINEL))
+                v = bitcast[dtype, V](w)
+            comptime if q == 0:
+                acc = v.cast[DType.float32]()
+            else:
+                acc += v.cast[DType.float32]()
+        _store_pack[dtype](output, p, n, acc.cast[dtype]())
 
 
 # --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ def usage() -> String:
     return (
         "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
         " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N] [--check-iters N]"
-        " [--kernel auto|1stage|2stage|1stage_cpasync|noop] [--stages 2|3|4]"
+        " [--kernel auto|1stage|2stage|1stage_push|1stage_cpasync|noop] [--stages 2|3|4]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
         " [--debug-hang-rank R] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
         " [--lanes 1..4] [--mem-pressure PERCENT]"
@@ -148,8 +148,10 @@ def parse_args(impl: String = "ours") raises -> BenchConfig:
             if cfg.warmup < 0:
                 raise Error("--warmup must be >= 0")
         elif opt == "--kernel":
-            if val != "auto" and val != "1stage" and val != "2stage" and val != "1stage_cpasync" and val != "noop":
-                raise Error(String("unknown kernel '", val, "' (auto, 1stage, 2stage, 1stage_cpasync; noop = diagnostic launch floor)"))
+            if (val != "auto" and val != "1stage" and val != "2stage" and val != "1stage_push" and val != "1stage_cpasync"
+                    and val != "noop"):
+                raise Error(String("unknown kernel '", val,
+                                   "' (auto, 1stage, 2stage, 1stage_push, 1stage_cpasync; noop = diagnostic launch floor)"))
             cfg.kernel = val
         elif opt == "--stages":
             cfg.stages = _parse_int(val, "--stages")

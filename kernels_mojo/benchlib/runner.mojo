@@ -30,6 +30,7 @@ from allreduce.dispatch import (
     kernel_exists,
     kernel_name,
     max_grid_blocks,
+    push_slot_packs,
     scratch_elements,
     select_kernel,
 )
@@ -38,9 +39,13 @@ from allreduce.kernels import (
     KERNEL_ID_1STAGE,
     KERNEL_ID_2STAGE,
     KERNEL_ID_NOOP,
+    KERNEL_ID_PUSH,
+    PUSH_SENTINEL,
     ElemPtr,
     KernelIdPtr,
+    PushPtr,
     cpasync_kernel_id,
+    push_region_words,
 )
 from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
@@ -143,6 +148,8 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
         return KERNEL_ID_1STAGE
     if cfg.kernel == "2stage":
         return KERNEL_ID_2STAGE
+    if cfg.kernel == "1stage_push":
+        return KERNEL_ID_PUSH
     if cfg.kernel == "noop":
         return KERNEL_ID_NOOP
     if cfg.kernel == "1stage_cpasync":
@@ -309,18 +316,27 @@ def _reset_kernel_ids(
 struct Lane[dtype: DType, ngpus: Int](Movable):
     """Everything one independent stream of allreduces needs on every rank:
     contexts (one stream each), signal buffers (zeroed once), kernel-id words,
-    inputs/outputs/references and the 2stage scratch for the current size."""
+    inputs/outputs/references, the 2stage scratch and the 1stage_push receive
+    regions for the current size. The push regions start all-sentinel at every
+    set_size, with the call count (whose parity is the push generation) at 0
+    on every rank."""
 
     var ctxs: List[DeviceContext]
     var signals: List[DeviceBuffer[DType.uint32]]
     var kid_words: List[DeviceBuffer[DType.int32]]
     var scratch: List[DeviceBuffer[Self.dtype]]
+    var push_rx: List[DeviceBuffer[DType.uint32]]
+    var push_slots: Int
+    var push_calls: Int
     var bufs: SizeBuffers[Self.dtype]
 
     def __init__(out self, var ctxs: List[DeviceContext]) raises:
         self.signals = List[DeviceBuffer[DType.uint32]]()
         self.kid_words = List[DeviceBuffer[DType.int32]]()
         self.scratch = List[DeviceBuffer[Self.dtype]]()
+        self.push_rx = List[DeviceBuffer[DType.uint32]]()
+        self.push_slots = 0
+        self.push_calls = 0
         for r in range(Self.ngpus):
             self.signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
             self.signals[r].enqueue_fill(0)
@@ -330,13 +346,19 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         self.ctxs = ctxs^
 
     def set_size(mut self, n: Int, seed: Int, want_refs: Bool) raises:
-        """(Re)allocate inputs, outputs and scratch for n elements."""
+        """(Re)allocate inputs, outputs, scratch and push regions for n elements."""
         self.scratch = List[DeviceBuffer[Self.dtype]]()
+        self.push_rx = List[DeviceBuffer[DType.uint32]]()
         self.bufs = SizeBuffers[Self.dtype](self.ctxs, n, seed, want_refs)
+        self.push_slots = push_slot_packs[Self.dtype](n)
+        self.push_calls = 0
         for r in range(Self.ngpus):
             self.scratch.append(
                 self.ctxs[r].enqueue_create_buffer[Self.dtype](scratch_elements[Self.dtype](n, Self.ngpus))
             )
+            var words = max(1, push_region_words(Self.ngpus, self.push_slots))
+            self.push_rx.append(self.ctxs[r].enqueue_create_buffer[DType.uint32](words))
+            self.push_rx[r].enqueue_fill(PUSH_SENTINEL)
         sync_all(self.ctxs)
 
     def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int) raises -> Int32:
@@ -346,7 +368,9 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         var sig_ptrs = Array[SignalPtr, Self.ngpus](fill=self.signals[0].unsafe_ptr().as_unsafe_any_origin())
         var in_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.bufs.inputs[0].unsafe_ptr().as_unsafe_any_origin())
         var scratch_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.scratch[0].unsafe_ptr().as_unsafe_any_origin())
+        var rx_ptrs = Array[PushPtr, Self.ngpus](fill=self.push_rx[0].unsafe_ptr().as_unsafe_any_origin())
         for r in range(Self.ngpus):
+            rx_ptrs[r] = self.push_rx[r].unsafe_ptr().as_unsafe_any_origin()
             sig_ptrs[r] = self.signals[r].unsafe_ptr().as_unsafe_any_origin()
             in_ptrs[r] = self.bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
             scratch_ptrs[r] = self.scratch[r].unsafe_ptr().as_unsafe_any_origin()
@@ -360,11 +384,16 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
                 self.bufs.outputs[r].unsafe_ptr().as_unsafe_any_origin(),
                 scratch_ptrs,
                 sig_ptrs,
+                rx_ptrs,
+                self.push_slots,
+                self.push_calls,
                 self.kid_words[r].unsafe_ptr().as_unsafe_any_origin(),
                 n,
                 grid_cap,
                 debug_skip_barrier=(r == hang_rank),
             )
+        if selected == KERNEL_ID_PUSH and n > 0:
+            self.push_calls += 1  # every rank launched it once: the next call uses the other generation
         return selected
 
     def reset_kernel_ids(mut self) raises:
@@ -379,6 +408,7 @@ def _alternation() -> List[Int32]:
     var ids = List[Int32]()
     ids.append(KERNEL_ID_1STAGE)
     ids.append(KERNEL_ID_2STAGE)
+    ids.append(KERNEL_ID_PUSH)
     comptime for stages in range(2, 5):
         if kernel_exists(cpasync_kernel_id[stages]()):
             ids.append(cpasync_kernel_id[stages]())

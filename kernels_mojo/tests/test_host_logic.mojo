@@ -3,8 +3,8 @@
 # Run: mojo run -I kernels_mojo kernels_mojo/tests/test_host_logic.mojo
 
 from std.testing import assert_equal, assert_true, assert_false
-from allreduce.dispatch import select_kernel, kernel_name, kernel_exists, one_stage_max_bytes
-from allreduce.kernels import KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, cpasync_kernel_id
+from allreduce.dispatch import select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs
+from allreduce.kernels import KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, cpasync_kernel_id
 from benchlib.cli import parse_size_bytes
 from benchlib.stats import TimingStats, json_fixed3, json_number
 from benchlib.check import CheckResult, fill_rank_inputs, check_rank_output
@@ -32,6 +32,14 @@ def test_names_and_selection() raises:
     assert_equal(Int(cpasync_kernel_id[2]()), 12)
     assert_true(kernel_exists(KERNEL_ID_1STAGE))
     assert_false(kernel_exists(Int32(99)))
+    assert_equal(kernel_name(KERNEL_ID_PUSH), "1stage_push")
+    assert_true(kernel_exists(KERNEL_ID_PUSH))
+    # push receive regions: one 16-byte pack per 4 fp32 / 8 bf16 elements, a partial pack for the tail,
+    # none above the 256 MiB default (a forced push is then refused).
+    assert_equal(push_slot_packs[DType.float32](7), 2)
+    assert_equal(push_slot_packs[DType.bfloat16](8 * 1024 + 1), 1025)
+    assert_equal(push_slot_packs[DType.float32](64 * 1024 * 1024), 16 * 1024 * 1024)
+    assert_equal(push_slot_packs[DType.float32](64 * 1024 * 1024 + 1), 0)
     # defaults (no -D): 2 GPUs -> 1stage everywhere, 4/8 GPUs -> 2stage > 512K
     var k = select_kernel(256 * 1024, 2, DType.float32)
     assert_equal(kernel_name(k), "1stage")

@@ -14,7 +14,7 @@ from driver.records import AllreduceLine
 
 ELEMENTS = [0, 7, 8 << 10, (8 << 10) + 1, (8 << 10) + 7, 256 << 10, (256 << 10) + 5, 16 << 20, (16 << 20) + 24, 64 << 20]
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-KERNELS = [("1stage", []), ("2stage", []), *((f"1stage_cpasync_s{s}", ["--stages", str(s)]) for s in (2, 3, 4))]
+KERNELS = [("1stage", []), ("2stage", []), ("1stage_push", []), *((f"1stage_cpasync_s{s}", ["--stages", str(s)]) for s in (2, 3, 4))]
 
 
 def _counts(gpu) -> list[int]:
