@@ -67,8 +67,17 @@
 #                          written in the same kernel, is always
 #                          release/acquire.
 #   AR_PUSH_MAX_BYTES      1stage_push (no barriers; see kernels.mojo) for
-#                          0 < bytes <= this (takes precedence over every
-#                          other rule). Default 0: never auto-selected.
+#                          0 < bytes <= this, every GPU count (takes
+#                          precedence over every other rule). Default when
+#                          not defined: 1 MiB on 2 GPUs, none on 4 and 8
+#                          (not measured there). 2x H200, fp32, device
+#                          timing, 200 iterations, two rounds, upstream in
+#                          the same call (session 4 call E): push 5.73 /
+#                          5.92 / 6.46 / 11.39 / 21.6 / 82.0 us at 8K / 64K /
+#                          256K / 1M / 4M / 16M against 1stage 7.87 / 8.06 /
+#                          8.70 / 11.97 / 21.1 / 58.7 and upstream 7.52 /
+#                          7.90 / 8.35 / 11.52 / 20.4 / 59.8: it wins up to
+#                          1 MiB and loses from 4 MiB.
 #   AR_PUSH_REGION_MAX_BYTES largest message the runner gives a push receive
 #                          region for (2 generations x ngpus x the message,
 #                          per rank): default 256 MiB; a forced 1stage_push
@@ -137,7 +146,9 @@ comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
 comptime AR_UNROLL = get_defined_int["AR_UNROLL", 4]()
 comptime AR_START_ORDERING = get_defined_int["AR_START_ORDERING", ORDER_ACQUIRE]()
 comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
+comptime AR_PUSH_MAX_BYTES_DEFINED = is_defined["AR_PUSH_MAX_BYTES"]()
 comptime AR_PUSH_MAX_BYTES = get_defined_int["AR_PUSH_MAX_BYTES", 0]()
+comptime AR_PUSH_MAX_BYTES_2GPU_DEFAULT = 1 * MIB
 comptime AR_PUSH_REGION_MAX_BYTES = get_defined_int["AR_PUSH_REGION_MAX_BYTES", 256 * MIB]()
 comptime AR_LEAN_BARRIERS = get_defined_int["AR_LEAN_BARRIERS", 1]() != 0
 
@@ -160,7 +171,7 @@ def _check_defines():
     comptime assert AR_START_ORDERING >= ORDER_RELAXED and AR_START_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_START_ORDERING must be 0, 1 or 2"
     )
-    comptime assert AR_PUSH_MAX_BYTES <= AR_PUSH_REGION_MAX_BYTES, (
+    comptime assert AR_PUSH_MAX_BYTES <= AR_PUSH_REGION_MAX_BYTES and AR_PUSH_MAX_BYTES_2GPU_DEFAULT <= AR_PUSH_REGION_MAX_BYTES, (
         "AR_PUSH_MAX_BYTES must not exceed AR_PUSH_REGION_MAX_BYTES"
     )
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
@@ -214,12 +225,18 @@ def one_stage_max_bytes(ngpus: Int) -> Int:
     return AR_1STAGE_MAX_BYTES
 
 
+def push_max_bytes(ngpus: Int) -> Int:
+    comptime if AR_PUSH_MAX_BYTES_DEFINED:
+        return AR_PUSH_MAX_BYTES
+    return AR_PUSH_MAX_BYTES_2GPU_DEFAULT if ngpus == 2 else 0
+
+
 def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
     """The runtime choice among the kernels that exist. `dtype` is accepted so
     windows can become dtype-specific; all three dtypes use 16-byte vectors."""
     _ = dtype
     _check_defines()
-    if num_bytes > 0 and num_bytes <= AR_PUSH_MAX_BYTES:
+    if num_bytes > 0 and num_bytes <= push_max_bytes(ngpus):
         return KERNEL_ID_PUSH
     if (
         CPASYNC_AVAILABLE

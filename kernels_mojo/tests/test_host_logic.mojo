@@ -40,8 +40,10 @@ def test_names_and_selection() raises:
     assert_equal(push_slot_packs[DType.bfloat16](8 * 1024 + 1), 1025)
     assert_equal(push_slot_packs[DType.float32](64 * 1024 * 1024), 16 * 1024 * 1024)
     assert_equal(push_slot_packs[DType.float32](64 * 1024 * 1024 + 1), 0)
-    # defaults (no -D): 2 GPUs -> 1stage everywhere, 4/8 GPUs -> 2stage > 512K
-    var k = select_kernel(256 * 1024, 2, DType.float32)
+    # defaults (no -D): 2 GPUs -> 1stage_push up to 1 MiB, 1stage above; 4/8 GPUs -> 2stage > 512K
+    assert_equal(kernel_name(select_kernel(256 * 1024, 2, DType.float32)), "1stage_push")
+    assert_equal(kernel_name(select_kernel(1024 * 1024 + 16, 2, DType.float32)), "1stage")
+    var k = select_kernel(256 * 1024, 4, DType.float32)
     assert_equal(kernel_name(k), "1stage")
     var k8 = select_kernel(16 * 1024 * 1024, 8, DType.float32)
     assert_equal(kernel_name(k8), "2stage" if one_stage_max_bytes(8) < 16 * 1024 * 1024 else "1stage")
