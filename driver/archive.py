@@ -13,6 +13,7 @@ from pathlib import Path
 
 from driver import paths
 from driver.records import BuildMeta, RunArchive
+from driver.suites.profile import METRIC_COLUMNS
 
 RESULTS_FILE = "results.json"
 
@@ -99,23 +100,6 @@ def _stress_table(run: RunArchive) -> list[str]:
     return rows + [""]
 
 
-# Short column names for the profile stage's counters (ncu metric names are long); any other
-# counter keeps its own name.
-PROFILE_COLUMNS = {
-    "gpu__time_duration.sum": "ncu duration ns",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank conflicts shared ld",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "bank conflicts shared st",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum": "bank conflicts cp.async",
-    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared ld wavefronts",
-    "smsp__sass_inst_executed_op_ldgsts.sum": "cp.async instructions",
-    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall long scoreboard",
-    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall short scoreboard",
-    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall barrier",
-    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall math pipe",
-    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall mio",
-}
-
-
 def _number(v: float) -> str:
     return f"{v:.0f}" if float(v).is_integer() else f"{v:.3g}"
 
@@ -128,7 +112,7 @@ def _profile_table(run: RunArchive) -> list[str]:
     for kind in dict.fromkeys(r.measurement.config.split("/")[0] for r in recs):
         group = [r for r in recs if r.measurement.config.split("/")[0] == kind]
         names = list(dict.fromkeys(k for r in group for k in r.measurement.counters))
-        out += [f"### profile: {kind}", "", "| kernel | config | " + " | ".join(PROFILE_COLUMNS.get(n, n) for n in names)
+        out += [f"### profile: {kind}", "", "| kernel | config | " + " | ".join(METRIC_COLUMNS.get(n, n) for n in names)
                 + " | note |", "|---|---|" + "---|" * (len(names) + 1)]
         for r in group:
             c = r.measurement.counters

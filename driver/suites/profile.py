@@ -36,19 +36,21 @@ from driver.suites.common import progress, stress_record
 
 # Profiled SDPA shapes: the mission shape (launch-bound) and `large` (where tiling and cp.async show).
 PROFILED_SHAPES = ("mission", "large")
-METRICS = (
-    "gpu__time_duration.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
-    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-    "smsp__sass_inst_executed_op_ldgsts.sum",
-    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
-    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
-    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
-    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
-    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
-)
+# The counters read per profiled launch, each with the short column name the run report uses.
+METRIC_COLUMNS = {
+    "gpu__time_duration.sum": "ncu duration ns",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "bank conflicts shared ld",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "bank conflicts shared st",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum": "bank conflicts cp.async",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared ld wavefronts",
+    "smsp__sass_inst_executed_op_ldgsts.sum": "cp.async instructions",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall long scoreboard",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall short scoreboard",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio": "stall barrier",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio": "stall math pipe",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio": "stall mio",
+}
+METRICS = tuple(METRIC_COLUMNS)
 NCU_TIMEOUT_FACTOR = 4  # ncu replays each kernel once per counter pass
 ALLREDUCE_NCU_TIMEOUT_S = 30.0  # ncu profiles one launch in well under a second; a rank alone in the barrier never returns
 ALLREDUCE_PREFETCH_BYTES = 16 << 20  # inside every cp.async window the sweep measured
