@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from driver import paths
+from driver import paths, plots
 from driver.records import BuildMeta, RunArchive
 from driver.suites.profile import METRIC_COLUMNS
 
@@ -135,10 +135,9 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     ]
     ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]
     skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
-    plottable = any(r.suite in ("allreduce", "sdpa") and r.round_p50_us for r in run.records)
     if images:
         pics = [f"![{name}]({name})" for name in images]
-    elif images is not None and plottable:
+    elif images is not None and plots.plottable(run):
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)

@@ -9,13 +9,22 @@ from __future__ import annotations
 import io
 from collections import defaultdict
 
-from driver.records import RunArchive
+from driver.records import ArchivedRecord, RunArchive
 
 
 def _figure_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     return buf.getvalue()
+
+
+def timed(run: RunArchive, suite: str) -> list[ArchivedRecord]:
+    """The records of `suite` that carry timings: what the plots draw."""
+    return [r for r in run.records if r.suite == suite and r.round_p50_us]
+
+
+def plottable(run: RunArchive) -> bool:
+    return any(timed(run, suite) for suite in ("allreduce", "sdpa"))
 
 
 def render(run: RunArchive) -> dict[str, bytes]:
@@ -27,7 +36,7 @@ def render(run: RunArchive) -> dict[str, bytes]:
     except ImportError:
         return {}
     out: dict[str, bytes] = {}
-    ar = [r for r in run.records if r.suite == "allreduce" and r.round_p50_us]
+    ar = timed(run, "allreduce")
     if ar:
         series: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for r in ar:
@@ -48,7 +57,7 @@ def render(run: RunArchive) -> dict[str, bytes]:
         ax.legend(fontsize=7)
         out["allreduce_algbw.png"] = _figure_bytes(fig)
         plt.close(fig)
-    sd = [r for r in run.records if r.suite == "sdpa" and r.round_p50_us]  # the timed (first) seed per shape
+    sd = timed(run, "sdpa")  # the timed (first) seed per shape
     if sd:
         shapes = sorted({r.config.split("/")[0] for r in sd})
         impls = sorted({r.impl for r in sd})
