@@ -56,10 +56,13 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
             else:
                 break
         defines[f"AR_1STAGE_MAX_BYTES_{ngpus}GPU"] = limit
+    # Every GPU count's and dtype's row at each size, smallest size first.
+    by_size: dict[int, list[dict[str, float]]] = {}
+    for key in sorted(table, key=lambda k: k[2]):
+        by_size.setdefault(key[2], []).append(table[key])
     winning: list[int] = []
     stages: Counter[int] = Counter()
-    for size in sorted({k[2] for k in table}):
-        rows = [v for k, v in table.items() if k[2] == size]
+    for size, rows in by_size.items():
         wins = []
         for row in rows:
             cp = {k: v for k, v in row.items() if k.startswith("1stage_cpasync")}
@@ -71,8 +74,7 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
             stages.update(wins)
     if table and all(PUSH in row for row in table.values()):
         push_limit = 0
-        for size in sorted({k[2] for k in table}):
-            rows = [v for k, v in table.items() if k[2] == size]
+        for size, rows in by_size.items():
             if size <= PUSH_REGION_MAX_BYTES and all(
                     row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
                 push_limit = size
