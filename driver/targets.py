@@ -61,6 +61,7 @@ CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 def all_targets() -> tuple[Target, ...]:
     mojo_sources = ("kernels_mojo/**/*.mojo", "kernels_mojo/dispatch_windows.json")
     sdpa_sources = ("kernels_cuda/sdpa_fp8/**/*.cu", "kernels_cuda/sdpa_fp8/**/*.cuh", "kernels_cuda/sdpa_fp8/**/*.h")
+    windows = _dispatch_defines()  # read once: the bench and its dispatch table must build with the same windows
     return (
         Target(
             name="allreduce_bench",
@@ -68,7 +69,7 @@ def all_targets() -> tuple[Target, ...]:
             suite="allreduce",
             entry="kernels_mojo/bin/allreduce_bench.mojo",
             source_globs=mojo_sources,
-            defines=_dispatch_defines(),
+            defines=windows,
             # Kernel function names (ar_oneshot_k, ...) are kept short: Mojo keeps
             # only about 30 characters of module + function in the PTX entry name.
             ptx=(PtxExpectation("ar_cpasync_k", cp_async=True), PtxExpectation("ar_oneshot_k", cp_async=False),
@@ -89,7 +90,7 @@ def all_targets() -> tuple[Target, ...]:
             suite="allreduce",
             entry="kernels_mojo/bin/dispatch_table.mojo",
             source_globs=mojo_sources,
-            defines=_dispatch_defines(),
+            defines=windows,
         ),
         *(
             Target(
