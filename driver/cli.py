@@ -26,7 +26,8 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes:
     p.add_argument("--sizes", default=None, help="allreduce sizes in bytes, K/M/G suffixes (default 256K,16M)")
     p.add_argument("--dtype", default=dtypes, help="float32, bfloat16, float16 (comma list)")
     p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
-    p.add_argument("--kernel", default="auto", help="allreduce kernel override: auto, 1stage, 2stage, 1stage_push, 1stage_cpasync_s3")
+    p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
+                   f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
     p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
