@@ -23,15 +23,17 @@ import io
 import math
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from driver.config import SDPA_SHAPES
+from driver.config import CPASYNC_STAGES, SDPA_SHAPES
 from driver.errors import DriverError, KernelFailed
 from driver.launch import launch, run_process, runtime_env
 from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
+from driver.suites.allreduce import kernel_flags
 from driver.suites.common import progress, stress_record
 
 # Profiled SDPA shapes: the mission shape (launch-bound) and `large` (where tiling and cp.async show).
@@ -144,27 +146,35 @@ def _ncu_cmd(ncu: str, kernel_regex: str, metrics: tuple[str, ...], target: list
             "--launch-count", "1", "--metrics", ",".join(metrics), *target]
 
 
-def ncu_sdpa(opts: RunOptions, ncu: str | None, exe: Path, files: dict[str, Path], out: Path, shape_name: str,
-             dev: DeviceInfo, sha: str, metrics: tuple[str, ...], left_out: list[str]) -> ArchivedRecord:
-    kernel = exe.name
-    config = f"ncu/{shape_name}"
-    progress(f"ncu {kernel} {shape_name}")
+def _ncu_record(ncu: str | None, kernel_regex: str, metrics: tuple[str, ...], target: list[str], timeout_s: float,
+                kernel: str, config: str, dev: DeviceInfo, sha: str, *, on_timeout: Callable[[str], str],
+                detail: str) -> ArchivedRecord:
+    """One launch of `target`'s first kernel matching `kernel_regex` under ncu, as a profile record: the
+    counters, or not covered with the reason (no ncu; `on_timeout(ncu's words)`; no counter table)."""
     if ncu is None:
         return _record(dev, sha, kernel, config, counters={}, covered=False, detail=NO_NCU)
-    cmd = _ncu_cmd(ncu, "sdpa", metrics, [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS])
-    res = run_process(cmd, timeout_s=opts.timeout_s * NCU_TIMEOUT_FACTOR, env=runtime_env())
+    res = run_process(_ncu_cmd(ncu, kernel_regex, metrics, target), timeout_s=timeout_s, env=runtime_env())
     if res.timed_out:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
-                       detail=f"not covered: ncu did not finish within {opts.timeout_s * NCU_TIMEOUT_FACTOR:.0f} s")
+                       detail=f"not covered: {on_timeout(_tool_message(res.stdout + res.stderr))}")
     try:
-        counters = parse_ncu_csv(res.stdout, "sdpa")
+        counters = parse_ncu_csv(res.stdout, kernel_regex)
     except NcuOutputError:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
                        detail=f"not covered: ncu exit {res.returncode}: {_tool_message(res.stdout + res.stderr)}")
+    return _record(dev, sha, kernel, config, counters=counters, covered=True, seconds=res.seconds, detail=detail)
+
+
+def ncu_sdpa(opts: RunOptions, ncu: str | None, exe: Path, files: dict[str, Path], out: Path, shape_name: str,
+             dev: DeviceInfo, sha: str, metrics: tuple[str, ...], left_out: list[str]) -> ArchivedRecord:
+    progress(f"ncu {exe.name} {shape_name}")
+    timeout_s = opts.timeout_s * NCU_TIMEOUT_FACTOR
     detail = "one launch under ncu --clock-control none"
     if left_out:
         detail += f"; metrics this ncu does not know here: {', '.join(left_out)}"
-    return _record(dev, sha, kernel, config, counters=counters, covered=True, seconds=res.seconds, detail=detail)
+    return _ncu_record(ncu, "sdpa", metrics, [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS],
+                       timeout_s, exe.name, f"ncu/{shape_name}", dev, sha,
+                       on_timeout=lambda _said: f"ncu did not finish within {timeout_s:.0f} s", detail=detail)
 
 
 def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path, shape_name: str, dev: DeviceInfo,
@@ -192,38 +202,25 @@ def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path,
 def ncu_allreduce(opts: RunOptions, ncu: str | None, exe: Path, dev: DeviceInfo, sha: str,
                   metrics: tuple[str, ...]) -> ArchivedRecord:
     kernel = "1stage_cpasync_s3"
-    config = "ncu/2gpu/8K"
     progress(f"ncu allreduce {kernel}")
-    if ncu is None:
-        return _record(dev, sha, kernel, config, counters={}, covered=False, detail=NO_NCU)
-    cmd = _ncu_cmd(ncu, "ar_cpasync", metrics,
-                   [str(exe), "--sizes", "8K", "--ngpus", "2", "--kernel", "1stage_cpasync", "--stages", "3",
-                    "--iters", "1", "--warmup", "0", "--timing", "host", "--batch", "1"])
-    res = run_process(cmd, timeout_s=ALLREDUCE_NCU_TIMEOUT_S, env=runtime_env())
-    if res.timed_out:
-        return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
-                       detail=f"not covered: under ncu the run did not finish within {ALLREDUCE_NCU_TIMEOUT_S:.0f} s "
-                              "(ncu serializes kernel launches; each rank's launch waits in the cross-GPU barrier "
-                              f"for a peer launch that cannot start); ncu said: {_tool_message(res.stdout + res.stderr)}")
-    try:
-        counters = parse_ncu_csv(res.stdout, "ar_cpasync")
-    except NcuOutputError:
-        return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
-                       detail=f"not covered: ncu exit {res.returncode}: {_tool_message(res.stdout + res.stderr)}")
-    return _record(dev, sha, kernel, config, counters=counters, covered=True, seconds=res.seconds,
-                   detail="one launch of rank 0 under ncu --clock-control none")
+    target = [str(exe), "--sizes", "8K", "--ngpus", "2", *kernel_flags(kernel), "--iters", "1", "--warmup", "0",
+              "--timing", "host", "--batch", "1"]
+    return _ncu_record(ncu, "ar_cpasync", metrics, target, ALLREDUCE_NCU_TIMEOUT_S, kernel, "ncu/2gpu/8K", dev, sha,
+                       on_timeout=lambda said: f"under ncu the run did not finish within {ALLREDUCE_NCU_TIMEOUT_S:.0f} s "
+                       "(ncu serializes kernel launches; each rank's launch waits in the cross-GPU barrier "
+                       f"for a peer launch that cannot start); ncu said: {said}",
+                       detail="one launch of rank 0 under ncu --clock-control none")
 
 
 def prefetch_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str, stages: int) -> ArchivedRecord:
     """The cp.async kernel with `stages` against the same one-shot kernel without prefetch, one process, fp32."""
     kernel = f"1stage_cpasync_s{stages}"
     p50: dict[str, float] = {}
-    for name, args in (("1stage", ["--kernel", "1stage"]),
-                       (kernel, ["--kernel", "1stage_cpasync", "--stages", str(stages)])):
+    for name in ("1stage", kernel):
         what = f"prefetch on/off allreduce {name}"
         progress(what)
         cmd = [str(exe), "--sizes", str(ALLREDUCE_PREFETCH_BYTES), "--ngpus", "2", "--iters", str(opts.iters),
-               "--warmup", str(opts.warmup), "--check", "1", *args]
+               "--warmup", str(opts.warmup), "--check", "1", *kernel_flags(name)]
         (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
         if line.wrong or line.kernel_confirmed != name:
             raise KernelFailed(f"{what}: {line.wrong} wrong elements, the GPU ran {line.kernel_confirmed}",
@@ -260,6 +257,6 @@ def run(opts: RunOptions, exe_dir: Path, allreduce_exe: Path, dev: DeviceInfo, s
                 records.append(overlap_sdpa(opts, exe, files, out, shape_name, dev, sha))
     if allreduce:
         records.append(ncu_allreduce(opts, ncu, allreduce_exe, dev, sha, metrics))
-        for stages in (2, 3, 4):
+        for stages in CPASYNC_STAGES:
             records.append(prefetch_allreduce(opts, allreduce_exe, dev, sha, stages))
     return records
