@@ -82,6 +82,20 @@
 #                          region for (2 generations x ngpus x the message,
 #                          per rank): default 256 MiB; a forced 1stage_push
 #                          above it is refused with an error.
+#   AR_2STAGE_PUSH_MIN_BYTES_2GPU / AR_2STAGE_PUSH_MAX_BYTES_2GPU,
+#   AR_PUSHFLAG_MIN_BYTES_2GPU / AR_PUSHFLAG_MAX_BYTES_2GPU,
+#   AR_CE_MIN_BYTES_2GPU / AR_CE_MAX_BYTES_2GPU,
+#   AR_BULK_MIN_BYTES_2GPU / AR_BULK_MAX_BYTES_2GPU
+#                          size windows (2 GPUs only) of the store-based
+#                          two-shot, the flagged one-shot push, the copy-engine
+#                          kernel and the cp.async.bulk pipeline; checked in
+#                          that order after 1stage_push and before cp.async.
+#                          Default: empty (MIN=1 > MAX=0) until the sweep
+#                          measures a win; written by `python -m driver sweep`.
+#   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
+#                          default 4).
+#   AR_CE_CHUNKS           copy-engine chunks per call in 1stage_ce (default
+#                          4; the runtime --ce-chunks overrides it).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
 #                          the start barrier's flag exchange (nothing before
 #                          it needs ordering) and the one after the end
@@ -94,6 +108,7 @@
 from std.collections import Array
 from std.sys import size_of
 from std.sys.defines import get_defined_int, is_defined
+from max.gpu.host.info import GPUInfo
 from max.gpu.host import (
     DeviceContext,
     DeviceAttribute,
@@ -107,6 +122,19 @@ from .kernels import (
     KERNEL_ID_1STAGE,
     KERNEL_ID_2STAGE,
     KERNEL_ID_PUSH,
+    KERNEL_ID_2STAGE_PUSH,
+    KERNEL_ID_PUSHFLAG,
+    KERNEL_ID_CE,
+    KERNEL_ID_BULK,
+    CE_READY,
+    CE_COPIED,
+    ar_pushsig_k,
+    ar_ce_signal_k,
+    ar_ce_wait_k,
+    ar_ce_reduce_k,
+    ar_bulk_k,
+    bulk_shared_bytes,
+    push_scratch_packs,
     KERNEL_ID_CPASYNC_BASE,
     KERNEL_ID_NOOP,
     ElemPtr,
@@ -151,6 +179,19 @@ comptime AR_PUSH_MAX_BYTES = get_defined_int["AR_PUSH_MAX_BYTES", 0]()
 comptime AR_PUSH_MAX_BYTES_2GPU_DEFAULT = 1 * MIB
 comptime AR_PUSH_REGION_MAX_BYTES = get_defined_int["AR_PUSH_REGION_MAX_BYTES", 256 * MIB]()
 comptime AR_LEAN_BARRIERS = get_defined_int["AR_LEAN_BARRIERS", 1]() != 0
+comptime AR_2STAGE_PUSH_MIN_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MIN_BYTES_2GPU", 1]()
+comptime AR_2STAGE_PUSH_MAX_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MAX_BYTES_2GPU", 0]()
+comptime AR_PUSHFLAG_MIN_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MIN_BYTES_2GPU", 1]()
+comptime AR_PUSHFLAG_MAX_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MAX_BYTES_2GPU", 0]()
+comptime AR_CE_MIN_BYTES_2GPU = get_defined_int["AR_CE_MIN_BYTES_2GPU", 1]()
+comptime AR_CE_MAX_BYTES_2GPU = get_defined_int["AR_CE_MAX_BYTES_2GPU", 0]()
+comptime AR_BULK_MIN_BYTES_2GPU = get_defined_int["AR_BULK_MIN_BYTES_2GPU", 1]()
+comptime AR_BULK_MAX_BYTES_2GPU = get_defined_int["AR_BULK_MAX_BYTES_2GPU", 0]()
+comptime AR_BULK_STAGES = get_defined_int["AR_BULK_STAGES", 4]()
+comptime AR_BULK_BLOCK_THREADS = 256
+comptime AR_CE_CHUNKS = get_defined_int["AR_CE_CHUNKS", 4]()
+comptime AR_PUSH_UNROLL = 2
+"""Packs per thread per chunk row in the push kernels."""
 
 
 @always_inline
@@ -177,10 +218,15 @@ def _check_defines():
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_END_ORDERING must be 0, 1 or 2"
     )
+    comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
+    comptime assert AR_CE_CHUNKS >= 1 and AR_CE_CHUNKS <= 64, "AR_CE_CHUNKS must be in [1, 64]"
 
 
 comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
 """cp.async (sm_80+) kernels exist only when building for an NVIDIA target."""
+
+comptime BULK_AVAILABLE = get_gpu_target().is_nvidia_gpu() and GPUInfo.from_target[get_gpu_target()]().compute >= 9.0
+"""cp.async.bulk and mbarrier transaction counts need sm_90."""
 
 comptime SUPPORTED_NGPUS = (2, 4, 8)
 
@@ -192,6 +238,14 @@ def kernel_name(kernel_id: Int32) -> String:
         return "2stage"
     if kernel_id == KERNEL_ID_PUSH:
         return "1stage_push"
+    if kernel_id == KERNEL_ID_2STAGE_PUSH:
+        return "2stage_push"
+    if kernel_id == KERNEL_ID_PUSHFLAG:
+        return "1stage_pushflag"
+    if kernel_id == KERNEL_ID_CE:
+        return "1stage_ce"
+    if kernel_id == KERNEL_ID_BULK:
+        return "1stage_bulk"
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
         return String("1stage_cpasync_s", kernel_id - KERNEL_ID_CPASYNC_BASE)
     if kernel_id == KERNEL_ID_NONE:
@@ -204,6 +258,10 @@ def kernel_name(kernel_id: Int32) -> String:
 def kernel_exists(kernel_id: Int32) -> Bool:
     if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE or kernel_id == KERNEL_ID_PUSH:
         return True
+    if kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG or kernel_id == KERNEL_ID_CE:
+        return True
+    if kernel_id == KERNEL_ID_BULK:
+        return BULK_AVAILABLE
     if kernel_id == KERNEL_ID_NOOP:
         return True
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
@@ -238,6 +296,15 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
     _check_defines()
     if num_bytes > 0 and num_bytes <= push_max_bytes(ngpus):
         return KERNEL_ID_PUSH
+    if ngpus == 2:
+        if num_bytes >= AR_2STAGE_PUSH_MIN_BYTES_2GPU and num_bytes <= AR_2STAGE_PUSH_MAX_BYTES_2GPU:
+            return KERNEL_ID_2STAGE_PUSH
+        if num_bytes >= AR_PUSHFLAG_MIN_BYTES_2GPU and num_bytes <= AR_PUSHFLAG_MAX_BYTES_2GPU:
+            return KERNEL_ID_PUSHFLAG
+        if num_bytes >= AR_CE_MIN_BYTES_2GPU and num_bytes <= AR_CE_MAX_BYTES_2GPU:
+            return KERNEL_ID_CE
+        if BULK_AVAILABLE and num_bytes >= AR_BULK_MIN_BYTES_2GPU and num_bytes <= AR_BULK_MAX_BYTES_2GPU:
+            return KERNEL_ID_BULK
     if (
         CPASYNC_AVAILABLE
         and num_bytes >= AR_CPASYNC_MIN_BYTES
@@ -250,9 +317,17 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
 
 
 def scratch_elements[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
-    """Elements of the per-rank peer-visible scratch the 2stage kernel needs
-    (at least 1, so it can always be allocated)."""
-    return max(1, slice_vectors[dtype](num_elements, ngpus) * vector_width[dtype]())
+    """Elements of the per-rank peer-visible scratch every kernel can use
+    (the largest need: 2stage one slice, 2stage_push a slot per rank of a
+    slice, 1stage_pushflag two generations of a slot per rank of the message,
+    1stage_ce a slot per rank of the message); at least 1."""
+    comptime V = vector_width[dtype]()
+    var packs = (num_elements + V - 1) // V
+    var need = slice_vectors[dtype](num_elements, ngpus) * V
+    need = max(need, push_scratch_packs(packs, ngpus, True) * V)
+    need = max(need, push_scratch_packs(packs, ngpus, False) * V)
+    need = max(need, ngpus * num_elements)
+    return max(1, need)
 
 
 def push_slot_packs[dtype: DType](num_elements: Int) -> Int:
@@ -273,6 +348,101 @@ def _grid_for(work_items: Int, block_threads: Int, grid_cap: Int) -> Int:
     return max(1, min((work_items + block_threads - 1) // block_threads, grid_cap))
 
 
+@fieldwise_init
+struct LaunchCounts(TrivialRegisterPassable):
+    """Per-lane launch counts the host keeps identically for every rank (all
+    ranks launch the same sequence): `push` (1stage_push calls since its
+    regions were filled; parity = generation), `pushflag` (1stage_pushflag
+    calls since its scratch was allocated; parity = generation), `ce`
+    (1stage_ce calls ever on this lane's signal buffers; the flag epoch is
+    ce + 1). 24 bytes, passed only to inlined functions (#6759)."""
+
+    var push: Int
+    var pushflag: Int
+    var ce: Int
+
+
+@always_inline  # no by-value Array across a call (#6759)
+def _launch_ce[
+    dtype: DType, ngpus: Int
+](
+    ctx: DeviceContext,
+    copy_ctx: DeviceContext,
+    rank: Int,
+    inputs: Array[ElemPtr[dtype], ngpus],
+    output: ElemPtr[dtype],
+    scratch: ElemPtr[dtype],
+    sigs: Array[SignalPtr, ngpus],
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int,
+    grid_cap: Int,
+    epoch: UInt32,
+    chunks: Int,
+    sm_percent: Int,
+    skip: Int32,
+) raises:
+    """Enqueue one 1stage_ce allreduce for `rank` (see kernels.mojo): the
+    compute stream `ctx` and the copy stream `copy_ctx` of the rank's GPU.
+    With `sm_percent` > 0 that share of the message (its end) is pulled by
+    the 1stage kernel on `ctx` while the copy engine moves the rest."""
+    comptime V = vector_width[dtype]()
+    var n = num_elements
+    var r = Int32(rank)
+    var ce_elems = n
+    if sm_percent > 0:
+        ce_elems = ((n * (100 - sm_percent)) // 100) // V * V
+    ctx.enqueue_function[ar_ce_signal_k[ngpus]](
+        sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+        Int32(CE_READY), epoch, r, skip,
+        grid_dim=1, block_dim=32,
+    )
+    # The copy stream starts after everything enqueued on the compute stream
+    # so far (the ready flag, earlier reduces that read the scratch), then
+    # waits on the device for every peer's ready flag.
+    copy_ctx.enqueue_wait_for(ctx)
+    copy_ctx.enqueue_function[ar_ce_wait_k[ngpus]](
+        sigs[rank], Int32(CE_READY), epoch, r, grid_dim=1, block_dim=32
+    )
+    if ce_elems < n:
+        comptime k1 = ar_oneshot_k[dtype, ngpus, AR_UNROLL, AR_START_ORDERING, AR_END_ORDERING, AR_LEAN_BARRIERS]
+        var cnt = n - ce_elems
+        var ins = Array[ElemPtr[dtype], ngpus](fill=inputs[0])
+        comptime for q in range(ngpus):
+            ins[q] = inputs[q].unsafe_offset(ce_elems)
+        ctx.enqueue_function[k1](
+            ins[0 % ngpus], ins[1 % ngpus], ins[2 % ngpus], ins[3 % ngpus], ins[4 % ngpus], ins[5 % ngpus], ins[6 % ngpus], ins[7 % ngpus],
+            output.unsafe_offset(ce_elems),
+            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+            kernel_id_out, Int64(cnt), r, skip,
+            grid_dim=_grid_for(max(1, cnt // V), AR_BLOCK_THREADS, grid_cap),
+            block_dim=AR_BLOCK_THREADS,
+        )
+    var chunk = ((ce_elems + chunks - 1) // chunks + V - 1) // V * V
+    var first = 0
+    while first < ce_elems:
+        var cnt = min(chunk, ce_elems - first)
+        comptime for k in range(1, ngpus):
+            var q = (rank + k) % ngpus
+            copy_ctx.enqueue_copy(scratch.unsafe_offset(q * n + first), inputs[q].unsafe_offset(first), cnt)
+        ctx.enqueue_wait_for(copy_ctx)
+        ctx.enqueue_function[ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]](
+            inputs[rank], scratch, output, kernel_id_out, Int64(first), Int64(cnt), Int64(n), r,
+            grid_dim=_grid_for(max(1, cnt // V), AR_BLOCK_THREADS, grid_cap),
+            block_dim=AR_BLOCK_THREADS,
+        )
+        first += cnt
+    copy_ctx.enqueue_function[ar_ce_signal_k[ngpus]](
+        sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+        Int32(CE_COPIED), epoch, r, skip,
+        grid_dim=1, block_dim=32,
+    )
+    # Every peer's copy engine is done with this rank's input before the
+    # compute stream (the caller's stream) moves on.
+    ctx.enqueue_function[ar_ce_wait_k[ngpus]](
+        sigs[rank], Int32(CE_COPIED), epoch, r, grid_dim=1, block_dim=32
+    )
+
+
 # Peer pointers reach the kernels as separate scalar arguments (see
 # kernels.peer_array): Mojo 1.2 can corrupt a struct larger than two registers
 # passed by value across a call in a GPU-enabled build (modular/modular#6759),
@@ -287,15 +457,18 @@ def launch_kernel[
     ctx: DeviceContext,
     rank: Int,
     inputs: Array[ElemPtr[dtype], ngpus],
-    output: ElemPtr[dtype],
+    outputs: Array[ElemPtr[dtype], ngpus],
     scratch: Array[ElemPtr[dtype], ngpus],
     sigs: Array[SignalPtr, ngpus],
     push_rx: Array[PushPtr, ngpus],
     push_slots: Int,
-    push_generation: Int,
+    calls: LaunchCounts,
+    copy_ctx: DeviceContext,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
+    ce_chunks: Int,
+    ce_sm_percent: Int,
     debug_skip_barrier: Bool = False,
 ) raises:
     """Enqueue kernel `kernel_id` for `rank` on `ctx`. Launches nothing for 0
@@ -314,6 +487,8 @@ def launch_kernel[
     var r = Int32(rank)
     var skip = Int32(1) if debug_skip_barrier else Int32(0)
     var num_vectors_or_one = max(1, num_elements // V)
+    var output = outputs[rank]
+    var push_generation = calls.push
 
     if kernel_id == KERNEL_ID_1STAGE:
         comptime k = ar_oneshot_k[
@@ -342,6 +517,56 @@ def launch_kernel[
             grid_dim=_grid_for((num_elements + V - 1) // V, AR_BLOCK_THREADS, grid_cap),
             block_dim=AR_BLOCK_THREADS,
         )
+    elif kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG:
+        var packs = (num_elements + V - 1) // V
+        var rows_per_rank = packs
+        if kernel_id == KERNEL_ID_2STAGE_PUSH:
+            rows_per_rank = (packs + ngpus - 1) // ngpus
+        var grid = _grid_for(rows_per_rank, AR_BLOCK_THREADS * AR_PUSH_UNROLL, grid_cap)
+        if kernel_id == KERNEL_ID_2STAGE_PUSH:
+            comptime k = ar_pushsig_k[dtype, ngpus, AR_PUSH_UNROLL, True]
+            ctx.enqueue_function[k](
+                inputs[rank],
+                outputs[0 % ngpus], outputs[1 % ngpus], outputs[2 % ngpus], outputs[3 % ngpus], outputs[4 % ngpus], outputs[5 % ngpus], outputs[6 % ngpus], outputs[7 % ngpus],
+                scratch[0 % ngpus], scratch[1 % ngpus], scratch[2 % ngpus], scratch[3 % ngpus], scratch[4 % ngpus], scratch[5 % ngpus], scratch[6 % ngpus], scratch[7 % ngpus],
+                sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+                kernel_id_out, n, Int32(0), r, skip,
+                grid_dim=grid,
+                block_dim=AR_BLOCK_THREADS,
+            )
+        else:
+            comptime k = ar_pushsig_k[dtype, ngpus, AR_PUSH_UNROLL, False]
+            ctx.enqueue_function[k](
+                inputs[rank],
+                outputs[0 % ngpus], outputs[1 % ngpus], outputs[2 % ngpus], outputs[3 % ngpus], outputs[4 % ngpus], outputs[5 % ngpus], outputs[6 % ngpus], outputs[7 % ngpus],
+                scratch[0 % ngpus], scratch[1 % ngpus], scratch[2 % ngpus], scratch[3 % ngpus], scratch[4 % ngpus], scratch[5 % ngpus], scratch[6 % ngpus], scratch[7 % ngpus],
+                sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+                kernel_id_out, n, Int32(calls.pushflag % 2), r, skip,
+                grid_dim=grid,
+                block_dim=AR_BLOCK_THREADS,
+            )
+    elif kernel_id == KERNEL_ID_CE:
+        _launch_ce[dtype, ngpus](
+            ctx, copy_ctx, rank, inputs, output, scratch[rank], sigs, kernel_id_out, num_elements, grid_cap,
+            UInt32(calls.ce + 1), ce_chunks, ce_sm_percent, skip,
+        )
+    elif kernel_id == KERNEL_ID_BULK:
+        comptime if BULK_AVAILABLE:
+            comptime bt = AR_BULK_BLOCK_THREADS
+            comptime smem = bulk_shared_bytes[AR_BULK_STAGES, ngpus, bt]()
+            comptime k = ar_bulk_k[dtype, ngpus, AR_BULK_STAGES, bt, start_ra, end_ra, AR_LEAN_BARRIERS]
+            ctx.enqueue_function[k](
+                inputs[0 % ngpus], inputs[1 % ngpus], inputs[2 % ngpus], inputs[3 % ngpus], inputs[4 % ngpus], inputs[5 % ngpus], inputs[6 % ngpus], inputs[7 % ngpus],
+                output,
+                sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+                kernel_id_out, n, r, skip,
+                grid_dim=_grid_for(num_vectors_or_one, bt * (2 if ngpus == 2 else 1), grid_cap),
+                block_dim=bt,
+                shared_mem_bytes=smem,
+                func_attribute=FuncAttribute.MAX_DYNAMIC_SHARED_SIZE_BYTES(UInt32(smem)),
+            )
+        else:
+            raise Error("1stage_bulk needs sm_90 (cp.async.bulk); not built into this binary")
     elif kernel_id == KERNEL_ID_NOOP:
         ctx.enqueue_function[ar_noop_k](
             kernel_id_out, grid_dim=1, block_dim=32
@@ -393,15 +618,18 @@ def allreduce_rank[
     ctx: DeviceContext,
     rank: Int,
     inputs: Array[ElemPtr[dtype], ngpus],
-    output: ElemPtr[dtype],
+    outputs: Array[ElemPtr[dtype], ngpus],
     scratch: Array[ElemPtr[dtype], ngpus],
     sigs: Array[SignalPtr, ngpus],
     push_rx: Array[PushPtr, ngpus],
     push_slots: Int,
-    push_generation: Int,
+    calls: LaunchCounts,
+    copy_ctx: DeviceContext,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
+    ce_chunks: Int,
+    ce_sm_percent: Int,
     debug_skip_barrier: Bool = False,
 ) raises -> Int32:
     """Select (unless `requested_kernel_id` forces one) and launch, in one code
@@ -416,15 +644,18 @@ def allreduce_rank[
         ctx,
         rank,
         inputs,
-        output,
+        outputs,
         scratch,
         sigs,
         push_rx,
         push_slots,
-        push_generation,
+        calls,
+        copy_ctx,
         kernel_id_out,
         num_elements,
         grid_cap,
+        ce_chunks,
+        ce_sm_percent,
         debug_skip_barrier,
     )
     return kernel_id

@@ -18,7 +18,28 @@ from max.gpu.memory import (
     external_memory,
 )
 
-from .signal import SignalPtr, cross_gpu_barrier, ORDER_RELEASE_ACQUIRE
+from std.atomic import Atomic, Ordering
+from std.memory import stack_allocation
+from std.sys._assembly import inlined_assembly
+from max.gpu import barrier
+from max.gpu.sync import (
+    mbarrier_init,
+    mbarrier_arrive_expect_tx_shared,
+    mbarrier_try_wait_parity_shared,
+)
+
+from .signal import (
+    MAX_GPUS,
+    SignalPtr,
+    cross_gpu_barrier,
+    signal_peers,
+    wait_peers,
+    ORDER_RELEASE_ACQUIRE,
+    PUSHED_BASE,
+    RESULT_BASE,
+    COUNTER_BASE,
+    CE_BASE,
+)
 
 # ---- kernel ids (also the values written to the device word) ----
 comptime KERNEL_ID_NONE: Int32 = 0
@@ -26,6 +47,14 @@ comptime KERNEL_ID_NONE: Int32 = 0
 comptime KERNEL_ID_1STAGE: Int32 = 1
 comptime KERNEL_ID_2STAGE: Int32 = 2
 comptime KERNEL_ID_PUSH: Int32 = 3
+comptime KERNEL_ID_2STAGE_PUSH: Int32 = 4
+comptime KERNEL_ID_PUSHFLAG: Int32 = 5
+"""1stage_pushflag: one-shot, every rank stores its input into its peers'
+scratch, per-chunk flags (no barrier)."""
+comptime KERNEL_ID_CE: Int32 = 6
+"""1stage_ce: the copy engine brings the peers' inputs, SM kernels reduce."""
+comptime KERNEL_ID_BULK: Int32 = 7
+"""1stage_bulk: 1stage whose loads are cp.async.bulk copies into shared memory."""
 comptime KERNEL_ID_NOOP: Int32 = 90
 """Diagnostic only (never auto-selected): records its id and returns; no
 barrier, no data. Measures the launch + synchronize floor."""
@@ -534,6 +563,388 @@ def ar_push_k[
             else:
                 acc += v.cast[DType.float32]()
         _store_pack[dtype](output, p, n, acc.cast[dtype]())
+
+
+# --------------------------------------------------------------------------
+# 2stage_push and 1stage_pushflag: store-based (push) allreduce driven by
+# per-chunk flags instead of barriers. Nothing is ever read from a peer's
+# memory: every byte crosses the link as a store, and every rank reads only
+# its own memory. The message is cut into 16-byte packs (the last one may be
+# partial: it travels zero-padded and only its valid elements are stored).
+#
+# 2stage_push (reduce-scatter, then all-gather, both by stores): the packs are
+# split into ngpus contiguous slices of `part` packs; rank p owns slice p.
+#   push:   rank r stores its copy of slice p into rank p's scratch, slot r.
+#   reduce: rank p sums slice p over ranks in rank order (its own input and
+#           scratch slots) and stores the result into its own output and into
+#           every peer's output.
+# 1stage_pushflag (one-shot): rank r stores its whole input into every peer's
+#   scratch, slot r of generation g; every rank then sums all ranks' copies in
+#   rank order into its own output. Generations alternate per launch (the
+#   host passes its count of 1stage_pushflag launches, the same on every
+#   rank), so a peer's next launch never overwrites what this one still reads:
+#   it can write generation g again only two launches later, after receiving
+#   this rank's pushes of the launch in between, which are issued only after
+#   this whole launch has finished (stream order). A per-block count would not
+#   do: with another grid size in between, a block's rows change.
+#
+# Work: rows of R = block_threads * unroll packs per slice; block b handles
+# rows b, b + grid, ... (its chunks k = 0, 1, ...). Flags: per (block, source
+# rank) cumulative chunk counts in the signal buffer (signal.mojo: PUSHED_BASE,
+# RESULT_BASE), compared against base + k + 1, where base (COUNTER_BASE) counts
+# the chunks the block handled in all earlier push launches: the same number
+# on every rank because every rank launches the same sequence on the same grid.
+# Block b only ever waits for block b of its peers, so the grid must be
+# co-resident as for the barrier kernels.
+# Pipeline per block: push chunk k and flag it, then wait for the peers'
+# chunk k-1 and reduce it (2stage_push: then flag its results), so the stores
+# of one chunk are in flight while the previous one is reduced.
+# Safety without a start or end barrier:
+#   scratch (2stage_push): a peer's next launch stores into it only after it
+#   has received all of this rank's results, each sent after this rank read
+#   the scratch rows it reduced. Outputs: a peer stores into this rank's
+#   output only after receiving this rank's pushes of the same launch, so this
+#   launch (and all earlier work on the output) has started; the launch ends
+#   only after every peer's results arrived (the result flags).
+# --------------------------------------------------------------------------
+@always_inline
+def push_scratch_packs(num_packs: Int, ngpus: Int, twoshot: Bool) -> Int:
+    """16-byte packs of scratch one rank needs (2stage_push: a slot per rank of
+    one slice; 1stage_pushflag: two generations of a slot per rank of the whole
+    message)."""
+    if twoshot:
+        return ngpus * ((num_packs + ngpus - 1) // ngpus)
+    return 2 * ngpus * num_packs
+
+
+def ar_pushsig_k[
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+    twoshot: Bool,
+](
+    input: ElemPtr[dtype],
+    out0: ElemPtr[dtype], out1: ElemPtr[dtype], out2: ElemPtr[dtype], out3: ElemPtr[dtype], out4: ElemPtr[dtype], out5: ElemPtr[dtype], out6: ElemPtr[dtype], out7: ElemPtr[dtype],
+    scr0: ElemPtr[dtype], scr1: ElemPtr[dtype], scr2: ElemPtr[dtype], scr3: ElemPtr[dtype], scr4: ElemPtr[dtype], scr5: ElemPtr[dtype], scr6: ElemPtr[dtype], scr7: ElemPtr[dtype],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    generation: Int32,
+    my_rank: Int32,
+    debug_skip: Int32,
+):
+    comptime V = vector_width[dtype]()
+    comptime if twoshot:
+        _record_kernel_id(kernel_id_out, KERNEL_ID_2STAGE_PUSH)
+    else:
+        _record_kernel_id(kernel_id_out, KERNEL_ID_PUSHFLAG)
+    var outs = peer_array[ElemPtr[dtype], ngpus](out0, out1, out2, out3, out4, out5, out6, out7)
+    var scr = peer_array[ElemPtr[dtype], ngpus](scr0, scr1, scr2, scr3, scr4, scr5, scr6, scr7)
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    var skip = debug_skip != 0
+    var num_packs = (n + V - 1) // V
+    var part = num_packs
+    comptime if twoshot:
+        part = (num_packs + ngpus - 1) // ngpus
+    var bt = Int(block_dim.x)
+    var tid = Int(thread_idx.x)
+    var blk = Int(block_idx.x)
+    var grid = Int(grid_dim.x)
+    var row = bt * unroll
+    var rows = (part + row - 1) // row
+    var chunks = 0
+    if blk < rows:
+        chunks = (rows - blk + grid - 1) // grid
+    var counter = sigs[rank].unsafe_offset(COUNTER_BASE + blk * MAX_GPUS)
+    var base = counter.unsafe_load(0)
+    var gen = Int(generation) & 1
+
+    for k in range(chunks + 1):
+        if k < chunks:
+            # push chunk k: loads of every pack first, then the remote stores
+            var i = blk + k * grid
+            comptime if twoshot:
+                comptime for kk in range(1, ngpus):
+                    var p = (rank + kk) % ngpus
+                    var vals = Array[SIMD[dtype, V], unroll](uninitialized=True)
+                    comptime for u in range(unroll):
+                        var o = i * row + u * bt + tid
+                        var g = p * part + o
+                        if o < part and g < num_packs:
+                            vals[u] = _load_pack[dtype](input, g, n)
+                    comptime for u in range(unroll):
+                        var o = i * row + u * bt + tid
+                        if o < part and p * part + o < num_packs and not skip:
+                            scr[p].unsafe_store[alignment=VECTOR_BYTES]((rank * part + o) * V, vals[u])
+            else:
+                var vals = Array[SIMD[dtype, V], unroll](uninitialized=True)
+                comptime for u in range(unroll):
+                    var o = i * row + u * bt + tid
+                    if o < num_packs:
+                        vals[u] = _load_pack[dtype](input, o, n)
+                comptime for kk in range(1, ngpus):
+                    var p = (rank + kk) % ngpus
+                    comptime for u in range(unroll):
+                        var o = i * row + u * bt + tid
+                        if o < num_packs and not skip:
+                            scr[p].unsafe_store[alignment=VECTOR_BYTES](((gen * ngpus + rank) * num_packs + o) * V, vals[u])
+            signal_peers[ngpus](sigs, rank, PUSHED_BASE, base + UInt32(k + 1), skip)
+        if k >= 1:
+            # reduce chunk k - 1 once every peer has pushed it
+            wait_peers[ngpus](sigs, rank, PUSHED_BASE, base + UInt32(k))
+            var i = blk + (k - 1) * grid
+            var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
+            comptime for u in range(unroll):
+                var o = i * row + u * bt + tid
+                var g = o
+                comptime if twoshot:
+                    g = rank * part + o
+                if o < part and g < num_packs:
+                    comptime for q in range(ngpus):
+                        if q == rank:
+                            vals[u * ngpus + q] = _load_pack[dtype](input, g, n)
+                        else:
+                            comptime if twoshot:
+                                vals[u * ngpus + q] = scr[rank].unsafe_load[width=V, alignment=VECTOR_BYTES]((q * part + o) * V)
+                            else:
+                                vals[u * ngpus + q] = scr[rank].unsafe_load[width=V, alignment=VECTOR_BYTES](
+                                    ((gen * ngpus + q) * num_packs + o) * V
+                                )
+            comptime for u in range(unroll):
+                var o = i * row + u * bt + tid
+                var g = o
+                comptime if twoshot:
+                    g = rank * part + o
+                if o < part and g < num_packs:
+                    var acc = vals[u * ngpus].cast[DType.float32]()
+                    comptime for q in range(1, ngpus):
+                        acc += vals[u * ngpus + q].cast[DType.float32]()
+                    var res = acc.cast[dtype]()
+                    _store_pack[dtype](outs[rank], g, n, res)
+                    comptime if twoshot:
+                        if not skip:
+                            comptime for kk in range(1, ngpus):
+                                _store_pack[dtype](outs[(rank + kk) % ngpus], g, n, res)
+            comptime if twoshot:
+                signal_peers[ngpus](sigs, rank, RESULT_BASE, base + UInt32(k), skip)
+    comptime if twoshot:
+        wait_peers[ngpus](sigs, rank, RESULT_BASE, base + UInt32(chunks))
+    barrier()  # every thread has read base before thread 0 moves it on
+    if tid == 0:
+        counter.unsafe_store(0, base + UInt32(chunks))
+
+
+# --------------------------------------------------------------------------
+# 1stage_ce: the copy engine moves the peers' inputs, the SMs only reduce.
+# Per rank r and call (epoch e = the host's call count + 1), on two streams of
+# the rank's GPU, the compute stream A and the copy stream C:
+#   A: ar_ce_signal_k(ready, e)        tell every peer: my input is ready
+#   C: waits for A (event), then ar_ce_wait_k(ready, e): every peer's input
+#      is ready; then copies the peers' inputs, chunk by chunk, into this
+#      rank's scratch (slot q = rank q's input)
+#   A: per chunk, waits for C's copy of it (event), then ar_ce_reduce_k sums
+#      the chunk over ranks in rank order into the output (and records id 6)
+#   C: ar_ce_signal_k(copied, e)       I have finished reading your input
+#   A: ar_ce_wait_k(copied, e)         every peer has finished reading mine,
+#      so the caller may overwrite my input once A is done.
+# Optionally the SMs pull a share of the message themselves (the 1stage kernel
+# over that range, on A, while C copies the rest), so both move data on the
+# link at once. C waits for A at the start of every call, so this call's
+# copies never overwrite scratch an earlier reduce still reads.
+# --------------------------------------------------------------------------
+comptime CE_READY = 0
+comptime CE_COPIED = 1
+
+
+def ar_ce_signal_k[
+    ngpus: Int
+](
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
+    which: Int32,
+    epoch: UInt32,
+    my_rank: Int32,
+    debug_skip: Int32,
+):
+    """Thread t (t < ngpus, t != rank) stores `epoch` into peer t's flag
+    `which` for this rank, with a system-scope release (the work this stream
+    finished before, e.g. writing the input, is visible first)."""
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
+    var t = Int(thread_idx.x)
+    var rank = Int(my_rank)
+    if debug_skip == 0 and t < ngpus and t != rank:
+        var dst = sigs[t].unsafe_offset(CE_BASE + Int(which) * MAX_GPUS + rank)
+        Atomic[UInt32].store[ordering=Ordering.RELEASE](dst, epoch)
+
+
+def ar_ce_wait_k[
+    ngpus: Int
+](my_sig: SignalPtr, which: Int32, epoch: UInt32, my_rank: Int32):
+    """Thread t (t < ngpus, t != rank) spins (system-scope acquire) until
+    peer t's flag `which` here reaches `epoch`."""
+    var t = Int(thread_idx.x)
+    if t < ngpus and t != Int(my_rank):
+        var src = my_sig.unsafe_offset(CE_BASE + Int(which) * MAX_GPUS + t)
+        while (Atomic[UInt32].load[ordering=Ordering.ACQUIRE](src) - epoch).cast[DType.int32]() < 0:
+            pass
+
+
+def ar_ce_reduce_k[
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+](
+    input: ElemPtr[dtype],
+    scratch: ElemPtr[dtype],
+    output: ElemPtr[dtype],
+    kernel_id_out: KernelIdPtr,
+    first_elem: Int64,
+    count: Int64,
+    num_elements: Int64,
+    my_rank: Int32,
+):
+    """Elements [first_elem, first_elem + count) of the output: this rank's
+    input and the scratch slots (slot q at q * num_elements) of every other
+    rank, summed in rank order. first_elem is a multiple of the vector width."""
+    comptime V = vector_width[dtype]()
+    _record_kernel_id(kernel_id_out, KERNEL_ID_CE)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    var first = Int(first_elem)
+    var last = first + Int(count)
+    var srcs = Array[ElemPtr[dtype], ngpus](fill=input)
+    comptime for q in range(ngpus):
+        if q != rank:
+            srcs[q] = scratch.unsafe_offset(q * n)
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    var nvec = (last - first) // V
+    _reduce_vectors[dtype, ngpus, unroll, False](
+        srcs, output, output, first // V, nvec, Int(global_idx.x), stride
+    )
+    for e in range(first + nvec * V + Int(global_idx.x), last, stride):
+        output.unsafe_store(e, _sum_vector_at[dtype, ngpus, 1](srcs, e))
+
+
+# --------------------------------------------------------------------------
+# 1stage_bulk: 1stage whose loads are bulk asynchronous copies (cp.async.bulk,
+# the Hopper copy unit) of whole tiles from every rank's input into shared
+# memory, `stages` tiles in flight per block, each stage completing on its own
+# mbarrier. Thread 0 issues; all threads wait on the stage's mbarrier, reduce
+# the tile from shared memory, store the output; a block barrier then frees
+# the stage and thread 0 refills it with the tile `stages` ahead. A tile is
+# block_threads * bulk_unroll vectors per rank.
+# --------------------------------------------------------------------------
+@always_inline
+def bulk_unroll[ngpus: Int]() -> Int:
+    return 2 if ngpus == 2 else 1
+
+
+@always_inline
+def bulk_shared_bytes[stages: Int, ngpus: Int, block_threads: Int]() -> Int:
+    return stages * ngpus * block_threads * bulk_unroll[ngpus]() * VECTOR_BYTES
+
+
+def ar_bulk_k[
+    dtype: DType,
+    ngpus: Int,
+    stages: Int,
+    block_threads: Int,
+    start_ordering: Int,
+    end_ordering: Int,
+    lean_barriers: Bool,
+](
+    in0: ElemPtr[dtype], in1: ElemPtr[dtype], in2: ElemPtr[dtype], in3: ElemPtr[dtype], in4: ElemPtr[dtype], in5: ElemPtr[dtype], in6: ElemPtr[dtype], in7: ElemPtr[dtype],
+    output: ElemPtr[dtype],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    my_rank: Int32,
+    debug_skip_barrier: Int32,
+):
+    comptime V = vector_width[dtype]()
+    comptime U = bulk_unroll[ngpus]()
+    comptime TILE = block_threads * U  # vectors per rank per tile
+    comptime assert bulk_shared_bytes[stages, ngpus, block_threads]() <= 200 * 1024, "bulk pipeline exceeds shared memory"
+    _record_kernel_id(kernel_id_out, KERNEL_ID_BULK)
+    var inputs = peer_array[ElemPtr[dtype], ngpus](in0, in1, in2, in3, in4, in5, in6, in7)
+    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
+    var n = Int(num_elements)
+    var rank = Int(my_rank)
+    cross_gpu_barrier[ngpus, start_ordering, lead=not lean_barriers](
+        sigs, rank, debug_skip_barrier
+    )
+
+    var smem = external_memory[
+        Scalar[dtype], address_space=AddressSpace.SHARED, alignment=128
+    ]()
+    var bars = stack_allocation[
+        stages, Int64, address_space=AddressSpace.SHARED, alignment=8
+    ]()
+    var tid = Int(thread_idx.x)
+    var blk = Int(block_idx.x)
+    var grid = Int(grid_dim.x)
+    var num_vectors = n // V
+    var num_tiles = (num_vectors + TILE - 1) // TILE
+    var my_tiles = 0
+    if blk < num_tiles:
+        my_tiles = (num_tiles - blk + grid - 1) // grid
+    if tid == 0:
+        comptime for s in range(stages):
+            mbarrier_init(bars.unsafe_offset(s), Int32(1))
+        inlined_assembly["fence.mbarrier_init.release.cluster;", NoneType, constraints="", has_side_effect=True]()
+    barrier()
+
+    @always_inline
+    @__parameter
+    def issue(k: Int):
+        var t = blk + k * grid
+        var first = t * TILE
+        var nvec = min(TILE, num_vectors - first)
+        var s = k % stages
+        var bytes = Int32(nvec * VECTOR_BYTES)
+        mbarrier_arrive_expect_tx_shared(bars.unsafe_offset(s), bytes * Int32(ngpus))
+        var bar_addr = UInt32(Int(bars.unsafe_offset(s)))
+        comptime for r in range(ngpus):
+            # max-core's cp_async_bulk_shared_cluster_global is limited to sm_100; the
+            # instruction itself is sm_90 (PTX ISA 8.0), so it is spelled out here.
+            inlined_assembly[
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+                NoneType,
+                constraints="r,l,r,r,~{memory}",
+                has_side_effect=True,
+            ](
+                UInt32(Int(smem.unsafe_offset((s * ngpus + r) * TILE * V))),
+                UInt64(Int(inputs[r].unsafe_offset(first * V))),
+                UInt32(bytes),
+                bar_addr,
+            )
+
+    if tid == 0:
+        for k in range(min(stages, my_tiles)):
+            issue(k)
+    for k in range(my_tiles):
+        var s = k % stages
+        mbarrier_try_wait_parity_shared(bars.unsafe_offset(s), Int32((k // stages) & 1), Int32(1000000))
+        var first = (blk + k * grid) * TILE
+        comptime for u in range(U):
+            var j = u * block_threads + tid
+            if first + j < num_vectors:
+                var acc = smem.unsafe_load[width=V, alignment=VECTOR_BYTES]((s * ngpus * TILE + j) * V).cast[DType.float32]()
+                comptime for r in range(1, ngpus):
+                    acc += smem.unsafe_load[width=V, alignment=VECTOR_BYTES](((s * ngpus + r) * TILE + j) * V).cast[DType.float32]()
+                output.unsafe_store[alignment=VECTOR_BYTES]((first + j) * V, acc.cast[dtype]())
+        barrier()  # every thread is done with stage s
+        if tid == 0 and k + stages < my_tiles:
+            # the stage was read through the generic proxy; order that before the async refill
+            inlined_assembly["fence.proxy.async.shared::cta;", NoneType, constraints="", has_side_effect=True]()
+            issue(k + stages)
+
+    _scalar_tail[dtype, ngpus](inputs, output, num_vectors * V, n)
+
+    cross_gpu_barrier[ngpus, end_ordering, trail=not lean_barriers](
+        sigs, rank, debug_skip_barrier
+    )
 
 
 # --------------------------------------------------------------------------

@@ -33,7 +33,25 @@ comptime MAX_BLOCKS = 1024
 """Most thread blocks any allreduce launch may use (signal layout capacity)."""
 
 comptime FLAG_WORDS = MAX_BLOCKS * MAX_GPUS
-comptime SIGNAL_BUFFER_WORDS = 2 * FLAG_WORDS
+
+# Regions used by the data-flow (push) kernels and the copy-engine kernel, after
+# the barrier's two regions (all in 32-bit words, all zeroed once with the rest):
+comptime PUSHED_BASE = 2 * FLAG_WORDS
+"""pushed[block][src_rank]: how many chunks `src_rank`'s block `block` has
+stored into this rank's scratch, cumulative over launches (written by peers)."""
+comptime RESULT_BASE = 3 * FLAG_WORDS
+"""results[block][src_rank]: how many reduced chunks `src_rank`'s block
+`block` has stored into this rank's output, cumulative (2stage_push)."""
+comptime COUNTER_BASE = 4 * FLAG_WORDS
+"""counters[block][0]: chunks this rank's block `block` handled in all earlier
+push launches (the same on every rank: every rank launches the same sequence
+with the same grid). Written only by this rank."""
+comptime CE_BASE = 5 * FLAG_WORDS
+"""Copy-engine kernel: ready[src_rank] at CE_BASE + src_rank (the peer's input
+is ready for this call), copied[src_rank] at CE_BASE + MAX_GPUS + src_rank
+(the peer's copy engine has finished reading this rank's input); values are the
+host's call count (epoch)."""
+comptime SIGNAL_BUFFER_WORDS = 5 * FLAG_WORDS + 2 * MAX_GPUS
 """Size of one rank's signal buffer in UInt32 words (zero it once)."""
 
 comptime SignalPtr = Pointer[UInt32, MutAnyOrigin]
@@ -109,3 +127,40 @@ def cross_gpu_barrier[
                 pass
     comptime if trail:
         barrier()
+
+
+@always_inline
+def _ahead_or_equal(seen: UInt32, wanted: UInt32) -> Bool:
+    """`seen` is at least `wanted` (signed wrap-around difference)."""
+    return (seen - wanted).cast[DType.int32]() >= 0
+
+
+@always_inline
+def signal_peers[
+    ngpus: Int
+](sigs: Array[SignalPtr, ngpus], my_rank: Int, region: Int, value: UInt32, skip: Bool):
+    """Block barrier, then thread t (t < ngpus, t != my_rank) stores `value`
+    into peer t's region[block][my_rank] with a system-scope release: every
+    write the block made before (its remote stores included) is visible to
+    the peer before the value is. Call from every thread."""
+    barrier()
+    var t = Int(thread_idx.x)
+    if not skip and t < ngpus and t != my_rank:
+        var dst = sigs[t].unsafe_offset(region + Int(block_idx.x) * MAX_GPUS + my_rank)
+        Atomic[UInt32].store[ordering=Ordering.RELEASE](dst, value)
+
+
+@always_inline
+def wait_peers[
+    ngpus: Int
+](sigs: Array[SignalPtr, ngpus], my_rank: Int, region: Int, value: UInt32):
+    """Thread t (t < ngpus, t != my_rank) spins with system-scope acquire loads
+    until this rank's region[block][t] reaches `value`; then a block barrier,
+    so the whole block may read what the peers published. Call from every
+    thread."""
+    var t = Int(thread_idx.x)
+    if t < ngpus and t != my_rank:
+        var src = sigs[my_rank].unsafe_offset(region + Int(block_idx.x) * MAX_GPUS + t)
+        while not _ahead_or_equal(Atomic[UInt32].load[ordering=Ordering.ACQUIRE](src), value):
+            pass
+    barrier()

@@ -25,7 +25,9 @@ from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
 
 from allreduce.dispatch import (
+    AR_CE_CHUNKS,
     AR_CPASYNC_STAGES,
+    LaunchCounts,
     allreduce_rank,
     kernel_exists,
     kernel_name,
@@ -40,6 +42,10 @@ from allreduce.kernels import (
     KERNEL_ID_2STAGE,
     KERNEL_ID_NOOP,
     KERNEL_ID_PUSH,
+    KERNEL_ID_2STAGE_PUSH,
+    KERNEL_ID_PUSHFLAG,
+    KERNEL_ID_CE,
+    KERNEL_ID_BULK,
     PUSH_SENTINEL,
     ElemPtr,
     KernelIdPtr,
@@ -86,9 +92,12 @@ def timed_iterations[
     return samples^
 
 
-comptime HOLD_NS = 100_000
+comptime HOLD_NS = 200_000
 """How long the hold kernel keeps rank 0's stream busy before a device-timed
-iteration (100 us; the host queues 2-8 launches in 10-40 us)."""
+iteration (200 us; the host queues 2-8 single-kernel launches in 10-40 us,
+and 1stage_ce's 2 x (4 + chunks) launches and stream waits in up to ~150 us).
+The hold is outside the timed interval: a longer one changes nothing unless
+the host would otherwise overrun it (`hold_overruns`)."""
 
 
 def hold_stream_k(hold_ns: Int64):
@@ -150,6 +159,14 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
         return KERNEL_ID_2STAGE
     if cfg.kernel == "1stage_push":
         return KERNEL_ID_PUSH
+    if cfg.kernel == "2stage_push":
+        return KERNEL_ID_2STAGE_PUSH
+    if cfg.kernel == "1stage_pushflag":
+        return KERNEL_ID_PUSHFLAG
+    if cfg.kernel == "1stage_ce":
+        return KERNEL_ID_CE
+    if cfg.kernel == "1stage_bulk":
+        return KERNEL_ID_BULK
     if cfg.kernel == "noop":
         return KERNEL_ID_NOOP
     if cfg.kernel == "1stage_cpasync":
@@ -322,12 +339,17 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
     on every rank."""
 
     var ctxs: List[DeviceContext]
+    var copy_ctxs: List[DeviceContext]
+    """A second stream per rank for 1stage_ce's copy engine."""
     var signals: List[DeviceBuffer[DType.uint32]]
     var kid_words: List[DeviceBuffer[DType.int32]]
     var scratch: List[DeviceBuffer[Self.dtype]]
     var push_rx: List[DeviceBuffer[DType.uint32]]
     var push_slots: Int
     var push_calls: Int
+    var pushflag_calls: Int
+    var ce_calls: Int
+    """1stage_ce calls on these signal buffers, never reset (the flag epoch)."""
     var bufs: SizeBuffers[Self.dtype]
 
     def __init__(out self, var ctxs: List[DeviceContext]) raises:
@@ -337,6 +359,11 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         self.push_rx = List[DeviceBuffer[DType.uint32]]()
         self.push_slots = 0
         self.push_calls = 0
+        self.pushflag_calls = 0
+        self.ce_calls = 0
+        self.copy_ctxs = List[DeviceContext]()
+        for r in range(Self.ngpus):
+            self.copy_ctxs.append(DeviceContext(device_id=r))
         for r in range(Self.ngpus):
             self.signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
             self.signals[r].enqueue_fill(0)
@@ -352,6 +379,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         self.bufs = SizeBuffers[Self.dtype](self.ctxs, n, seed, want_refs)
         self.push_slots = push_slot_packs[Self.dtype](n)
         self.push_calls = 0
+        self.pushflag_calls = 0
         for r in range(Self.ngpus):
             self.scratch.append(
                 self.ctxs[r].enqueue_create_buffer[Self.dtype](scratch_elements[Self.dtype](n, Self.ngpus))
@@ -361,7 +389,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             self.push_rx[r].enqueue_fill(PUSH_SENTINEL)
         sync_all(self.ctxs)
 
-    def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int) raises -> Int32:
+    def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int, ce_chunks: Int, ce_sm_percent: Int) raises -> Int32:
         """Launch one allreduce on every rank (select + launch in one path);
         returns the kernel id launched."""
         var n = self.bufs.num_elements
@@ -369,31 +397,43 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         var in_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.bufs.inputs[0].unsafe_ptr().as_unsafe_any_origin())
         var scratch_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.scratch[0].unsafe_ptr().as_unsafe_any_origin())
         var rx_ptrs = Array[PushPtr, Self.ngpus](fill=self.push_rx[0].unsafe_ptr().as_unsafe_any_origin())
+        var out_ptrs = Array[ElemPtr[Self.dtype], Self.ngpus](fill=self.bufs.outputs[0].unsafe_ptr().as_unsafe_any_origin())
         for r in range(Self.ngpus):
+            out_ptrs[r] = self.bufs.outputs[r].unsafe_ptr().as_unsafe_any_origin()
             rx_ptrs[r] = self.push_rx[r].unsafe_ptr().as_unsafe_any_origin()
             sig_ptrs[r] = self.signals[r].unsafe_ptr().as_unsafe_any_origin()
             in_ptrs[r] = self.bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
             scratch_ptrs[r] = self.scratch[r].unsafe_ptr().as_unsafe_any_origin()
         var selected = KERNEL_ID_NONE
+        var counts = LaunchCounts(self.push_calls, self.pushflag_calls, self.ce_calls)
         for r in range(Self.ngpus):
             selected = allreduce_rank[Self.dtype, Self.ngpus](
                 requested,
                 self.ctxs[r],
                 r,
                 in_ptrs,
-                self.bufs.outputs[r].unsafe_ptr().as_unsafe_any_origin(),
+                out_ptrs,
                 scratch_ptrs,
                 sig_ptrs,
                 rx_ptrs,
                 self.push_slots,
-                self.push_calls,
+                counts,
+                self.copy_ctxs[r],
                 self.kid_words[r].unsafe_ptr().as_unsafe_any_origin(),
                 n,
                 grid_cap,
+                ce_chunks,
+                ce_sm_percent,
                 debug_skip_barrier=(r == hang_rank),
             )
-        if selected == KERNEL_ID_PUSH and n > 0:
-            self.push_calls += 1  # every rank launched it once: the next call uses the other generation
+        # Every rank launched the same kernel once: move the counts its next call depends on.
+        if n > 0:
+            if selected == KERNEL_ID_PUSH:
+                self.push_calls += 1
+            elif selected == KERNEL_ID_PUSHFLAG:
+                self.pushflag_calls += 1
+            elif selected == KERNEL_ID_CE:
+                self.ce_calls += 1
         return selected
 
     def reset_kernel_ids(mut self) raises:
@@ -409,6 +449,11 @@ def _alternation() -> List[Int32]:
     ids.append(KERNEL_ID_1STAGE)
     ids.append(KERNEL_ID_2STAGE)
     ids.append(KERNEL_ID_PUSH)
+    ids.append(KERNEL_ID_2STAGE_PUSH)
+    ids.append(KERNEL_ID_PUSHFLAG)
+    ids.append(KERNEL_ID_CE)
+    if kernel_exists(KERNEL_ID_BULK):
+        ids.append(KERNEL_ID_BULK)
     comptime for stages in range(2, 5):
         if kernel_exists(cpasync_kernel_id[stages]()):
             ids.append(cpasync_kernel_id[stages]())
@@ -449,6 +494,10 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     var grid_cap = max_grid_blocks(ctxs[0])
     for r in range(ngpus):
         grid_cap = min(grid_cap, max_grid_blocks(ctxs[r]))
+    if cfg.max_blocks > 0:
+        grid_cap = min(grid_cap, cfg.max_blocks)
+    var ce_chunks = cfg.ce_chunks if cfg.ce_chunks > 0 else AR_CE_CHUNKS
+    var ce_sm_percent = cfg.ce_sm_percent
     for lane in range(cfg.lanes):
         var lane_ctxs = List[DeviceContext]()
         for r in range(ngpus):
@@ -474,7 +523,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         @always_inline
         @__parameter
         def launch_all() raises:
-            selected = lanes[0].launch(requested, grid_cap, cfg.debug_hang_rank)
+            selected = lanes[0].launch(requested, grid_cap, cfg.debug_hang_rank, ce_chunks, ce_sm_percent)
 
         var check = CheckResult()
         var confirmed = String("none")
@@ -494,7 +543,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                     lanes[lane].reset_kernel_ids()
                 for lane in range(cfg.lanes):
                     var cap = grid_cap if cfg.lanes == 1 else lane_grid_cap
-                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank)
+                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank, ce_chunks, ce_sm_percent)
                 for lane in range(cfg.lanes):
                     sync_all(lanes[lane].ctxs)
                 for lane in range(cfg.lanes):
@@ -544,6 +593,8 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     # (4096 blocks, beyond the 1024-block signal layout) hung on 2x H200
     # (session 3: bisected to the host code; reverted).
     _ = grid_cap
+    _ = ce_chunks
+    _ = ce_sm_percent
     _ = requested
     _ = lanes^
     _ = fillers^
