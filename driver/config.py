@@ -15,7 +15,8 @@ DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
-ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
+ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_ce",
+                     "1stage_bulk", "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
 SUITES = ("allreduce", "sdpa", "all")
 
@@ -88,7 +89,7 @@ def parse_suite(text: str) -> tuple[str, ...]:
 
 
 def parse_kernel(text: str) -> str:
-    """An allreduce kernel name: auto, 1stage, 2stage, 1stage_push, 1stage_cpasync or 1stage_cpasync_sN."""
+    """An allreduce kernel name (ALLREDUCE_KERNELS) or 1stage_cpasync_sN."""
     name = text.strip()
     m = re.fullmatch(r"1stage_cpasync_s(\d+)", name)
     if m and int(m.group(1)) in CPASYNC_STAGES:

@@ -49,6 +49,10 @@ def render(run: RunArchive) -> dict[str, bytes]:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         for name, gbps in run.ceilings_gbps.items():
             ax.axhline(gbps, linestyle="--", color="gray", label=f"ceiling: {name} {gbps:.0f} GB/s")
+        link = run.ceilings_gbps.get("p2p_copy_gpu0_gpu1")
+        if link:  # the right axis reads the same curves as link_frac, the share of the measured link ceiling
+            sec = ax.secondary_yaxis("right", functions=(lambda g, c=link: g / c, lambda f, c=link: f * c))
+            sec.set_ylabel("link_frac (algbw / measured link ceiling)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("algbw (GB/s, from p50)")

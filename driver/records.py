@@ -130,10 +130,11 @@ class BuildMeta(Record):
 
 
 class AllreduceLine(Record):
-    """One line printed by an allreduce executable (ours, upstream, or the NCCL peer)."""
+    """One line printed by an allreduce executable (ours, upstream) or a torch-driven peer (NCCL, PyTorch's
+    symmetric-memory one-shot and two-shot)."""
 
     suite: Literal["allreduce"]
-    impl: Literal["ours", "upstream", "nccl"]
+    impl: Literal["ours", "upstream", "nccl", "torch_symm_oneshot", "torch_symm_twoshot"]
     kernel_requested: str
     kernel_selected: str
     kernel_confirmed: str
@@ -145,8 +146,9 @@ class AllreduceLine(Record):
     warmup: NonNegativeInt
     batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
     # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
-    # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
-    timing: Literal["device", "host"] = "host"
+    # "host": wall clock around `batch` back-to-back iterations plus a synchronize;
+    # "hot": CUDA graph replays of back-to-back calls, total / calls (the torch-driven peers).
+    timing: Literal["device", "host", "hot"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
@@ -255,6 +257,8 @@ class ArchivedRecord(Record):
     performance: Verdict | None = None
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    # allreduce: algbw over the link ceiling measured in the same run (p2p_copy); None when not measured
+    link_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)

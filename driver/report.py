@@ -23,19 +23,22 @@ def _speed_table(run: RunArchive) -> list[str]:
         recs = [r for r in run.records if r.suite == suite]
         if not recs:
             continue
-        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | correct | gate |",
-                  "|---|---|---|---|---|---|---|---|"]
+        # allreduce: link_frac, the share of the run's measured link ceiling (GPU0 -> GPU1 copy) reached
+        link_col = suite == "allreduce"
+        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | " + ("link_frac | " if link_col else "")
+                  + "correct | gate |", "|---|---|---|---|---|---|---|---|" + ("---|" if link_col else "")]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
+            link = ("- | " if r.link_frac is None else f"{r.link_frac:.2f} | ") if link_col else ""
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {r.correctness.status} | "
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {link}{r.correctness.status} | "
                              f"{gate} {why} |")
                 continue
             metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
-                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
+                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | {link}"
                 f"{r.correctness.status} | {gate} {why} |"
             )
         lines.append("")

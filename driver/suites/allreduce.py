@@ -1,4 +1,6 @@
-"""The allreduce suite: ours, upstream comm.allreduce and NCCL, same sizes, same timing."""
+"""The allreduce suite: ours, upstream comm.allreduce, NCCL and PyTorch's symmetric-memory one-shot and
+two-shot allreduce, same sizes, same timing; every record carries the fraction of the run's measured
+link ceiling it reached (`link_frac`)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from driver.thresholds import Thresholds
 TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
+SYMM_PEERS = ("torch_symm_oneshot", "torch_symm_twoshot")
+PEERS = frozenset({"upstream", "nccl", *SYMM_PEERS})
+LINK_CEILING = "p2p_copy_gpu0_gpu1"
 
 
 def kernel_flags(kernel: str) -> list[str]:
@@ -54,11 +59,23 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[s
     }
     if importlib.util.find_spec("torch") is not None:
         cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]
+        for impl in SYMM_PEERS:
+            cmds[impl] = [sys.executable, "-m", "driver.peers.symm_allreduce", "--impl", impl,
+                          *_args(opts, dtype, ngpus, impl)]
     return cmds
 
 
+def link_frac(line: AllreduceLine, ceilings_gbps: dict[str, float]) -> float | None:
+    """algbw over the run's measured link ceiling (GPU0 -> GPU1 copy); None untimed or unmeasured."""
+    ceiling = ceilings_gbps.get(LINK_CEILING)
+    if not ceiling or not line.timed or line.algbw_gbps <= 0:
+        return None
+    return line.algbw_gbps / ceiling
+
+
 def _group(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int,
+    ceilings_gbps: dict[str, float],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
@@ -67,7 +84,7 @@ def _group(
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
         timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset({"upstream", "nccl"}),
+        peers=PEERS,
     )
     samples = run_rounds(rounds=opts.rounds)
     for attempt in range(2):  # an inconclusive gate earns one more round, once
@@ -92,10 +109,21 @@ def _group(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
                 correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s if ln.timed else [],
+                link_frac=link_frac(ln, ceilings_gbps),
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )
     return records, skipped
+
+
+def measure_ceiling(opts: RunOptions) -> dict[str, float]:
+    """The link ceiling of this run (GPU0 -> GPU1 copy-engine bandwidth), when torch is here to measure it."""
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    progress("link ceiling: GPU0 -> GPU1 copy")
+    cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
+    (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
+    return {LINK_CEILING: ceiling.p2p_copy_gbps}
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -108,14 +136,10 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     for n in counts:
         if n > present:
             raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
-    if importlib.util.find_spec("torch") is not None:
-        progress("link ceiling: GPU0 -> GPU1 copy")
-        cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
-        (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
-        result.ceilings_gbps["p2p_copy_gpu0_gpu1"] = ceiling.p2p_copy_gbps
+    result.ceilings_gbps |= measure_ceiling(opts)
     for ngpus in counts:
         for dtype in opts.dtypes:
-            records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus)
+            records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps)
             result.records += records
             result.skipped += [s for s in skipped if s not in result.skipped]
     return result

@@ -1,10 +1,10 @@
 """Measured dispatch windows: every allreduce kernel forced at every size, crossovers found.
 
-`python -m driver sweep` times 1stage, 2stage and 1stage_cpasync
-(2, 3, 4 stages) interleaved at each size, per GPU count and dtype, then finds the
-crossovers as the compile-time defines the Mojo build reads, archives the sweep that justified them
-(DISPATCH.md, dispatch_windows.json in the run folder) and, with `--write`
-only, writes them to kernels_mojo/dispatch_windows.json.
+`python -m driver sweep` times every kernel (1stage, 2stage, 1stage_push, 2stage_push,
+1stage_pushflag, 1stage_ce, 1stage_bulk and 1stage_cpasync with 2, 3, 4 stages) interleaved at
+each size, per GPU count and dtype, then finds the crossovers as the compile-time defines the Mojo
+build reads, archives the sweep that justified them (DISPATCH.md, dispatch_windows.json in the run
+folder) and, with `--write` only, writes them to kernels_mojo/dispatch_windows.json.
 """
 
 from __future__ import annotations
@@ -19,18 +19,24 @@ from driver.errors import NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
 from driver.gates import allreduce_correctness
-from driver.suites.allreduce import EXE, kernel_flags, timing_flags
+from driver.suites.allreduce import EXE, kernel_flags, link_frac, measure_ceiling, timing_flags
 from driver.verify import allreduce_errors
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 
 TARGETS = "allreduce"
+# Kernels with a 2-GPU window of their own (select_kernel checks them in this order, after 1stage_push and
+# before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_2GPU / AR_<stem>_MAX_BYTES_2GPU.
+WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PUSHFLAG", "1stage_ce": "CE",
+                            "1stage_bulk": "BULK"}
 KERNELS: dict[str, list[str]] = {
-    k: kernel_flags(k) for k in ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+    k: kernel_flags(k)
+    for k in ("1stage", "2stage", "1stage_push", *WINDOWED, *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
 }
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
+WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag", "1stage_ce")  # their scratch, too, exists only up to that size
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
 
 Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us
@@ -46,7 +52,9 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     measured; empty when it wins nowhere. The push window (where the sweep timed
     1stage_push): from the smallest size up to the last size at which push beats
     every other kernel by more than the noise for every GPU count and dtype; 0
-    when it does not win at the smallest size.
+    when it does not win at the smallest size. Each WINDOWED kernel (2 GPUs only): the longest run
+    of sizes at which it beats every other kernel by more than the noise for every dtype; empty
+    (MIN=1 > MAX=0) when it wins nowhere.
     """
     defines: dict[str, int] = {}
     for ngpus in sorted({k[0] for k in table}):
@@ -70,7 +78,8 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
         for row in rows:
             cp = {k: v for k, v in row.items() if k.startswith("1stage_cpasync")}
             best = min(cp, key=cp.get)
-            if cp[best] < min(row["1stage"], row["2stage"]) * (1 - noise):
+            others = [v for k, v in row.items() if not k.startswith("1stage_cpasync")]
+            if cp[best] < min(others) * (1 - noise):
                 wins.append(int(best.rsplit("_s", 1)[1]))
         if rows and len(wins) == len(rows):
             winning.append(size)
@@ -84,7 +93,21 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
             else:
                 break
         defines["AR_PUSH_MAX_BYTES"] = push_limit
-    run = _longest_run(winning)
+    two = {k: row for k, row in table.items() if k[0] == 2}
+    for kernel, stem in WINDOWED.items():
+        if not two or not all(kernel in row for row in two.values()):
+            continue  # a sweep that did not time it sets no window for it
+        won = []
+        for size in sorted({k[2] for k in two}):
+            rows2 = [row for k, row in two.items() if k[2] == size]
+            if kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES:
+                continue
+            if all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows2):
+                won.append(size)
+        best_run = _longest_run(won, [k[2] for k in two])
+        lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
+        defines |= {f"AR_{stem}_MIN_BYTES_2GPU": lo, f"AR_{stem}_MAX_BYTES_2GPU": hi}
+    run = _longest_run(winning, list(by_size))
     if run:
         defines |= {"AR_CPASYNC_MIN_BYTES": run[0], "AR_CPASYNC_MAX_BYTES": run[-1],
                     "AR_CPASYNC_STAGES": stages.most_common(1)[0][0]}
@@ -93,28 +116,30 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     return defines
 
 
-def _longest_run(sizes: list[int]) -> list[int]:
-    """Longest run of consecutive sweep sizes (each twice the one before)."""
+def _longest_run(sizes: list[int], measured: list[int]) -> list[int]:
+    """Longest run of `sizes` that are consecutive among the sweep's `measured` sizes."""
+    order = {s: i for i, s in enumerate(sorted(set(measured)))}
     best: list[int] = []
     cur: list[int] = []
-    for s in sizes:
-        cur = cur + [s] if cur and s == cur[-1] * 2 else [s]
+    for s in sorted(sizes):
+        cur = cur + [s] if cur and order[s] == order[cur[-1]] + 1 else [s]
         best = cur if len(cur) > len(best) else best
     return best
 
 
 def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
     lines = ["# Allreduce dispatch sweep", "", run_note, "",
-             "p50 us per kernel (forced); cp.async ratio = 1stage p50 / cp.async p50 (>1: prefetch helps).", ""]
+             "p50 us per kernel (forced); ratios are 1stage p50 / that kernel's p50 (>1: faster than 1stage).", ""]
     for ngpus, dtype in sorted({(k[0], k[1]) for k in table}):
         # Columns: the kernels this table timed (a sweep from before 1stage_push has no push column).
         timed = [k for k in KERNELS if all(k in v for kk, v in table.items() if kk[:2] == (ngpus, dtype))]
+        ratio_of = [k for k in timed if k != "1stage"]
         lines += [f"## {dtype} x{ngpus}", "",
-                  "| size | " + " | ".join(timed) + " | best | cp.async s2 / s3 / s4 ratio |",
-                  "|---|" + "---|" * (len(timed) + 2)]
+                  "| size | " + " | ".join(timed) + " | best | " + " | ".join(f"{k} ratio" for k in ratio_of) + " |",
+                  "|---|" + "---|" * (len(timed) + 1 + len(ratio_of))]
         for size in sorted(k[2] for k in table if k[:2] == (ngpus, dtype)):
             row = table[(ngpus, dtype, size)]
-            ratios = " / ".join(f"{row['1stage'] / row[f'1stage_cpasync_s{s}']:.3f}" for s in (2, 3, 4))
+            ratios = " | ".join(f"{row['1stage'] / row[k]:.3f}" for k in ratio_of)
             lines.append(f"| {format_size(size)} | " + " | ".join(f"{row[k]:.2f}" for k in timed) +
                          f" | {min(row, key=row.get)} | {ratios} |")
         lines.append("")
@@ -129,6 +154,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         raise NoGPU(f"the sweep needs {max(counts, default=2)} GPUs; this host has {present}")
     sizes = opts.sizes_bytes if opts.sizes_given else DEFAULT_SIZES
     result = SuiteResult()
+    result.ceilings_gbps |= measure_ceiling(opts)
     table: Table = {}
     for ngpus in counts:
         for dtype in opts.dtypes:
@@ -148,7 +174,8 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
                     config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
                     passed=verdict.passed, max_abs_err=allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"sweep {kernel}").max_abs_err, correctness=verdict,
-                    measurement=line, round_p50_us=p50s if line.timed else []))
+                    measurement=line, round_p50_us=p50s if line.timed else [],
+                    link_frac=link_frac(line, result.ceilings_gbps)))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)

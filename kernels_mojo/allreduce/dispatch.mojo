@@ -218,6 +218,9 @@ def _check_defines():
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_END_ORDERING must be 0, 1 or 2"
     )
+    comptime assert AR_PUSHFLAG_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES and AR_CE_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES, (
+        "the 1stage_pushflag and 1stage_ce windows must not exceed AR_PUSH_REGION_MAX_BYTES"
+    )
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
     comptime assert AR_CE_CHUNKS >= 1 and AR_CE_CHUNKS <= 64, "AR_CE_CHUNKS must be in [1, 64]"
 
@@ -325,9 +328,17 @@ def scratch_elements[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
     var packs = (num_elements + V - 1) // V
     var need = slice_vectors[dtype](num_elements, ngpus) * V
     need = max(need, push_scratch_packs(packs, ngpus, True) * V)
-    need = max(need, push_scratch_packs(packs, ngpus, False) * V)
-    need = max(need, ngpus * num_elements)
+    if whole_message_scratch[dtype](num_elements):
+        need = max(need, push_scratch_packs(packs, ngpus, False) * V)
+        need = max(need, ngpus * num_elements)
     return max(1, need)
+
+
+def whole_message_scratch[dtype: DType](num_elements: Int) -> Bool:
+    """Whether the runner gives the kernels whose scratch holds whole messages
+    per rank (1stage_pushflag: 2 x ngpus, 1stage_ce: ngpus) room for this
+    message: up to AR_PUSH_REGION_MAX_BYTES, as for 1stage_push's regions."""
+    return num_elements * size_of[dtype]() <= AR_PUSH_REGION_MAX_BYTES
 
 
 def push_slot_packs[dtype: DType](num_elements: Int) -> Int:
@@ -336,6 +347,21 @@ def push_slot_packs[dtype: DType](num_elements: Int) -> Int:
     if num_elements * size_of[dtype]() > AR_PUSH_REGION_MAX_BYTES:
         return 0
     return max(1, (num_elements + vector_width[dtype]() - 1) // vector_width[dtype]())
+
+
+def refusal(kernel_id: Int32, num_bytes: Int) -> String:
+    """Why `kernel_id` cannot run a message of `num_bytes` per rank in this
+    binary (empty when it can). The runner checks every forced kernel and
+    size with it before running anything; the launch path checks again."""
+    if not kernel_exists(kernel_id):
+        return String("kernel ", kernel_name(kernel_id), " (id ", kernel_id, ") is not built into this binary")
+    if (kernel_id == KERNEL_ID_PUSH or kernel_id == KERNEL_ID_PUSHFLAG or kernel_id == KERNEL_ID_CE) and (
+        num_bytes > AR_PUSH_REGION_MAX_BYTES
+    ):
+        var what = "receive region" if kernel_id == KERNEL_ID_PUSH else "scratch"
+        return String(kernel_name(kernel_id), ": no ", what, " for ", num_bytes, " bytes per rank (at most ",
+                      AR_PUSH_REGION_MAX_BYTES, " bytes, AR_PUSH_REGION_MAX_BYTES); use 1stage, 2stage or 2stage_push")
+    return String("")
 
 
 def max_grid_blocks(ctx: DeviceContext) raises -> Int:
@@ -477,10 +503,9 @@ def launch_kernel[
     comptime start_ra = AR_START_ORDERING
     comptime end_ra = AR_END_ORDERING
     _check_defines()
-    if not kernel_exists(kernel_id):
-        raise Error(
-            String("kernel ", kernel_name(kernel_id), " (id ", kernel_id, ") is not built into this binary")
-        )
+    var why = refusal(kernel_id, num_elements * size_of[dtype]())
+    if why:
+        raise Error(why)
     if num_elements == 0:
         return
     var n = Int64(num_elements)
@@ -504,10 +529,7 @@ def launch_kernel[
         )
     elif kernel_id == KERNEL_ID_PUSH:
         if push_slots * V < num_elements:
-            raise Error(
-                String("1stage_push: no receive region for ", num_elements * size_of[dtype](), " bytes per rank (at most ",
-                       AR_PUSH_REGION_MAX_BYTES, " bytes, AR_PUSH_REGION_MAX_BYTES); use 1stage or 2stage")
-            )
+            raise Error(String("1stage_push: the receive regions hold ", push_slots, " packs, not ", num_elements, " elements"))
         comptime k = ar_push_k[dtype, ngpus]
         ctx.enqueue_function[k](
             inputs[rank],

@@ -33,6 +33,7 @@ from allreduce.dispatch import (
     kernel_name,
     max_grid_blocks,
     push_slot_packs,
+    refusal,
     scratch_elements,
     select_kernel,
 )
@@ -509,6 +510,12 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     var lane_grid_cap = max(1, grid_cap // cfg.lanes)
 
     var requested = requested_kernel_id(cfg)
+    if requested != KERNEL_ID_NONE:  # a forced kernel must allow every size asked for, before anything runs
+        for i in range(len(cfg.sizes_bytes)):
+            var why = refusal(requested, cfg.sizes_bytes[i])
+            if why:
+                fail(EXIT_BAD_CONFIG, String(why, " (--kernel ", cfg.kernel, ", --sizes ", cfg.sizes_bytes[i],
+                                             ", --dtype ", cfg.dtype, ", --ngpus ", ngpus, ")"))
     var cycle = _alternation()
     # The noop diagnostic computes nothing, so there is nothing to check.
     var do_check = cfg.check and requested != KERNEL_ID_NOOP

@@ -3,8 +3,13 @@
 # Run: mojo run -I kernels_mojo kernels_mojo/tests/test_host_logic.mojo
 
 from std.testing import assert_equal, assert_true, assert_false
-from allreduce.dispatch import select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs
-from allreduce.kernels import KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, cpasync_kernel_id
+from allreduce.dispatch import (
+    select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
+)
+from allreduce.kernels import (
+    KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_CE, KERNEL_ID_BULK,
+    cpasync_kernel_id, push_scratch_packs,
+)
 from benchlib.cli import parse_size_bytes
 from benchlib.stats import TimingStats, json_fixed3, json_number
 from benchlib.check import CheckResult, fill_rank_inputs, check_rank_output
@@ -47,6 +52,31 @@ def test_names_and_selection() raises:
     assert_equal(kernel_name(k), "1stage")
     var k8 = select_kernel(16 * 1024 * 1024, 8, DType.float32)
     assert_equal(kernel_name(k8), "2stage" if one_stage_max_bytes(8) < 16 * 1024 * 1024 else "1stage")
+
+
+def test_new_kernels() raises:
+    assert_equal(kernel_name(KERNEL_ID_2STAGE_PUSH), "2stage_push")
+    assert_equal(kernel_name(KERNEL_ID_PUSHFLAG), "1stage_pushflag")
+    assert_equal(kernel_name(KERNEL_ID_CE), "1stage_ce")
+    assert_equal(kernel_name(KERNEL_ID_BULK), "1stage_bulk")
+    assert_true(kernel_exists(KERNEL_ID_2STAGE_PUSH) and kernel_exists(KERNEL_ID_PUSHFLAG) and kernel_exists(KERNEL_ID_CE))
+    # ids are distinct from every other kernel's
+    var ids: List[Int32] = [KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG,
+                            KERNEL_ID_CE, KERNEL_ID_BULK, cpasync_kernel_id[2](), cpasync_kernel_id[3](), cpasync_kernel_id[4]()]
+    for i in range(len(ids)):
+        for j in range(i + 1, len(ids)):
+            assert_true(ids[i] != ids[j])
+    # scratch: 2stage_push a slot per rank of one slice (ceil), pushflag two generations of the whole message
+    assert_equal(push_scratch_packs(9, 2, True), 10)
+    assert_equal(push_scratch_packs(9, 4, True), 12)
+    assert_equal(push_scratch_packs(9, 2, False), 36)
+    # the runner's scratch holds every kernel's need: 7 fp32 = 2 packs -> pushflag 2*2*2 packs = 32 elements
+    assert_equal(scratch_elements[DType.float32](7, 2), 32)
+    # above AR_PUSH_REGION_MAX_BYTES (256 MiB) only the slice-sized needs remain
+    var big = 64 * 1024 * 1024 + 4
+    assert_false(whole_message_scratch[DType.float32](big))
+    assert_equal(scratch_elements[DType.float32](big, 2), push_scratch_packs((big + 3) // 4, 2, True) * 4)
+    assert_true(whole_message_scratch[DType.float32](64 * 1024 * 1024))
 
 
 def test_stats() raises:
@@ -98,6 +128,7 @@ def test_check() raises:
 def main() raises:
     test_sizes()
     test_names_and_selection()
+    test_new_kernels()
     test_stats()
     test_check()
     print("test_host_logic: all passed")

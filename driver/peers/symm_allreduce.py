@@ -1,0 +1,75 @@
+"""PyTorch's own custom allreduce as peers: `torch.ops.symm_mem` one-shot and two-shot.
+
+impl `torch_symm_oneshot`: `one_shot_all_reduce_out` (every rank reads every peer's symmetric
+buffer and sums); impl `torch_symm_twoshot`: `two_shot_all_reduce_out` (reduce-scatter by loads,
+all-gather by stores into the peers). The input lives in a symmetric-memory buffer allocated once
+per size (`torch.distributed._symmetric_memory.empty` + `rendezvous`), the output in a plain
+tensor: the ops' most favourable use, with no copy into the symmetric buffer timed. Multicast stays
+off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1, set before torch loads) and no multimem op is called; a
+rendezvous that reports multicast anyway is skipped with the reason, as is a dtype the op has no
+kernel for (PyTorch builds these for float32 and bfloat16). Everything else (flags, inputs, check,
+timing, JSON line) is driver/peers/torch_allreduce.py, shared with the NCCL peer.
+Run on the GPU host: `python -m driver.peers.symm_allreduce --impl torch_symm_oneshot --sizes 16M`.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+from driver.peers.torch_allreduce import Collective, PeerSkipped, main
+
+OPS = {"torch_symm_oneshot": "one_shot_all_reduce_out", "torch_symm_twoshot": "two_shot_all_reduce_out"}
+
+
+def setup(impl: str, torch, dist, elements: int, dtype, device) -> Collective:
+    """The `impl` collective for one size (bound with functools.partial: spawn pickles it)."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        op = getattr(torch.ops.symm_mem, OPS[impl])
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        raise PeerSkipped(f"this torch ({torch.__version__}) has no symm_mem.{OPS[impl]}: {exc}") from exc
+    group = dist.group.WORLD.group_name
+    if hasattr(symm_mem, "set_backend"):
+        try:
+            symm_mem.set_backend("CUDA")  # not NVSHMEM: the CUDA backend's P2P buffers and signal pads
+        except (RuntimeError, ValueError):
+            pass  # already chosen for this process (second size): keep it
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        symm_mem.enable_symm_mem_for_group(group)
+    buf = symm_mem.empty(elements, dtype=dtype, device=device)
+    handle = symm_mem.rendezvous(buf, group)
+    if getattr(handle, "has_multicast_support", lambda: False)():
+        raise PeerSkipped("the symmetric buffer reports multicast support although it is disabled here")
+    out = torch.empty_like(buf)
+    buf.zero_()
+
+    def run():
+        op(buf, "sum", group, out)
+
+    def check(x):
+        buf.copy_(x)
+        run()
+        res = out.clone()
+        buf.zero_()
+        return res
+
+    return Collective(run=run, check=check)
+
+
+def _impl_from_argv() -> str:
+    """`--impl NAME` (removed from argv so the shared parser sees the executables' flags only)."""
+    if "--impl" in sys.argv:
+        i = sys.argv.index("--impl")
+        if i + 1 < len(sys.argv) and sys.argv[i + 1] in OPS:
+            impl = sys.argv[i + 1]
+            del sys.argv[i:i + 2]
+            return impl
+    print(f"error: symm_allreduce needs --impl {' or '.join(OPS)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    name = _impl_from_argv()
+    main("symm_allreduce", name, partial(setup, name))
