@@ -22,7 +22,7 @@ def load(path: str):
         if "\t" not in raw:
             continue
         tag, text = raw.split("\t", 1)
-        if not text.startswith("{"):
+        if not text.startswith("{") or tag.startswith("soak"):
             continue
         d = json.loads(text)
         if "p2p_copy_gbps" in d:

@@ -417,15 +417,16 @@ def _launch_ce[
     var ce_elems = n
     if sm_percent > 0:
         ce_elems = ((n * (100 - sm_percent)) // 100) // V * V
-    ctx.enqueue_function[ar_ce_signal_k[ngpus]](
-        sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
-        Int32(CE_READY), epoch, r, skip,
-        grid_dim=1, block_dim=32,
-    )
-    # The copy stream starts after everything enqueued on the compute stream
-    # so far (the ready flag, earlier reduces that read the scratch), then
-    # waits on the device for every peer's ready flag.
-    copy_ctx.enqueue_wait_for(ctx)
+    # The ready flag went out in launch_prologue (every rank's before any
+    # rank's main part). The copy stream starts after everything enqueued on
+    # the compute stream so far (the ready flag, earlier reduces that read the
+    # scratch), then waits on the device for every peer's ready flag. Stream
+    # order between the two streams is by explicit events (record + stream
+    # wait, never a host wait: a host that waited here for a stream spinning
+    # on a peer's flag would never enqueue that peer's work).
+    var started = ctx.create_event()
+    ctx.stream().record_event(started)
+    copy_ctx.stream().enqueue_wait_for(started)
     copy_ctx.enqueue_function[ar_ce_wait_k[ngpus]](
         sigs[rank], Int32(CE_READY), epoch, r, grid_dim=1, block_dim=32
     )
@@ -450,7 +451,9 @@ def _launch_ce[
         comptime for k in range(1, ngpus):
             var q = (rank + k) % ngpus
             copy_ctx.enqueue_copy(scratch.unsafe_offset(q * n + first), inputs[q].unsafe_offset(first), cnt)
-        ctx.enqueue_wait_for(copy_ctx)
+        var copied = copy_ctx.create_event()
+        copy_ctx.stream().record_event(copied)
+        ctx.stream().enqueue_wait_for(copied)
         ctx.enqueue_function[ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]](
             inputs[rank], scratch, output, kernel_id_out, Int64(first), Int64(cnt), Int64(n), r,
             grid_dim=_grid_for(max(1, cnt // V), AR_BLOCK_THREADS, grid_cap),
@@ -467,6 +470,30 @@ def _launch_ce[
     ctx.enqueue_function[ar_ce_wait_k[ngpus]](
         sigs[rank], Int32(CE_COPIED), epoch, r, grid_dim=1, block_dim=32
     )
+
+
+@always_inline  # no by-value Array across a call (#6759)
+def launch_prologue[
+    ngpus: Int
+](
+    kernel_id: Int32,
+    ctx: DeviceContext,
+    rank: Int,
+    sigs: Array[SignalPtr, ngpus],
+    calls: LaunchCounts,
+    num_elements: Int,
+    debug_skip_barrier: Bool = False,
+) raises:
+    """What every rank must have enqueued before any rank's main launch
+    (the caller runs it for all ranks first): 1stage_ce's ready flag, so no
+    rank's copy stream can wait on a flag whose kernel the host has not
+    enqueued yet. Nothing for the other kernels."""
+    if kernel_id == KERNEL_ID_CE and num_elements > 0:
+        ctx.enqueue_function[ar_ce_signal_k[ngpus]](
+            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
+            Int32(CE_READY), UInt32(calls.ce + 1), Int32(rank), Int32(1) if debug_skip_barrier else Int32(0),
+            grid_dim=1, block_dim=32,
+        )
 
 
 # Peer pointers reach the kernels as separate scalar arguments (see

@@ -741,6 +741,8 @@ def ar_pushsig_k[
 # Per rank r and call (epoch e = the host's call count + 1), on two streams of
 # the rank's GPU, the compute stream A and the copy stream C:
 #   A: ar_ce_signal_k(ready, e)        tell every peer: my input is ready
+#      (dispatch.launch_prologue: enqueued for every rank before any rank's
+#      main part, so no copy stream waits on a flag not yet enqueued)
 #   C: waits for A (event), then ar_ce_wait_k(ready, e): every peer's input
 #      is ready; then copies the peers' inputs, chunk by chunk, into this
 #      rank's scratch (slot q = rank q's input)

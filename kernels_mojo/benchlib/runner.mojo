@@ -29,6 +29,7 @@ from allreduce.dispatch import (
     AR_CPASYNC_STAGES,
     LaunchCounts,
     allreduce_rank,
+    launch_prologue,
     kernel_exists,
     kernel_name,
     max_grid_blocks,
@@ -405,11 +406,16 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             sig_ptrs[r] = self.signals[r].unsafe_ptr().as_unsafe_any_origin()
             in_ptrs[r] = self.bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
             scratch_ptrs[r] = self.scratch[r].unsafe_ptr().as_unsafe_any_origin()
-        var selected = KERNEL_ID_NONE
         var counts = LaunchCounts(self.push_calls, self.pushflag_calls, self.ce_calls)
+        # Selection and launch in one code path: the kernel chosen here is the one every rank launches.
+        var selected = requested
+        if selected == KERNEL_ID_NONE:
+            selected = select_kernel(n * size_of[Self.dtype](), Self.ngpus, Self.dtype)
         for r in range(Self.ngpus):
-            selected = allreduce_rank[Self.dtype, Self.ngpus](
-                requested,
+            launch_prologue[Self.ngpus](selected, self.ctxs[r], r, sig_ptrs, counts, n, debug_skip_barrier=(r == hang_rank))
+        for r in range(Self.ngpus):
+            _ = allreduce_rank[Self.dtype, Self.ngpus](
+                selected,
                 self.ctxs[r],
                 r,
                 in_ptrs,
