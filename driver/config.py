@@ -15,8 +15,8 @@ DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
-ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_ce",
-                     "1stage_bulk", "1stage_cpasync")
+ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_bulk",
+                     "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
 SUITES = ("allreduce", "sdpa", "all")
 

@@ -75,3 +75,12 @@ def test_a_record_without_link_frac_still_loads():
     data.pop("link_frac")
     assert ArchivedRecord.model_validate(data).link_frac is None
     assert Verdict(status="pass").passed
+
+
+def test_a_worker_failure_is_reported_by_its_exception_line():
+    tb = ("-- Process 0 terminated with the following error:\nTraceback (most recent call last):\n  File \"x.py\"\n"
+          "TypeError: has_multicast_support(): incompatible function arguments. The following argument types are "
+          "supported:\n    1. (arg0: DeviceType, arg1: int) -> bool\n\nInvoked with: <handle>\n")
+    msg = torch_allreduce.worker_error(tb)
+    assert msg.startswith("TypeError: has_multicast_support(): incompatible function arguments")
+    assert torch_allreduce.worker_error("") == "(no message)"

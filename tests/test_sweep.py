@@ -72,20 +72,20 @@ def test_push_window_starts_at_the_smallest_size_and_ends_at_the_first_loss():
 
 
 def test_new_kernel_windows_need_a_win_over_every_kernel_in_every_dtype():
-    def row(one, push2, ce, bulk=50.0):
-        return {"1stage": one, "2stage": one + 5, "1stage_push": one + 20, "2stage_push": push2, "1stage_pushflag": 99.0,
-                "1stage_ce": ce, "1stage_bulk": bulk, "1stage_cpasync_s2": one + 1, "1stage_cpasync_s3": one + 1,
+    def row(one, push2, flag, bulk=50.0):
+        return {"1stage": one, "2stage": one + 5, "1stage_push": one + 20, "2stage_push": push2, "1stage_pushflag": flag,
+                "1stage_bulk": bulk, "1stage_cpasync_s2": one + 1, "1stage_cpasync_s3": one + 1,
                 "1stage_cpasync_s4": one + 1}
 
     mib = 1 << 20
     sizes = (mib, 4 * mib, 16 * mib, 64 * mib, 512 * mib)
-    # 2stage_push wins from 4M to 64M (and at 512M); 1stage_ce wins only at 512M, past its scratch limit.
-    t = {(2, d, s): row(50.0, p, c) for d in ("float32", "bfloat16")
-         for s, p, c in zip(sizes, (55.0, 40.0, 41.0, 42.0, 45.0), (60.0, 60.0, 60.0, 60.0, 30.0))}
+    # 2stage_push wins from 4M to 64M (and at 512M); 1stage_pushflag wins only at 512M, past its scratch limit.
+    t = {(2, d, s): row(50.0, p, f) for d in ("float32", "bfloat16")
+         for s, p, f in zip(sizes, (55.0, 40.0, 41.0, 42.0, 45.0), (60.0, 60.0, 60.0, 60.0, 30.0))}
     d = sweep.crossovers(t, noise=0.02)
     assert (d["AR_2STAGE_PUSH_MIN_BYTES_2GPU"], d["AR_2STAGE_PUSH_MAX_BYTES_2GPU"]) == (4 * mib, 64 * mib)
-    assert d["AR_CE_MIN_BYTES_2GPU"] > d["AR_CE_MAX_BYTES_2GPU"]  # never a window past AR_PUSH_REGION_MAX_BYTES
-    assert d["AR_PUSHFLAG_MIN_BYTES_2GPU"] > d["AR_PUSHFLAG_MAX_BYTES_2GPU"]
+    assert d["AR_PUSHFLAG_MIN_BYTES_2GPU"] > d["AR_PUSHFLAG_MAX_BYTES_2GPU"]  # never past AR_PUSH_REGION_MAX_BYTES
+    assert d["AR_BULK_MIN_BYTES_2GPU"] > d["AR_BULK_MAX_BYTES_2GPU"]
     # a win in one dtype only is no win
     t[(2, "bfloat16", 16 * mib)]["2stage_push"] = 60.0
     d = sweep.crossovers(t, noise=0.02)

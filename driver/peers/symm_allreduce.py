@@ -15,6 +15,7 @@ Run on the GPU host: `python -m driver.peers.symm_allreduce --impl torch_symm_on
 from __future__ import annotations
 
 import sys
+import warnings
 from functools import partial
 
 from driver.peers.torch_allreduce import Collective, PeerSkipped, main
@@ -36,12 +37,16 @@ def setup(impl: str, torch, dist, elements: int, dtype, device) -> Collective:
             symm_mem.set_backend("CUDA")  # not NVSHMEM: the CUDA backend's P2P buffers and signal pads
         except (RuntimeError, ValueError):
             pass  # already chosen for this process (second size): keep it
-    if hasattr(symm_mem, "enable_symm_mem_for_group"):
-        symm_mem.enable_symm_mem_for_group(group)
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9; a deprecated no-op after
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group)
     buf = symm_mem.empty(elements, dtype=dtype, device=device)
     handle = symm_mem.rendezvous(buf, group)
-    if getattr(handle, "has_multicast_support", lambda: False)():
-        raise PeerSkipped("the symmetric buffer reports multicast support although it is disabled here")
+    # (`has_multicast_support` is a static query of the device, not of this buffer: read the buffer's own
+    # multicast pointer, 0 when none was mapped.)
+    if getattr(handle, "multicast_ptr", 0):
+        raise PeerSkipped("the symmetric buffer has a multicast mapping although multicast is disabled here")
     out = torch.empty_like(buf)
     buf.zero_()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -143,6 +144,16 @@ def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter
     }
 
 
+def worker_error(traceback_text: str) -> str:
+    """The `SomeError: message` line of a worker's traceback (pybind errors continue over several lines,
+    so the last line alone can be just `Invoked with: ...`)."""
+    lines = [ln.strip() for ln in traceback_text.splitlines() if ln.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", lines[i]):
+            return " ".join(lines[i:i + 3])[:300]
+    return (lines[-1] if lines else "(no message)")[:300]
+
+
 Setup = Callable[..., Collective]  # setup(torch, dist, elements, dtype, device) -> Collective
 
 
@@ -223,6 +234,5 @@ def main(prog: str, impl: str, setup: Setup, env: dict[str, str] | None = None) 
         mp.spawn(_worker, args=(ns, port, impl, setup, env), nprocs=ns.ngpus, join=True)
     except mp.ProcessExitedException as exc:
         raise SystemExit(exc.exit_code if exc.exit_code else 1) from None
-    except mp.ProcessRaisedException as exc:  # a worker raised: its last traceback line is the reason
-        last = [ln for ln in str(exc).splitlines() if ln.strip()][-1:] or ["(no message)"]
-        fail(f"{impl} failed: {last[0].strip()[:300]}", 1)
+    except mp.ProcessRaisedException as exc:  # a worker raised: the exception line of its traceback is the reason
+        fail(f"{impl} failed: {worker_error(str(exc))}", 1)

@@ -1,7 +1,7 @@
 """Measured dispatch windows: every allreduce kernel forced at every size, crossovers found.
 
 `python -m driver sweep` times every kernel (1stage, 2stage, 1stage_push, 2stage_push,
-1stage_pushflag, 1stage_ce, 1stage_bulk and 1stage_cpasync with 2, 3, 4 stages) interleaved at
+1stage_pushflag, 1stage_bulk and 1stage_cpasync with 2, 3, 4 stages) interleaved at
 each size, per GPU count and dtype, then finds the crossovers as the compile-time defines the Mojo
 build reads, archives the sweep that justified them (DISPATCH.md, dispatch_windows.json in the run
 folder) and, with `--write` only, writes them to kernels_mojo/dispatch_windows.json.
@@ -28,15 +28,14 @@ from driver.thresholds import Thresholds
 TARGETS = "allreduce"
 # Kernels with a 2-GPU window of their own (select_kernel checks them in this order, after 1stage_push and
 # before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_2GPU / AR_<stem>_MAX_BYTES_2GPU.
-WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PUSHFLAG", "1stage_ce": "CE",
-                            "1stage_bulk": "BULK"}
+WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PUSHFLAG", "1stage_bulk": "BULK"}
 KERNELS: dict[str, list[str]] = {
     k: kernel_flags(k)
     for k in ("1stage", "2stage", "1stage_push", *WINDOWED, *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
 }
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
-WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag", "1stage_ce")  # their scratch, too, exists only up to that size
+WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag",)  # its scratch, too, exists only up to that size
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
 
 Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us

@@ -84,18 +84,19 @@
 #                          above it is refused with an error.
 #   AR_2STAGE_PUSH_MIN_BYTES_2GPU / AR_2STAGE_PUSH_MAX_BYTES_2GPU,
 #   AR_PUSHFLAG_MIN_BYTES_2GPU / AR_PUSHFLAG_MAX_BYTES_2GPU,
-#   AR_CE_MIN_BYTES_2GPU / AR_CE_MAX_BYTES_2GPU,
 #   AR_BULK_MIN_BYTES_2GPU / AR_BULK_MAX_BYTES_2GPU
 #                          size windows (2 GPUs only) of the store-based
-#                          two-shot, the flagged one-shot push, the copy-engine
-#                          kernel and the cp.async.bulk pipeline; checked in
-#                          that order after 1stage_push and before cp.async.
-#                          Default: empty (MIN=1 > MAX=0) until the sweep
-#                          measures a win; written by `python -m driver sweep`.
+#                          two-shot, the flagged one-shot push and the
+#                          cp.async.bulk pipeline; checked in that order after
+#                          1stage_push and before cp.async. Default: empty
+#                          (MIN=1 > MAX=0): on 2x H200 (2026-11-23, fp32,
+#                          device timing, 1-256 MiB) none beat 1stage by more
+#                          than 1% (2stage_push 0.87-0.92x, pushflag 0.82-0.84x
+#                          from 4 MiB, bulk 0.99-1.01x); see
+#                          experiments/2026-11-23-allreduce-link. Written by
+#                          `python -m driver sweep` where a sweep measures a win.
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
 #                          default 4).
-#   AR_CE_CHUNKS           copy-engine chunks per call in 1stage_ce (default
-#                          4; the runtime --ce-chunks overrides it).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
 #                          the start barrier's flag exchange (nothing before
 #                          it needs ordering) and the one after the end
@@ -124,14 +125,8 @@ from .kernels import (
     KERNEL_ID_PUSH,
     KERNEL_ID_2STAGE_PUSH,
     KERNEL_ID_PUSHFLAG,
-    KERNEL_ID_CE,
     KERNEL_ID_BULK,
-    CE_READY,
-    CE_COPIED,
     ar_pushsig_k,
-    ar_ce_signal_k,
-    ar_ce_wait_k,
-    ar_ce_reduce_k,
     ar_bulk_k,
     bulk_shared_bytes,
     push_scratch_packs,
@@ -183,13 +178,10 @@ comptime AR_2STAGE_PUSH_MIN_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MIN_BYT
 comptime AR_2STAGE_PUSH_MAX_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MAX_BYTES_2GPU", 0]()
 comptime AR_PUSHFLAG_MIN_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MIN_BYTES_2GPU", 1]()
 comptime AR_PUSHFLAG_MAX_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MAX_BYTES_2GPU", 0]()
-comptime AR_CE_MIN_BYTES_2GPU = get_defined_int["AR_CE_MIN_BYTES_2GPU", 1]()
-comptime AR_CE_MAX_BYTES_2GPU = get_defined_int["AR_CE_MAX_BYTES_2GPU", 0]()
 comptime AR_BULK_MIN_BYTES_2GPU = get_defined_int["AR_BULK_MIN_BYTES_2GPU", 1]()
 comptime AR_BULK_MAX_BYTES_2GPU = get_defined_int["AR_BULK_MAX_BYTES_2GPU", 0]()
 comptime AR_BULK_STAGES = get_defined_int["AR_BULK_STAGES", 4]()
 comptime AR_BULK_BLOCK_THREADS = 256
-comptime AR_CE_CHUNKS = get_defined_int["AR_CE_CHUNKS", 4]()
 comptime AR_PUSH_UNROLL = 2
 """Packs per thread per chunk row in the push kernels."""
 
@@ -218,11 +210,10 @@ def _check_defines():
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_END_ORDERING must be 0, 1 or 2"
     )
-    comptime assert AR_PUSHFLAG_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES and AR_CE_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES, (
-        "the 1stage_pushflag and 1stage_ce windows must not exceed AR_PUSH_REGION_MAX_BYTES"
+    comptime assert AR_PUSHFLAG_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES, (
+        "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
     )
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
-    comptime assert AR_CE_CHUNKS >= 1 and AR_CE_CHUNKS <= 64, "AR_CE_CHUNKS must be in [1, 64]"
 
 
 comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
@@ -245,8 +236,6 @@ def kernel_name(kernel_id: Int32) -> String:
         return "2stage_push"
     if kernel_id == KERNEL_ID_PUSHFLAG:
         return "1stage_pushflag"
-    if kernel_id == KERNEL_ID_CE:
-        return "1stage_ce"
     if kernel_id == KERNEL_ID_BULK:
         return "1stage_bulk"
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
@@ -261,7 +250,7 @@ def kernel_name(kernel_id: Int32) -> String:
 def kernel_exists(kernel_id: Int32) -> Bool:
     if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE or kernel_id == KERNEL_ID_PUSH:
         return True
-    if kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG or kernel_id == KERNEL_ID_CE:
+    if kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG:
         return True
     if kernel_id == KERNEL_ID_BULK:
         return BULK_AVAILABLE
@@ -304,8 +293,6 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
             return KERNEL_ID_2STAGE_PUSH
         if num_bytes >= AR_PUSHFLAG_MIN_BYTES_2GPU and num_bytes <= AR_PUSHFLAG_MAX_BYTES_2GPU:
             return KERNEL_ID_PUSHFLAG
-        if num_bytes >= AR_CE_MIN_BYTES_2GPU and num_bytes <= AR_CE_MAX_BYTES_2GPU:
-            return KERNEL_ID_CE
         if BULK_AVAILABLE and num_bytes >= AR_BULK_MIN_BYTES_2GPU and num_bytes <= AR_BULK_MAX_BYTES_2GPU:
             return KERNEL_ID_BULK
     if (
@@ -322,22 +309,21 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
 def scratch_elements[dtype: DType](num_elements: Int, ngpus: Int) -> Int:
     """Elements of the per-rank peer-visible scratch every kernel can use
     (the largest need: 2stage one slice, 2stage_push a slot per rank of a
-    slice, 1stage_pushflag two generations of a slot per rank of the message,
-    1stage_ce a slot per rank of the message); at least 1."""
+    slice, 1stage_pushflag two generations of a slot per rank of the message);
+    at least 1."""
     comptime V = vector_width[dtype]()
     var packs = (num_elements + V - 1) // V
     var need = slice_vectors[dtype](num_elements, ngpus) * V
     need = max(need, push_scratch_packs(packs, ngpus, True) * V)
     if whole_message_scratch[dtype](num_elements):
         need = max(need, push_scratch_packs(packs, ngpus, False) * V)
-        need = max(need, ngpus * num_elements)
     return max(1, need)
 
 
 def whole_message_scratch[dtype: DType](num_elements: Int) -> Bool:
-    """Whether the runner gives the kernels whose scratch holds whole messages
-    per rank (1stage_pushflag: 2 x ngpus, 1stage_ce: ngpus) room for this
-    message: up to AR_PUSH_REGION_MAX_BYTES, as for 1stage_push's regions."""
+    """Whether the runner gives 1stage_pushflag, whose scratch holds 2 x ngpus
+    whole messages per rank, room for this message: up to
+    AR_PUSH_REGION_MAX_BYTES, as for 1stage_push's regions."""
     return num_elements * size_of[dtype]() <= AR_PUSH_REGION_MAX_BYTES
 
 
@@ -355,7 +341,7 @@ def refusal(kernel_id: Int32, num_bytes: Int) -> String:
     size with it before running anything; the launch path checks again."""
     if not kernel_exists(kernel_id):
         return String("kernel ", kernel_name(kernel_id), " (id ", kernel_id, ") is not built into this binary")
-    if (kernel_id == KERNEL_ID_PUSH or kernel_id == KERNEL_ID_PUSHFLAG or kernel_id == KERNEL_ID_CE) and (
+    if (kernel_id == KERNEL_ID_PUSH or kernel_id == KERNEL_ID_PUSHFLAG) and (
         num_bytes > AR_PUSH_REGION_MAX_BYTES
     ):
         var what = "receive region" if kernel_id == KERNEL_ID_PUSH else "scratch"
@@ -379,121 +365,10 @@ struct LaunchCounts(TrivialRegisterPassable):
     """Per-lane launch counts the host keeps identically for every rank (all
     ranks launch the same sequence): `push` (1stage_push calls since its
     regions were filled; parity = generation), `pushflag` (1stage_pushflag
-    calls since its scratch was allocated; parity = generation), `ce`
-    (1stage_ce calls ever on this lane's signal buffers; the flag epoch is
-    ce + 1). 24 bytes, passed only to inlined functions (#6759)."""
+    calls since its scratch was allocated; parity = generation). 16 bytes."""
 
     var push: Int
     var pushflag: Int
-    var ce: Int
-
-
-@always_inline  # no by-value Array across a call (#6759)
-def _launch_ce[
-    dtype: DType, ngpus: Int
-](
-    ctx: DeviceContext,
-    copy_ctx: DeviceContext,
-    rank: Int,
-    inputs: Array[ElemPtr[dtype], ngpus],
-    output: ElemPtr[dtype],
-    scratch: ElemPtr[dtype],
-    sigs: Array[SignalPtr, ngpus],
-    kernel_id_out: KernelIdPtr,
-    num_elements: Int,
-    grid_cap: Int,
-    epoch: UInt32,
-    chunks: Int,
-    sm_percent: Int,
-    skip: Int32,
-) raises:
-    """Enqueue one 1stage_ce allreduce for `rank` (see kernels.mojo): the
-    compute stream `ctx` and the copy stream `copy_ctx` of the rank's GPU.
-    With `sm_percent` > 0 that share of the message (its end) is pulled by
-    the 1stage kernel on `ctx` while the copy engine moves the rest."""
-    comptime V = vector_width[dtype]()
-    var n = num_elements
-    var r = Int32(rank)
-    var ce_elems = n
-    if sm_percent > 0:
-        ce_elems = ((n * (100 - sm_percent)) // 100) // V * V
-    # The ready flag went out in launch_prologue (every rank's before any
-    # rank's main part). The copy stream starts after everything enqueued on
-    # the compute stream so far (the ready flag, earlier reduces that read the
-    # scratch), then waits on the device for every peer's ready flag. Stream
-    # order between the two streams is by explicit events (record + stream
-    # wait, never a host wait: a host that waited here for a stream spinning
-    # on a peer's flag would never enqueue that peer's work).
-    var started = ctx.create_event()
-    ctx.stream().record_event(started)
-    copy_ctx.stream().enqueue_wait_for(started)
-    copy_ctx.enqueue_function[ar_ce_wait_k[ngpus]](
-        sigs[rank], Int32(CE_READY), epoch, r, grid_dim=1, block_dim=32
-    )
-    if ce_elems < n:
-        comptime k1 = ar_oneshot_k[dtype, ngpus, AR_UNROLL, AR_START_ORDERING, AR_END_ORDERING, AR_LEAN_BARRIERS]
-        var cnt = n - ce_elems
-        var ins = Array[ElemPtr[dtype], ngpus](fill=inputs[0])
-        comptime for q in range(ngpus):
-            ins[q] = inputs[q].unsafe_offset(ce_elems)
-        ctx.enqueue_function[k1](
-            ins[0 % ngpus], ins[1 % ngpus], ins[2 % ngpus], ins[3 % ngpus], ins[4 % ngpus], ins[5 % ngpus], ins[6 % ngpus], ins[7 % ngpus],
-            output.unsafe_offset(ce_elems),
-            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
-            kernel_id_out, Int64(cnt), r, skip,
-            grid_dim=_grid_for(max(1, cnt // V), AR_BLOCK_THREADS, grid_cap),
-            block_dim=AR_BLOCK_THREADS,
-        )
-    var chunk = ((ce_elems + chunks - 1) // chunks + V - 1) // V * V
-    var first = 0
-    while first < ce_elems:
-        var cnt = min(chunk, ce_elems - first)
-        comptime for k in range(1, ngpus):
-            var q = (rank + k) % ngpus
-            copy_ctx.enqueue_copy(scratch.unsafe_offset(q * n + first), inputs[q].unsafe_offset(first), cnt)
-        var copied = copy_ctx.create_event()
-        copy_ctx.stream().record_event(copied)
-        ctx.stream().enqueue_wait_for(copied)
-        ctx.enqueue_function[ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]](
-            inputs[rank], scratch, output, kernel_id_out, Int64(first), Int64(cnt), Int64(n), r,
-            grid_dim=_grid_for(max(1, cnt // V), AR_BLOCK_THREADS, grid_cap),
-            block_dim=AR_BLOCK_THREADS,
-        )
-        first += cnt
-    copy_ctx.enqueue_function[ar_ce_signal_k[ngpus]](
-        sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
-        Int32(CE_COPIED), epoch, r, skip,
-        grid_dim=1, block_dim=32,
-    )
-    # Every peer's copy engine is done with this rank's input before the
-    # compute stream (the caller's stream) moves on.
-    ctx.enqueue_function[ar_ce_wait_k[ngpus]](
-        sigs[rank], Int32(CE_COPIED), epoch, r, grid_dim=1, block_dim=32
-    )
-
-
-@always_inline  # no by-value Array across a call (#6759)
-def launch_prologue[
-    ngpus: Int
-](
-    kernel_id: Int32,
-    ctx: DeviceContext,
-    rank: Int,
-    sigs: Array[SignalPtr, ngpus],
-    calls: LaunchCounts,
-    num_elements: Int,
-    debug_skip_barrier: Bool = False,
-) raises:
-    """What every rank must have enqueued before any rank's main launch
-    (the caller runs it for all ranks first): 1stage_ce's ready flag, so no
-    rank's copy stream can wait on a flag whose kernel the host has not
-    enqueued yet. Nothing for the other kernels."""
-    if kernel_id == KERNEL_ID_CE and num_elements > 0:
-        ctx.enqueue_function[ar_ce_signal_k[ngpus]](
-            sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
-            Int32(CE_READY), UInt32(calls.ce + 1), Int32(rank), Int32(1) if debug_skip_barrier else Int32(0),
-            grid_dim=1, block_dim=32,
-        )
 
 
 # Peer pointers reach the kernels as separate scalar arguments (see
@@ -516,12 +391,9 @@ def launch_kernel[
     push_rx: Array[PushPtr, ngpus],
     push_slots: Int,
     calls: LaunchCounts,
-    copy_ctx: DeviceContext,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
-    ce_chunks: Int,
-    ce_sm_percent: Int,
     debug_skip_barrier: Bool = False,
 ) raises:
     """Enqueue kernel `kernel_id` for `rank` on `ctx`. Launches nothing for 0
@@ -594,11 +466,6 @@ def launch_kernel[
                 grid_dim=grid,
                 block_dim=AR_BLOCK_THREADS,
             )
-    elif kernel_id == KERNEL_ID_CE:
-        _launch_ce[dtype, ngpus](
-            ctx, copy_ctx, rank, inputs, output, scratch[rank], sigs, kernel_id_out, num_elements, grid_cap,
-            UInt32(calls.ce + 1), ce_chunks, ce_sm_percent, skip,
-        )
     elif kernel_id == KERNEL_ID_BULK:
         comptime if BULK_AVAILABLE:
             comptime bt = AR_BULK_BLOCK_THREADS
@@ -673,12 +540,9 @@ def allreduce_rank[
     push_rx: Array[PushPtr, ngpus],
     push_slots: Int,
     calls: LaunchCounts,
-    copy_ctx: DeviceContext,
     kernel_id_out: KernelIdPtr,
     num_elements: Int,
     grid_cap: Int,
-    ce_chunks: Int,
-    ce_sm_percent: Int,
     debug_skip_barrier: Bool = False,
 ) raises -> Int32:
     """Select (unless `requested_kernel_id` forces one) and launch, in one code
@@ -699,12 +563,9 @@ def allreduce_rank[
         push_rx,
         push_slots,
         calls,
-        copy_ctx,
         kernel_id_out,
         num_elements,
         grid_cap,
-        ce_chunks,
-        ce_sm_percent,
         debug_skip_barrier,
     )
     return kernel_id

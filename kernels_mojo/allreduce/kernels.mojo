@@ -38,7 +38,6 @@ from .signal import (
     PUSHED_BASE,
     RESULT_BASE,
     COUNTER_BASE,
-    CE_BASE,
 )
 
 # ---- kernel ids (also the values written to the device word) ----
@@ -51,8 +50,6 @@ comptime KERNEL_ID_2STAGE_PUSH: Int32 = 4
 comptime KERNEL_ID_PUSHFLAG: Int32 = 5
 """1stage_pushflag: one-shot, every rank stores its input into its peers'
 scratch, per-chunk flags (no barrier)."""
-comptime KERNEL_ID_CE: Int32 = 6
-"""1stage_ce: the copy engine brings the peers' inputs, SM kernels reduce."""
 comptime KERNEL_ID_BULK: Int32 = 7
 """1stage_bulk: 1stage whose loads are cp.async.bulk copies into shared memory."""
 comptime KERNEL_ID_NOOP: Int32 = 90
@@ -734,98 +731,6 @@ def ar_pushsig_k[
     barrier()  # every thread has read base before thread 0 moves it on
     if tid == 0:
         counter.unsafe_store(0, base + UInt32(chunks))
-
-
-# --------------------------------------------------------------------------
-# 1stage_ce: the copy engine moves the peers' inputs, the SMs only reduce.
-# Per rank r and call (epoch e = the host's call count + 1), on two streams of
-# the rank's GPU, the compute stream A and the copy stream C:
-#   A: ar_ce_signal_k(ready, e)        tell every peer: my input is ready
-#      (dispatch.launch_prologue: enqueued for every rank before any rank's
-#      main part, so no copy stream waits on a flag not yet enqueued)
-#   C: waits for A (event), then ar_ce_wait_k(ready, e): every peer's input
-#      is ready; then copies the peers' inputs, chunk by chunk, into this
-#      rank's scratch (slot q = rank q's input)
-#   A: per chunk, waits for C's copy of it (event), then ar_ce_reduce_k sums
-#      the chunk over ranks in rank order into the output (and records id 6)
-#   C: ar_ce_signal_k(copied, e)       I have finished reading your input
-#   A: ar_ce_wait_k(copied, e)         every peer has finished reading mine,
-#      so the caller may overwrite my input once A is done.
-# Optionally the SMs pull a share of the message themselves (the 1stage kernel
-# over that range, on A, while C copies the rest), so both move data on the
-# link at once. C waits for A at the start of every call, so this call's
-# copies never overwrite scratch an earlier reduce still reads.
-# --------------------------------------------------------------------------
-comptime CE_READY = 0
-comptime CE_COPIED = 1
-
-
-def ar_ce_signal_k[
-    ngpus: Int
-](
-    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
-    which: Int32,
-    epoch: UInt32,
-    my_rank: Int32,
-    debug_skip: Int32,
-):
-    """Thread t (t < ngpus, t != rank) stores `epoch` into peer t's flag
-    `which` for this rank, with a system-scope release (the work this stream
-    finished before, e.g. writing the input, is visible first)."""
-    var sigs = peer_array[SignalPtr, ngpus](sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7)
-    var t = Int(thread_idx.x)
-    var rank = Int(my_rank)
-    if debug_skip == 0 and t < ngpus and t != rank:
-        var dst = sigs[t].unsafe_offset(CE_BASE + Int(which) * MAX_GPUS + rank)
-        Atomic[UInt32].store[ordering=Ordering.RELEASE](dst, epoch)
-
-
-def ar_ce_wait_k[
-    ngpus: Int
-](my_sig: SignalPtr, which: Int32, epoch: UInt32, my_rank: Int32):
-    """Thread t (t < ngpus, t != rank) spins (system-scope acquire) until
-    peer t's flag `which` here reaches `epoch`."""
-    var t = Int(thread_idx.x)
-    if t < ngpus and t != Int(my_rank):
-        var src = my_sig.unsafe_offset(CE_BASE + Int(which) * MAX_GPUS + t)
-        while (Atomic[UInt32].load[ordering=Ordering.ACQUIRE](src) - epoch).cast[DType.int32]() < 0:
-            pass
-
-
-def ar_ce_reduce_k[
-    dtype: DType,
-    ngpus: Int,
-    unroll: Int,
-](
-    input: ElemPtr[dtype],
-    scratch: ElemPtr[dtype],
-    output: ElemPtr[dtype],
-    kernel_id_out: KernelIdPtr,
-    first_elem: Int64,
-    count: Int64,
-    num_elements: Int64,
-    my_rank: Int32,
-):
-    """Elements [first_elem, first_elem + count) of the output: this rank's
-    input and the scratch slots (slot q at q * num_elements) of every other
-    rank, summed in rank order. first_elem is a multiple of the vector width."""
-    comptime V = vector_width[dtype]()
-    _record_kernel_id(kernel_id_out, KERNEL_ID_CE)
-    var n = Int(num_elements)
-    var rank = Int(my_rank)
-    var first = Int(first_elem)
-    var last = first + Int(count)
-    var srcs = Array[ElemPtr[dtype], ngpus](fill=input)
-    comptime for q in range(ngpus):
-        if q != rank:
-            srcs[q] = scratch.unsafe_offset(q * n)
-    var stride = Int(grid_dim.x) * Int(block_dim.x)
-    var nvec = (last - first) // V
-    _reduce_vectors[dtype, ngpus, unroll, False](
-        srcs, output, output, first // V, nvec, Int(global_idx.x), stride
-    )
-    for e in range(first + nvec * V + Int(global_idx.x), last, stride):
-        output.unsafe_store(e, _sum_vector_at[dtype, ngpus, 1](srcs, e))
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,7 @@ comptime MAX_BLOCKS = 1024
 
 comptime FLAG_WORDS = MAX_BLOCKS * MAX_GPUS
 
-# Regions used by the data-flow (push) kernels and the copy-engine kernel, after
+# Regions used by the data-flow (push) kernels, after
 # the barrier's two regions (all in 32-bit words, all zeroed once with the rest):
 comptime PUSHED_BASE = 2 * FLAG_WORDS
 """pushed[block][src_rank]: how many chunks `src_rank`'s block `block` has
@@ -46,12 +46,7 @@ comptime COUNTER_BASE = 4 * FLAG_WORDS
 """counters[block][0]: chunks this rank's block `block` handled in all earlier
 push launches (the same on every rank: every rank launches the same sequence
 with the same grid). Written only by this rank."""
-comptime CE_BASE = 5 * FLAG_WORDS
-"""Copy-engine kernel: ready[src_rank] at CE_BASE + src_rank (the peer's input
-is ready for this call), copied[src_rank] at CE_BASE + MAX_GPUS + src_rank
-(the peer's copy engine has finished reading this rank's input); values are the
-host's call count (epoch)."""
-comptime SIGNAL_BUFFER_WORDS = 5 * FLAG_WORDS + 2 * MAX_GPUS
+comptime SIGNAL_BUFFER_WORDS = 5 * FLAG_WORDS
 """Size of one rank's signal buffer in UInt32 words (zero it once)."""
 
 comptime SignalPtr = Pointer[UInt32, MutAnyOrigin]

@@ -16,8 +16,8 @@ def usage() -> String:
     return (
         "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
         " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N] [--check-iters N]"
-        " [--kernel auto|1stage|2stage|1stage_push|2stage_push|1stage_pushflag|1stage_ce|1stage_bulk|1stage_cpasync|noop]"
-        " [--stages 2|3|4] [--max-blocks N] [--ce-chunks N] [--ce-sm-percent P]"
+        " [--kernel auto|1stage|2stage|1stage_push|2stage_push|1stage_pushflag|1stage_bulk|1stage_cpasync|noop]"
+        " [--stages 2|3|4] [--max-blocks N]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
         " [--debug-hang-rank R] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
         " [--lanes 1..4] [--mem-pressure PERCENT]"
@@ -84,8 +84,6 @@ struct BenchConfig(Copyable, Movable):
     var lanes: Int  # stress: independent allreduces in flight at once
     var mem_pressure: Float64  # stress: fraction of free GPU memory held by a filler
     var max_blocks: Int  # 0 = the build's grid cap; else a lower cap (fewer SMs)
-    var ce_chunks: Int  # 0 = AR_CE_CHUNKS; 1stage_ce copy-engine chunks per call
-    var ce_sm_percent: Int  # 1stage_ce: share of the message the SMs pull themselves
 
     def __init__(out self):
         self.sizes_bytes = [256 * 1024, 16 * 1024 * 1024]
@@ -107,8 +105,6 @@ struct BenchConfig(Copyable, Movable):
         self.lanes = 1
         self.mem_pressure = 0.0
         self.max_blocks = 0
-        self.ce_chunks = 0
-        self.ce_sm_percent = 0
 
 
 def parse_args(impl: String = "ours") raises -> BenchConfig:
@@ -156,11 +152,11 @@ def parse_args(impl: String = "ours") raises -> BenchConfig:
                 raise Error("--warmup must be >= 0")
         elif opt == "--kernel":
             if (val != "auto" and val != "1stage" and val != "2stage" and val != "1stage_push" and val != "1stage_cpasync"
-                    and val != "2stage_push" and val != "1stage_pushflag" and val != "1stage_ce" and val != "1stage_bulk"
+                    and val != "2stage_push" and val != "1stage_pushflag" and val != "1stage_bulk"
                     and val != "noop"):
                 raise Error(String("unknown kernel '", val,
-                                   "' (auto, 1stage, 2stage, 1stage_push, 2stage_push, 1stage_pushflag, 1stage_ce,"
-                                   " 1stage_bulk, 1stage_cpasync; noop = diagnostic launch floor)"))
+                                   "' (auto, 1stage, 2stage, 1stage_push, 2stage_push, 1stage_pushflag, 1stage_bulk,"
+                                   " 1stage_cpasync; noop = diagnostic launch floor)"))
             cfg.kernel = val
         elif opt == "--stages":
             cfg.stages = _parse_int(val, "--stages")
@@ -170,14 +166,6 @@ def parse_args(impl: String = "ours") raises -> BenchConfig:
             cfg.max_blocks = _parse_int(val, "--max-blocks")
             if cfg.max_blocks < 1 or cfg.max_blocks > 1024:
                 raise Error("--max-blocks must be in [1, 1024]")
-        elif opt == "--ce-chunks":
-            cfg.ce_chunks = _parse_int(val, "--ce-chunks")
-            if cfg.ce_chunks < 1 or cfg.ce_chunks > 64:
-                raise Error("--ce-chunks must be in [1, 64]")
-        elif opt == "--ce-sm-percent":
-            cfg.ce_sm_percent = _parse_int(val, "--ce-sm-percent")
-            if cfg.ce_sm_percent < 0 or cfg.ce_sm_percent > 90:
-                raise Error("--ce-sm-percent must be in [0, 90]")
         elif opt == "--check":
             if val != "0" and val != "1":
                 raise Error("--check takes 0 or 1")

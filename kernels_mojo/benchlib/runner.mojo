@@ -25,11 +25,9 @@ from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
 
 from allreduce.dispatch import (
-    AR_CE_CHUNKS,
     AR_CPASYNC_STAGES,
     LaunchCounts,
     allreduce_rank,
-    launch_prologue,
     kernel_exists,
     kernel_name,
     max_grid_blocks,
@@ -46,7 +44,6 @@ from allreduce.kernels import (
     KERNEL_ID_PUSH,
     KERNEL_ID_2STAGE_PUSH,
     KERNEL_ID_PUSHFLAG,
-    KERNEL_ID_CE,
     KERNEL_ID_BULK,
     PUSH_SENTINEL,
     ElemPtr,
@@ -94,12 +91,9 @@ def timed_iterations[
     return samples^
 
 
-comptime HOLD_NS = 200_000
+comptime HOLD_NS = 100_000
 """How long the hold kernel keeps rank 0's stream busy before a device-timed
-iteration (200 us; the host queues 2-8 single-kernel launches in 10-40 us,
-and 1stage_ce's 2 x (4 + chunks) launches and stream waits in up to ~150 us).
-The hold is outside the timed interval: a longer one changes nothing unless
-the host would otherwise overrun it (`hold_overruns`)."""
+iteration (100 us; the host queues 2-8 launches in 10-40 us)."""
 
 
 def hold_stream_k(hold_ns: Int64):
@@ -165,8 +159,6 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
         return KERNEL_ID_2STAGE_PUSH
     if cfg.kernel == "1stage_pushflag":
         return KERNEL_ID_PUSHFLAG
-    if cfg.kernel == "1stage_ce":
-        return KERNEL_ID_CE
     if cfg.kernel == "1stage_bulk":
         return KERNEL_ID_BULK
     if cfg.kernel == "noop":
@@ -341,8 +333,6 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
     on every rank."""
 
     var ctxs: List[DeviceContext]
-    var copy_ctxs: List[DeviceContext]
-    """A second stream per rank for 1stage_ce's copy engine."""
     var signals: List[DeviceBuffer[DType.uint32]]
     var kid_words: List[DeviceBuffer[DType.int32]]
     var scratch: List[DeviceBuffer[Self.dtype]]
@@ -350,8 +340,6 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
     var push_slots: Int
     var push_calls: Int
     var pushflag_calls: Int
-    var ce_calls: Int
-    """1stage_ce calls on these signal buffers, never reset (the flag epoch)."""
     var bufs: SizeBuffers[Self.dtype]
 
     def __init__(out self, var ctxs: List[DeviceContext]) raises:
@@ -362,10 +350,6 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         self.push_slots = 0
         self.push_calls = 0
         self.pushflag_calls = 0
-        self.ce_calls = 0
-        self.copy_ctxs = List[DeviceContext]()
-        for r in range(Self.ngpus):
-            self.copy_ctxs.append(DeviceContext(device_id=r))
         for r in range(Self.ngpus):
             self.signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
             self.signals[r].enqueue_fill(0)
@@ -391,7 +375,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             self.push_rx[r].enqueue_fill(PUSH_SENTINEL)
         sync_all(self.ctxs)
 
-    def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int, ce_chunks: Int, ce_sm_percent: Int) raises -> Int32:
+    def launch(mut self, requested: Int32, grid_cap: Int, hang_rank: Int) raises -> Int32:
         """Launch one allreduce on every rank (select + launch in one path);
         returns the kernel id launched."""
         var n = self.bufs.num_elements
@@ -406,13 +390,11 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             sig_ptrs[r] = self.signals[r].unsafe_ptr().as_unsafe_any_origin()
             in_ptrs[r] = self.bufs.inputs[r].unsafe_ptr().as_unsafe_any_origin()
             scratch_ptrs[r] = self.scratch[r].unsafe_ptr().as_unsafe_any_origin()
-        var counts = LaunchCounts(self.push_calls, self.pushflag_calls, self.ce_calls)
+        var counts = LaunchCounts(self.push_calls, self.pushflag_calls)
         # Selection and launch in one code path: the kernel chosen here is the one every rank launches.
         var selected = requested
         if selected == KERNEL_ID_NONE:
             selected = select_kernel(n * size_of[Self.dtype](), Self.ngpus, Self.dtype)
-        for r in range(Self.ngpus):
-            launch_prologue[Self.ngpus](selected, self.ctxs[r], r, sig_ptrs, counts, n, debug_skip_barrier=(r == hang_rank))
         for r in range(Self.ngpus):
             _ = allreduce_rank[Self.dtype, Self.ngpus](
                 selected,
@@ -425,12 +407,9 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
                 rx_ptrs,
                 self.push_slots,
                 counts,
-                self.copy_ctxs[r],
                 self.kid_words[r].unsafe_ptr().as_unsafe_any_origin(),
                 n,
                 grid_cap,
-                ce_chunks,
-                ce_sm_percent,
                 debug_skip_barrier=(r == hang_rank),
             )
         # Every rank launched the same kernel once: move the counts its next call depends on.
@@ -439,8 +418,6 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
                 self.push_calls += 1
             elif selected == KERNEL_ID_PUSHFLAG:
                 self.pushflag_calls += 1
-            elif selected == KERNEL_ID_CE:
-                self.ce_calls += 1
         return selected
 
     def reset_kernel_ids(mut self) raises:
@@ -458,7 +435,6 @@ def _alternation() -> List[Int32]:
     ids.append(KERNEL_ID_PUSH)
     ids.append(KERNEL_ID_2STAGE_PUSH)
     ids.append(KERNEL_ID_PUSHFLAG)
-    ids.append(KERNEL_ID_CE)
     if kernel_exists(KERNEL_ID_BULK):
         ids.append(KERNEL_ID_BULK)
     comptime for stages in range(2, 5):
@@ -503,8 +479,6 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         grid_cap = min(grid_cap, max_grid_blocks(ctxs[r]))
     if cfg.max_blocks > 0:
         grid_cap = min(grid_cap, cfg.max_blocks)
-    var ce_chunks = cfg.ce_chunks if cfg.ce_chunks > 0 else AR_CE_CHUNKS
-    var ce_sm_percent = cfg.ce_sm_percent
     for lane in range(cfg.lanes):
         var lane_ctxs = List[DeviceContext]()
         for r in range(ngpus):
@@ -536,7 +510,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         @always_inline
         @__parameter
         def launch_all() raises:
-            selected = lanes[0].launch(requested, grid_cap, cfg.debug_hang_rank, ce_chunks, ce_sm_percent)
+            selected = lanes[0].launch(requested, grid_cap, cfg.debug_hang_rank)
 
         var check = CheckResult()
         var confirmed = String("none")
@@ -556,7 +530,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                     lanes[lane].reset_kernel_ids()
                 for lane in range(cfg.lanes):
                     var cap = grid_cap if cfg.lanes == 1 else lane_grid_cap
-                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank, ce_chunks, ce_sm_percent)
+                    selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank)
                 for lane in range(cfg.lanes):
                     sync_all(lanes[lane].ctxs)
                 for lane in range(cfg.lanes):
@@ -606,8 +580,6 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     # (4096 blocks, beyond the 1024-block signal layout) hung on 2x H200
     # (session 3: bisected to the host code; reverted).
     _ = grid_cap
-    _ = ce_chunks
-    _ = ce_sm_percent
     _ = requested
     _ = lanes^
     _ = fillers^

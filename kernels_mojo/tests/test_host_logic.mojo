@@ -7,7 +7,7 @@ from allreduce.dispatch import (
     select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
 )
 from allreduce.kernels import (
-    KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_CE, KERNEL_ID_BULK,
+    KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
     cpasync_kernel_id, push_scratch_packs,
 )
 from benchlib.cli import parse_size_bytes
@@ -57,12 +57,12 @@ def test_names_and_selection() raises:
 def test_new_kernels() raises:
     assert_equal(kernel_name(KERNEL_ID_2STAGE_PUSH), "2stage_push")
     assert_equal(kernel_name(KERNEL_ID_PUSHFLAG), "1stage_pushflag")
-    assert_equal(kernel_name(KERNEL_ID_CE), "1stage_ce")
     assert_equal(kernel_name(KERNEL_ID_BULK), "1stage_bulk")
-    assert_true(kernel_exists(KERNEL_ID_2STAGE_PUSH) and kernel_exists(KERNEL_ID_PUSHFLAG) and kernel_exists(KERNEL_ID_CE))
+    assert_true(kernel_exists(KERNEL_ID_2STAGE_PUSH) and kernel_exists(KERNEL_ID_PUSHFLAG))
+    assert_false(kernel_exists(Int32(6)))  # 1stage_ce (copy engine) lost the A/B and is not built
     # ids are distinct from every other kernel's
     var ids: List[Int32] = [KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG,
-                            KERNEL_ID_CE, KERNEL_ID_BULK, cpasync_kernel_id[2](), cpasync_kernel_id[3](), cpasync_kernel_id[4]()]
+                            KERNEL_ID_BULK, cpasync_kernel_id[2](), cpasync_kernel_id[3](), cpasync_kernel_id[4]()]
     for i in range(len(ids)):
         for j in range(i + 1, len(ids)):
             assert_true(ids[i] != ids[j])
