@@ -46,7 +46,7 @@ def _runners(tmp_path: Path) -> Path:
     return exe_dir
 
 
-def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_path, monkeypatch):
+def test_without_ncu_counters_are_not_measured_and_overlap_is_still_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(profile, "find_ncu", lambda: None)
     monkeypatch.setattr(profile, "PROFILED_SHAPES", ("small",))
     exe_dir = _runners(tmp_path)
@@ -57,10 +57,12 @@ def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_
     ncu = [r for r in records if r.config.startswith("ncu/")]
     overlap = [r for r in records if r.config.startswith("overlap/")]
     assert len(ncu) == len(overlap) == len(sdpa.VARIANTS)
-    for r in ncu:  # never reported clean: a skip with the reason, and no counters
-        assert r.correctness.status == "skip"
-        assert r.measurement.detail.startswith("not covered: Nsight Compute (ncu) not found")
+    for r in ncu:  # never reported clean: not measured with the reason, no counters, no invented zeros
+        assert r.correctness.status == "not_measured" and not r.passed
+        assert r.measurement.detail.startswith("not measured: Nsight Compute (ncu) not found")
         assert r.measurement.counters == {}
+        m = r.measurement
+        assert (m.iterations, m.checked, m.wrong, m.max_abs_err) == (None, None, None, None)
     full, loads, math = P50_BY_MODE["none"], P50_BY_MODE["no_compute"], P50_BY_MODE["no_loads"]
     for r in overlap:
         c = r.measurement.counters
@@ -69,15 +71,15 @@ def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_
         assert r.passed and r.correctness.status == "pass"
 
 
-def test_an_allreduce_run_ncu_cannot_follow_is_not_covered(tmp_path, monkeypatch):
+def test_an_allreduce_run_ncu_cannot_follow_is_not_measured(tmp_path, monkeypatch):
     fake_ncu = tmp_path / "ncu"
     fake_ncu.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
     fake_ncu.chmod(0o755)
     monkeypatch.setattr(profile, "ALLREDUCE_NCU_TIMEOUT_S", 1.0)
     rec = profile.ncu_allreduce(RunOptions(), str(fake_ncu), tmp_path / "allreduce_bench", DEV, SHA,
                                 profile.METRICS)
-    assert rec.correctness.status == "skip"
-    assert rec.measurement.detail.startswith("not covered: under ncu the run did not finish within 1 s")
+    assert rec.correctness.status == "not_measured" and not rec.passed
+    assert rec.measurement.detail.startswith("not measured: under ncu the run did not finish within 1 s")
     assert rec.measurement.seconds < 20  # the process tree was killed at the timeout
 
 

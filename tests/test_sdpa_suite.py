@@ -1,5 +1,5 @@
-"""The SDPA suite's ordering on a CPU: every variant is checked against the float64 reference
-before anything is timed, and a variant with wrong results is never timed.
+"""The SDPA suite's ordering on a CPU: every seed of every variant is checked against the float64
+reference before anything is timed, and a variant with wrong results is never timed.
 
 The two "runners" here are test doubles (small Python scripts standing in for the CUDA
 executables, which need a GPU): one writes the exact reference output, the other a corrupted
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from driver import device
+from driver import device, peers
 from driver.options import RunOptions
 from driver.records import DeviceInfo, GpuInfo
 from driver.suites import sdpa
@@ -53,19 +53,23 @@ def _fake_runners(tmp_path: Path, wrong: str) -> tuple[Path, Path]:
 def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch):
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
     monkeypatch.setattr(device, "probe", lambda: dev)
+    monkeypatch.setattr(peers, "missing", lambda name: "torch is not installed on this host")
     exe_dir, log = _fake_runners(tmp_path, wrong="cpasync")
-    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0, 1), iters=20, rounds=2)
-    records, _ = sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, False, "small", (1, 2, 128, 64))
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0, 1, 2), iters=20, rounds=2)
+    records, _ = sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, "small", (1, 2, 128, 64))
 
     calls = [json.loads(ln) for ln in log.read_text().splitlines()]
     timed = [c for c in calls if c[c.index("--iters") + 1] != "1"]
     assert timed, "the correct variant was never timed"
     assert all("out_cpasync" not in " ".join(c) for c in timed)  # the wrong variant's output path
-    # Every seed's check-only runs come first, and nothing else runs for seed 1.
-    assert calls.index(timed[0]) >= 2
+    # Every seed's check-only runs come first (seeds x variants of them), then the timed runs.
+    first_timed = calls.index(timed[0])
+    assert first_timed == len(opts.seeds) * len(sdpa.VARIANTS)
+    assert all(c[c.index("--iters") + 1] == "1" for c in calls[:first_timed])
     by = {(r.impl, r.seed): r for r in records}
     assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
     assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
+    assert by[("baseline", 2)].passed and not by[("baseline", 2)].round_p50_us
     bad = by[("cpasync", 0)]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons

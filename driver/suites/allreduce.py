@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import partial
 from pathlib import Path
 
-from driver import device
-from driver.config import SUPPORTED_NGPUS
+from driver import device, peers
+from driver.config import SUPPORTED_NGPUS, kernel_flags
 from driver.errors import NoGPU
-from driver.launch import launch
+from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.verify import allreduce_errors
-from driver.gates import allreduce_correctness, allreduce_speed
 from driver.suites.common import SuiteResult, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
+from driver.verify import allreduce_errors
 
 TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
-
-
-def kernel_flags(kernel: str) -> list[str]:
-    """The executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
-    if kernel.startswith("1stage_cpasync_s"):
-        return ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
-    return ["--kernel", kernel]
 
 
 def timing_flags(opts: RunOptions) -> list[str]:
@@ -52,8 +42,8 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[s
         "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
         "upstream": [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream")],
     }
-    if importlib.util.find_spec("torch") is not None:
-        cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]
+    if peers.missing("nccl") is None:
+        cmds["nccl"] = peers.command("nccl", *_args(opts, dtype, ngpus, "nccl"))
     return cmds
 
 
@@ -62,25 +52,20 @@ def _group(
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
-    skipped = [] if "nccl" in cmds else [Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
         timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset({"upstream", "nccl"}),
+        peers=frozenset(filter(peers.is_peer, cmds)),
     )
     samples = run_rounds(rounds=opts.rounds)
-    for attempt in range(2):  # an inconclusive gate earns one more round, once
-        reps = {k: samples.representative(k) for k in samples.by_key}
-        peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
-        perf = {k: allreduce_speed(ln, peers, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
-        if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
-            break
-        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
+    if allreduce_inconclusive({k: samples.representative(k)[0] for k in samples.by_key}, gates):
+        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)  # an inconclusive gate earns one more round
+    reps = {k: samples.representative(k) for k in samples.by_key}
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
-    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
-                for impl, why in samples.peer_failures.items()]
+    skipped = [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
+               for impl, why in samples.peer_failures.items()]
     records = []
     for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.
@@ -89,9 +74,9 @@ def _group(
         errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
-                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
+                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=allreduce_config(dtype, ngpus, nbytes),
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
-                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s if ln.timed else [],
+                nonfinite=errs.nonfinite, correctness=verdict, measurement=ln, round_p50_us=p50s if ln.timed else [],
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )
@@ -108,10 +93,13 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     for n in counts:
         if n > present:
             raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
-    if importlib.util.find_spec("torch") is not None:
+    for name in ("nccl", "p2p_copy"):
+        why = peers.missing(name)
+        if why:
+            result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
+    if peers.missing("p2p_copy") is None:
         progress("link ceiling: GPU0 -> GPU1 copy")
-        cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
-        (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
+        (ceiling,) = launch_lines(peers.command("p2p_copy"), CeilingLine, what="p2p copy", timeout_s=opts.timeout_s)
         result.ceilings_gbps["p2p_copy_gpu0_gpu1"] = ceiling.p2p_copy_gbps
     for ngpus in counts:
         for dtype in opts.dtypes:

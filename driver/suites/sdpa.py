@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from driver import device
+from driver import device, peers
+from driver.gates import sdpa_correctness, sdpa_runner_resources
 from driver.options import RunOptions
+from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.launch import launch
-from driver.parse import parse_lines
-from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
 from driver.suites.common import Samples, SuiteResult, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
@@ -55,59 +52,60 @@ CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run:
 def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
                 timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
     cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
-    (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
+    (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=timeout_s)
     return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
 
 
 def _shape(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
-    shape_name: str, shape: tuple[int, int, int, int],
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, shape_name: str,
+    shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference first (one launch per variant, nothing timed); then
-    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
-    run's output checked again. A variant with wrong results is never timed."""
+    """Every seed of every variant checked against the reference first (one launch each, nothing
+    timed); then the first seed's inputs timed in interleaved rounds with the peer, for the variants
+    that were correct on every seed, each timed run's output checked again. A variant with wrong
+    results is never timed."""
     before = device.probe().gpus[:1]
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
     with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
+        cases = {}
         for seed in opts.seeds:
             folder = Path(tmp) / f"seed{seed}"
             folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
-            outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            cases[seed] = files, expected, {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
             for impl, exe in VARIANTS.items():
                 what = f"sdpa {shape_name} seed {seed} {impl} (check)"
                 progress(what)
-                line, metrics = _check_only(exe_dir / exe, files, outs[impl], expected, gates, opts.timeout_s, what)
+                line, metrics = _check_only(exe_dir / exe, files, cases[seed][2][impl], expected, gates,
+                                            opts.timeout_s, what)
                 check_lines[(impl, seed)] = line
                 checks[(impl, seed)] = [metrics]
-            if seed != timed_seed:
-                continue
-            correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds = {
-                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct
-            }
-            if have_torch and cmds:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
+        files, expected, outs = cases[timed_seed]
+        correct = [impl for impl in VARIANTS
+                   if all(sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed for seed in opts.seeds)]
+        cmds = {impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
+                for impl in correct}
+        if cmds and peers.missing("torch_sdpa") is None:
+            cmds["torch_sdpa"] = peers.command("torch_sdpa", *file_args(files), *timing_args(opts))
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
-                if impl in VARIANTS:
-                    checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
-                                                            what=f"sdpa {shape_name} seed {seed} {impl} output"))
+        def check(impl: str, _line: SdpaLine) -> None:
+            if impl in VARIANTS:
+                checks[(impl, timed_seed)].append(sdpa_errors(
+                    np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
+                    what=f"sdpa {shape_name} seed {timed_seed} {impl} output"))
 
-            if cmds:
-                samples = interleaved(
-                    cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
-                )
+        if cmds:
+            samples = interleaved(
+                cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
+                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
+                on_line=check, label=f"sdpa {shape_name} seed {timed_seed}",
+                peers=frozenset(filter(peers.is_peer, cmds)),
+            )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = sdpa_speed(shape_name, timed, VARIANTS, gates)
     records = []
     for seed in opts.seeds:
         for impl in VARIANTS:
@@ -124,18 +122,20 @@ def _shape(
                 ArchivedRecord(
                     suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
                     device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
+                    measurement=line, round_p50_us=p50s,
                     telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-                    max_abs_err=metrics.max_abs_err, bad_frac=metrics.bad_frac, rel_l2=metrics.rel_l2,
+                    max_abs_err=metrics.max_abs_err, nonfinite=metrics.nonfinite > 0, bad_frac=metrics.bad_frac,
+                    rel_l2=metrics.rel_l2,
                 )
             )
-    if "torch_sdpa" in timed_keys:
-        line, p50s = samples.representative("torch_sdpa")
+    for impl in (k for k in timed_keys if peers.is_peer(k)):
+        line, p50s = samples.representative(impl)
         records.append(ArchivedRecord(
-            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
-            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
+            suite="sdpa", impl=impl, kernel=impl, config=f"{shape_name}/seed{timed_seed}",
+            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=False,
+            correctness=Verdict(status="not_measured", reasons=["peer: timed only, its output is not checked"]),
+            measurement=line, round_p50_us=p50s, telemetry_before=before, telemetry_after=after,
+            flags=telemetry_flags(before, after),
         ))
     failures = samples.peer_failures if samples is not None else {}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
@@ -143,11 +143,11 @@ def _shape(
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     result = SuiteResult()
-    have_torch = importlib.util.find_spec("torch") is not None
-    if not have_torch:
-        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
+    why = peers.missing("torch_sdpa")
+    if why:
+        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason=why))
     for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, shape_name, shape)
         result.records += records
         result.skipped += skipped
     return result
