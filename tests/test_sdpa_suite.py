@@ -1,71 +1,40 @@
 """The SDPA suite's ordering on a CPU: every seed of every variant is checked against the float64
 reference before anything is timed, and a variant with wrong results is never timed.
 
-The two "runners" here are test doubles (small Python scripts standing in for the CUDA
+The two "runners" here are test doubles (tests/runner_doubles.py, standing in for the CUDA
 executables, which need a GPU): one writes the exact reference output, the other a corrupted
 one. They log every invocation, so the test sees which runs asked for timed iterations. The
 real runners' behaviour on GPUs is covered by tests/gpu/test_sdpa_gpu.py and the archived runs."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+import pytest
 
 from driver import device, peers
 from driver.options import RunOptions
 from driver.records import DeviceInfo, GpuInfo
 from driver.suites import sdpa
 from driver.thresholds import load as load_thresholds
-from tests.conftest import ROOT
-
-RUNNER = """#!{python}
-import json, sys
-sys.path.insert(0, {root!r})
-import numpy as np
-from driver.reference import sdpa as ref
-args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-with open({log!r}, "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
-q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
-ks, vs = np.load(args["--scales"])
-out = ref.reference(q, k, v, float(ks), float(vs)).astype(np.float16)
-if {corrupt}:
-    out = out + np.float16(1.0)
-np.save(args["--out"], out)
-iters = int(args.get("--iters", "500"))
-print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": iters, "warmup": 0,
-                  "p50_us": 10.0, "p90_us": 11.0, "mean_us": 10.2, "std_us": 0.3, "min_us": 9.8, "tflops": 1.0}}))
-"""
-
-
-def _fake_runners(tmp_path: Path, wrong: str) -> tuple[Path, Path]:
-    exe_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
-    exe_dir.mkdir()
-    for impl, exe in sdpa.VARIANTS.items():
-        path = exe_dir / exe
-        path.write_text(RUNNER.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl,
-                                      corrupt=impl == wrong))
-        path.chmod(0o755)
-    return exe_dir, log
-
+from driver.errors import KernelFailed
+from tests.runner_doubles import calls, sdpa_exes
 
 def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch):
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
     monkeypatch.setattr(device, "probe", lambda: dev)
     monkeypatch.setattr(peers, "missing", lambda name: "torch is not installed on this host")
-    exe_dir, log = _fake_runners(tmp_path, wrong="cpasync")
+    exe_dir = tmp_path / "bin"
+    log = sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0}, corrupt="cpasync")
     opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0, 1, 2), iters=20, rounds=2)
     records, _ = sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, "small", (1, 2, 128, 64))
 
-    calls = [json.loads(ln) for ln in log.read_text().splitlines()]
-    timed = [c for c in calls if c[c.index("--iters") + 1] != "1"]
+    ran = calls(log)
+    timed = [c for c in ran if c[c.index("--iters") + 1] != "1"]
     assert timed, "the correct variant was never timed"
     assert all("out_cpasync" not in " ".join(c) for c in timed)  # the wrong variant's output path
     # Every seed's check-only runs come first (seeds x variants of them), then the timed runs.
-    first_timed = calls.index(timed[0])
+    first_timed = ran.index(timed[0])
     assert first_timed == len(opts.seeds) * len(sdpa.VARIANTS)
-    assert all(c[c.index("--iters") + 1] == "1" for c in calls[:first_timed])
+    assert all(c[c.index("--iters") + 1] == "1" for c in ran[:first_timed])
     by = {(r.impl, r.seed): r for r in records}
     assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
     assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
@@ -73,3 +42,16 @@ def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch)
     bad = by[("cpasync", 0)]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons
+
+
+def test_a_wrong_shaped_output_is_malformed_output_not_a_small_error(tmp_path, monkeypatch):
+    """A variant that writes one head of a [B, H, S, D] output broadcasts against the reference in
+    numpy; the gated metric must refuse it, not score it."""
+    dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
+    monkeypatch.setattr(device, "probe", lambda: dev)
+    monkeypatch.setattr(peers, "missing", lambda name: "torch is not installed on this host")
+    exe_dir = tmp_path / "bin"
+    sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0}, first_head_only="cpasync")
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=5, rounds=1)
+    with pytest.raises(KernelFailed, match=r"shape \(1, 1, 128, 64\), the reference \(1, 2, 128, 64\)"):
+        sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, "small", (1, 2, 128, 64))
