@@ -214,7 +214,7 @@ class StressLine(Record):
     nonfinite: bool = False  # some checked output element was NaN or infinite
     hazards: NonNegativeInt | None = None  # sanitizer: None = not measured (see detail)
     hang: bool = False
-    seconds: NonNegativeFloat = 0.0
+    seconds: NonNegativeFloat | None = None  # wall time of the check; None: nothing ran
     detail: str = ""
     counters: dict[str, float] = Field(default_factory=dict)  # profile: ncu counters or timings (see detail)
 

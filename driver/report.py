@@ -90,7 +90,7 @@ def _stress_table(run: RunArchive) -> list[str]:
         why = "; ".join(r.correctness.reasons) or m.detail
         err = "NaN/inf" if m.nonfinite else _cell(m.max_abs_err)
         rows.append(f"| {m.check} | {m.kernel} | {m.config} | {_cell(m.iterations)} | {_cell(m.checked)} | "
-                    f"{_cell(m.wrong)} | {err} | {_cell(m.hazards)} | {m.hang} | {m.seconds:.1f} | "
+                    f"{_cell(m.wrong)} | {err} | {_cell(m.hazards)} | {m.hang} | {_cell(m.seconds)} | "
                     f"{STATUS_TEXT[r.correctness.status]} {why} |")
     return rows + [""]
 

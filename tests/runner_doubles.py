@@ -43,7 +43,7 @@ if kernel == "1stage_cpasync":
 if impl != "ours":
     kernel = selected = "upstream"
 for size in args["--sizes"].split(","):
-    n = int(size)
+    n = int(size.rstrip("KMG")) << {{"K": 10, "M": 20, "G": 30}}.get(size[-1], 0)
     t = p50.get(selected, p50.get("*")) if isinstance(p50, dict) else p50
     print(json.dumps({{"suite": "allreduce", "impl": impl, "kernel_requested": kernel, "kernel_selected": selected,
                       "kernel_confirmed": selected, "dtype": dtype, "ngpus": int(args.get("--ngpus", "2")),

@@ -38,7 +38,7 @@ from driver.suites.common import SuiteResult, not_measured
 from driver.suites.stress import profile
 from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sanitize
 from driver.suites.stress.soak import MIXED_CONFIGS, soak_allreduce, soak_sdpa
-from driver.suites.stress.watchdog import watchdog, watchdog_sdpa
+from driver.suites.stress.watchdog import allreduce_hang, sdpa_hang
 from driver.thresholds import Thresholds
 
 TARGETS = "all"
@@ -59,13 +59,13 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                     result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
                                                          flags))
         if counts:
-            result.records.append(watchdog(opts, exe, dev, gates, git_sha))
+            result.records.append(allreduce_hang(opts, exe, dev, gates, git_sha))
         else:  # the allreduce soak cannot run here: say so, never pass by omission
             result.records += [not_measured(dev, git_sha, "soak", "allreduce", "2gpu", too_small),
                                not_measured(dev, git_sha, "watchdog", "1stage", "2gpu/1M/hang-rank-1", too_small)]
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
-            result.records.append(watchdog_sdpa(opts, exe_dir, dev, gates, git_sha))
+            result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))
         for impl in sdpa.VARIANTS:
             for shape_name, shape in opts.shapes:
                 result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape))

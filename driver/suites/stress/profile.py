@@ -130,7 +130,7 @@ def _tool_message(out: str) -> str:
 
 
 def _record(dev: DeviceInfo, sha: str, kernel: str, config: str, *, counters: dict[str, float], detail: str,
-            covered: bool, seconds: float = 0.0) -> ArchivedRecord:
+            covered: bool, seconds: float | None = None) -> ArchivedRecord:
     """A profile record: the counters it read (measured), or not measured with the reason. A profile
     checks no results, so wrong and max_abs_err stay null."""
     line = StressLine(suite="stress", check="profile", kernel=kernel, config=config, iterations=1 if covered else None,

@@ -66,7 +66,7 @@ def _expect_hang(cmd: list[str], what: str) -> tuple[bool, list[str]]:
         return False, [f"the simulated hang failed another way: {exc.message}"]
 
 
-def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
+def allreduce_hang(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
     """A rank that never reaches the barrier is killed in time, and the GPUs recover."""
     base = [str(exe), "--sizes", "1M", "--ngpus", "2", "--iters", "1", "--warmup", "0"]
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def watchdog(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sh
     return _watchdog_record(dev, sha, "1stage", "2gpu/1M/hang-rank-1", t0, reasons, hang, recover)
 
 
-def watchdog_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
+def sdpa_hang(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
     """Single-GPU hosts: an SDPA runner stuck behind a kernel that never finishes (--debug-hang) is
     killed in time, and a checked SDPA run afterwards proves the GPU usable."""
     exe = exe_dir / sdpa.VARIANTS["baseline"]
