@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, gates, targets, thresholds
+from driver import build, gates, targets, thresholds, toolchain
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -43,7 +43,7 @@ def test_cache_key_follows_defines_and_sources(meta):
 
 def test_build_meta_records_provenance(meta):
     assert len(meta.git_sha) == 40
-    assert meta.toolchain.mojo and meta.toolchain.mojo.version == "1.2.0"
+    assert meta.toolchain.mojo and meta.toolchain.mojo.version == toolchain.pins()["mojo"]
     assert meta.toolchain.nvcc and meta.toolchain.nvcc.version.startswith("13.")
     assert meta.host.logical_cores > 0 and meta.host.ram_gib > 0
     cu = meta.target("sdpa_fp8_cpasync", "sm_90")
