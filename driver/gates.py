@@ -13,8 +13,17 @@ from pathlib import Path
 from driver import peers
 from driver.errors import DriverError, PerfGateFailed, WrongResults
 from driver.options import RunOptions
-from driver.records import (STATUS_ORDER, AllreduceLine, ArchivedRecord, GateResult, RunArchive, SdpaLine, Skip,
-                            TargetBuild, Verdict)
+from driver.records import (
+    STATUS_ORDER,
+    AllreduceLine,
+    ArchivedRecord,
+    GateResult,
+    RunArchive,
+    SdpaLine,
+    Skip,
+    TargetBuild,
+    Verdict,
+)
 from driver.targets import Target
 from driver.thresholds import BuildGates, SdpaGates, Thresholds
 from driver.verify import SdpaErrors

@@ -30,9 +30,9 @@ def parse_lines(stdout: str, model: type[M], *, what: str) -> list[M]:
         try:
             data = json.loads(line, parse_constant=_reject_constant)
             if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+                raise TypeError("not a JSON object")
             records.append(model.model_validate(data))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, TypeError, ValidationError) as exc:
             first = str(exc).splitlines()
             brief = "; ".join(s.strip() for s in first[:3])
             raise KernelFailed(f"malformed output from {what}, line {lineno}: {brief}", f"line: {line[:200]!r}") from None

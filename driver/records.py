@@ -7,7 +7,7 @@ no NaN or infinity, and with a JSON Schema written next to bench_results/.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator
 
@@ -219,7 +219,7 @@ class StressLine(Record):
     counters: dict[str, float] = Field(default_factory=dict)  # profile: ncu counters or timings (see detail)
 
 
-Measurement = Annotated[Union[AllreduceLine, SdpaLine, StressLine], Field(discriminator="suite")]
+Measurement = Annotated[AllreduceLine | SdpaLine | StressLine, Field(discriminator="suite")]
 
 
 # ---------------------------------------------------------------- verdicts and archive

@@ -83,8 +83,9 @@ def _stress_table(run: RunArchive) -> list[str]:
     recs = [r for r in run.records if r.suite == "stress"]
     if not recs:
         return []
-    rows = ["## stress", "", "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | "
-            "verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["## stress", "",
+            "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         m = r.measurement
         why = "; ".join(r.correctness.reasons) or m.detail
@@ -95,7 +96,7 @@ def _stress_table(run: RunArchive) -> list[str]:
     return rows + [""]
 
 
-def _cell(value: float | int | None) -> str:
+def _cell(value: float | None) -> str:
     """A measured number, or "-" where the check measured nothing (never a made-up 0)."""
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from pathlib import Path
 from typing import Literal
 
+import tomllib
 from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
 from driver import paths

@@ -68,7 +68,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
 def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
     base = meta.target("sdpa_fp8_baseline", arch).ptx_kernels
     cp = meta.target("sdpa_fp8_cpasync", arch).ptx_kernels
-    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]  # noqa: E731
+    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]
     assert sdpa(base) and sdpa(cp)
     assert not any(k.has_cp_async for k in sdpa(base))
     assert all(k.has_cp_async for k in sdpa(cp))

@@ -46,7 +46,7 @@ def mojo_defaults() -> dict[str, int]:
         raise ValueError(ast.dump(node))
 
     text = re.sub(r"\[\s*\n\s*", "[", DISPATCH_MOJO.read_text())  # a default wrapped onto the next line
-    for m in re.finditer(r"^comptime (\w+) = (.+)$", text, re.M):
+    for m in re.finditer(r"^comptime (\w+) = (.+)$", text, re.MULTILINE):
         name, expr = m.groups()
         d = re.fullmatch(r'get_defined_int\["\w+",\s*(.+)\]\(\)', expr.strip())
         try:

@@ -9,6 +9,7 @@ run on a GPU host."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -88,16 +89,17 @@ HEADER = '"ID","Process ID","Process Name","Kernel Name","Section Name","Metric 
 
 
 def test_ncu_table_parser_takes_the_first_matching_launch():
-    text = "\n".join([
+    section = '"Command line profiler metrics"'
+    rows = [
         "==PROF== Connected to process 1",
         HEADER,
-        '"0","1","runner","spin_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","5"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","12,345"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics",'
-        '"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","","0"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","smsp__x.ratio","","n/a"',
-        '"2","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","1"',
-    ])
+        f'"0","1","runner","spin_kernel",{section},"gpu__time_duration.sum","ns","5"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"gpu__time_duration.sum","ns","12,345"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","","0"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"smsp__x.ratio","","n/a"',
+        f'"2","1","runner","sdpa_fp8_fwd_kernel",{section},"gpu__time_duration.sum","ns","1"',
+    ]
+    text = "\n".join(rows)
     assert profile.parse_ncu_csv(text, "sdpa") == {
         "gpu__time_duration.sum": 12345.0,
         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 0.0,
@@ -117,7 +119,7 @@ def test_ncu_table_parser_gives_finite_counters_or_one_clear_error(rows, with_he
         values = profile.parse_ncu_csv("\n".join(lines), "")
     except profile.NcuOutputError:
         return
-    assert values and all(isinstance(v, float) and v == v and abs(v) != float("inf") for v in values.values())
+    assert values and all(isinstance(v, float) and math.isfinite(v) for v in values.values())
 
 
 def test_known_metrics_reads_the_first_column():

@@ -11,12 +11,13 @@ from __future__ import annotations
 import pytest
 
 from driver import device, peers
+from driver.errors import KernelFailed
 from driver.options import RunOptions
 from driver.records import DeviceInfo, GpuInfo
 from driver.suites import sdpa
 from driver.thresholds import load as load_thresholds
-from driver.errors import KernelFailed
 from tests.runner_doubles import calls, sdpa_exes
+
 
 def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch):
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])

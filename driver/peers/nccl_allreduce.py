@@ -40,6 +40,7 @@ def _fail(msg: str, code: int) -> None:
 
 def _parse() -> argparse.Namespace:
     from driver.config import parse_sizes  # the same size grammar as everywhere else
+    from driver.errors import ConfigError
 
     p = argparse.ArgumentParser(prog="nccl_allreduce")
     p.add_argument("--sizes", required=True)
@@ -54,7 +55,7 @@ def _parse() -> argparse.Namespace:
     ns = p.parse_args()
     try:
         ns.sizes_bytes = parse_sizes(ns.sizes)
-    except Exception as exc:  # ConfigError: one line, exit 2 like the executables
+    except ConfigError as exc:  # one line, exit 2 like the executables
         _fail(str(exc), 2)
     return ns
 

@@ -91,7 +91,7 @@ def capture(torch, fn: Callable[[], object], launches: int):
         with torch.cuda.graph(graph):
             for _ in range(launches):
                 fn()
-    except Exception as exc:  # noqa: BLE001 - any capture failure is a reason to report, not a crash
+    except Exception as exc:
         torch.cuda.synchronize()
         raise GraphCaptureFailed(f"CUDA graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") \
             from exc

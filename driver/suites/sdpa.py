@@ -108,7 +108,7 @@ def _shape(
     timed_keys = samples.by_key if samples is not None else {}
     records = []
     for seed in opts.seeds:
-        for impl in VARIANTS:
+        for impl, exe_name in VARIANTS.items():
             metrics = SdpaErrors.worst(checks[(impl, seed)])
             verdict = sdpa_correctness(metrics, gates.sdpa)
             was_timed = seed == timed_seed and impl in timed_keys
@@ -120,7 +120,7 @@ def _shape(
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
             records.append(
                 ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
+                    suite="sdpa", impl=impl, kernel=exe_name, config=f"{shape_name}/seed{seed}",
                     device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
                     measurement=line, round_p50_us=p50s,
                     telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),

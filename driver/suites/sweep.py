@@ -16,14 +16,14 @@ from pathlib import Path
 from driver import paths
 from driver.config import ALLREDUCE_KERNEL_NAMES, SUPPORTED_NGPUS, format_size, kernel_flags
 from driver.errors import NoGPU
+from driver.gates import allreduce_correctness
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
-from driver.gates import allreduce_correctness
 from driver.suites.allreduce import EXE, timing_flags
-from driver.verify import allreduce_errors
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
+from driver.verify import allreduce_errors
 
 TARGETS = "allreduce"
 PUSH = "1stage_push"

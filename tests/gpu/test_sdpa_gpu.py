@@ -8,11 +8,11 @@ import pytest
 from driver import thresholds
 from driver.config import SDPA_SHAPES
 from driver.errors import ConfigError
+from driver.gates import sdpa_correctness
 from driver.launch import launch
 from driver.parse import launch_lines
 from driver.records import SdpaLine
 from driver.suites import sdpa
-from driver.gates import sdpa_correctness
 from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa

@@ -21,7 +21,7 @@ SANITIZED_SHAPES = ("small", "mission", "tail")
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
 # displayed (0 errors, 0 warnings)"; not "ERROR SUMMARY: 318 errors were not printed".
-_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?[ \t]*$|hazards? displayed)", re.I | re.M)
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?[ \t]*$|hazards? displayed)", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_sanitizer(output: str) -> int | None:

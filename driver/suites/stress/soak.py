@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from driver.gates import sdpa_correctness
-from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
 from driver.config import ELEM_BYTES, kernel_flags
 from driver.errors import KernelFailed
+from driver.gates import sdpa_correctness
 from driver.options import RunOptions
 from driver.parse import launch_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
 from driver.suites.common import checked_verdict, progress, stress_record
 from driver.thresholds import Thresholds
+from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
 
 REFRESH_EVERY = 25  # fresh random inputs inside one process
 LAUNCHES_PER_PROCESS = 250  # a new process (new seed, new contexts) after this many checked launches
