@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from driver import paths
 from driver.records import Record, RunArchive
-from driver.suites.common import ratio_verdict
+from driver.gates import ratio_verdict
 
 README_FILE = paths.ROOT / "README.md"
 BEGIN = "<!-- limits:begin (written by `python -m driver limits --write` from bench_results/; edits here are overwritten) -->"

@@ -136,8 +136,8 @@ comptime GIB = 1024 * MIB
 comptime AR_1STAGE_MAX_BYTES_DEFINED = is_defined["AR_1STAGE_MAX_BYTES"]()
 comptime AR_1STAGE_MAX_BYTES = get_defined_int["AR_1STAGE_MAX_BYTES", 512 * KIB]()
 comptime AR_1STAGE_MAX_BYTES_2GPU_DEFAULT = 2 * GIB
-# Per-GPU-count crossovers written by the measured sweep (driver: bench
-# --sweep-windows -> kernels_mojo/dispatch_windows.json); -1 = not measured.
+# Per-GPU-count crossovers written by the measured sweep (driver: sweep
+# --write -> kernels_mojo/dispatch_windows.json); -1 = not measured.
 comptime AR_1STAGE_MAX_BYTES_2GPU = get_defined_int["AR_1STAGE_MAX_BYTES_2GPU", -1]()
 comptime AR_1STAGE_MAX_BYTES_4GPU = get_defined_int["AR_1STAGE_MAX_BYTES_4GPU", -1]()
 comptime AR_1STAGE_MAX_BYTES_8GPU = get_defined_int["AR_1STAGE_MAX_BYTES_8GPU", -1]()
