@@ -79,3 +79,51 @@ def main(run_args: list[str]) -> int:
     if regressions:
         raise PerfGateFailed(f"{regressions} config(s) slower than {old.run_id} by more than the noise")
     return 0
+
+
+def _column_names(runs: list[RunArchive]) -> list[str]:
+    """One column per run, named by its device kind (`2xH100`); a kind that appears twice gets its run id too."""
+    kinds = [r.device.kind for r in runs]
+    return [k if kinds.count(k) == 1 else f"{k} {r.run_id}" for k, r in zip(kinds, runs)]
+
+
+def _stress_cell(r: ArchivedRecord) -> str:
+    wrong = getattr(r.measurement, "wrong", None)
+    return r.correctness.status + (f" ({wrong} wrong)" if wrong is not None else "")
+
+
+def cross_device(runs: list[RunArchive]) -> list[str]:
+    """The same config on each GPU kind side by side: p50 per run, and slowest over fastest where two
+    or more kinds ran it. Stress checks get their verdict per kind instead."""
+    names = _column_names(runs)
+    timed: dict[tuple[str, str, str], dict[str, ArchivedRecord]] = {}
+    checked: dict[tuple[str, str, str], dict[str, ArchivedRecord]] = {}
+    for name, run in zip(names, runs):
+        for r in run.records:
+            if r.suite == "stress":
+                checked.setdefault((r.measurement.check, r.kernel, r.config), {}).setdefault(name, r)
+            elif r.round_p50_us and r.measurement.p50_us > 0:
+                timed.setdefault((r.suite, r.config, r.impl), {}).setdefault(name, r)
+    out: list[str] = []
+    if timed:
+        out += ["## Timed configs, p50 us per device (kernel where ours chose one)", "",
+                "| suite | config | impl | " + " | ".join(names) + " | slowest / fastest |",
+                "|---|---|---|" + "---|" * (len(names) + 1)]
+        for (suite, cfg, impl), by in timed.items():
+            cells = []
+            for n in names:
+                r = by.get(n)
+                kernel = f" ({r.kernel})" if r and suite == "allreduce" and impl == "ours" else ""
+                cells.append(f"{r.measurement.p50_us:.2f}{kernel}" if r else "-")
+            p50s = [r.measurement.p50_us for r in by.values()]
+            spread = f"{max(p50s) / min(p50s):.2f}x" if len(p50s) > 1 else "-"
+            out.append(f"| {suite} | {cfg} | {impl} | " + " | ".join(cells) + f" | {spread} |")
+        out.append("")
+    if checked:
+        out += ["## Stress checks per device", "", "| check | kernel | config | " + " | ".join(names) + " |",
+                "|---|---|---|" + "---|" * len(names)]
+        for (check, kernel, cfg), by in checked.items():
+            cells = [_stress_cell(by[n]) if n in by else "-" for n in names]
+            out.append(f"| {check} | {kernel} | {cfg} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out

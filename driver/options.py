@@ -35,3 +35,19 @@ class RunOptions(Record):
     sweep_windows: bool = False
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
+
+
+class SubmitOptions(Record):
+    """`python -m driver submit`: the Slurm job array to make, parsed once from the CLI."""
+
+    suites: tuple[Literal["bench", "stress"], ...]
+    partitions: tuple[str, ...]
+    gpus: tuple[int, ...] | None = None  # None: every GPU of a node of each partition's GPU type
+    time_limit_s: int = Field(gt=0)  # each task's Slurm time limit (sbatch --time, whole minutes)
+    shared_dir: Path  # a folder the nodes see at the same path: bundle, job script, logs, run folders
+    pythons: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13")  # the nodes' python3 versions the bundle carries
+    node_python: str = "python3"
+    sbatch_args: tuple[str, ...] = ()  # site options passed to sbatch as they are (--account, --qos, ...)
+    driver_args: tuple[str, ...] = ()  # bench/stress arguments every task runs with
+    poll_s: float = Field(default=10.0, gt=0)
+    watch: bool = True
