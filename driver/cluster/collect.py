@@ -81,13 +81,13 @@ def problem(sub: Submission, st: TaskState) -> str | None:
     if watch.succeeded(st):
         return None
     text = st.state
-    if st.exit_code is not None:
+    if st.state == "TIMEOUT":
+        text += f" after {st.elapsed_s} s (limit {sub.time_limit_min} min: submit --timeout)"
+    if st.exit_code is not None and (st.state == "FAILED" or st.exit_code):
         cls = DRIVER_EXITS.get(st.exit_code)
         text += f", exit {st.exit_code}" + (f" ({cls.label})" if cls else "")
     if st.signal:
         text += f", signal {st.signal}"
-    if st.state == "TIMEOUT":
-        text += f" after {st.elapsed_s} s (limit {sub.time_limit_min} min: submit --timeout)"
     if st.reason and st.reason not in ("NonZeroExitCode", "None"):
         text += f" ({st.reason})"
     return text
