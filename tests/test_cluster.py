@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from driver import archive, compare
+from driver import archive, report
 from driver.cluster import collect, gpus, slurm, watch
 from driver.errors import ClusterFailed, ConfigError, NoGPU, ToolchainMissing
 from driver.records import ClusterTask, Submission, TaskState
@@ -156,7 +156,7 @@ def test_a_broken_run_folder_is_reported_not_collected(tmp_path, results_dir):
 
 def test_cross_device_table_of_real_runs():
     runs = [archive.load_run(H100_RUN), archive.load_run(H200_RUN)]
-    table = "\n".join(compare.cross_device(runs))
+    table = "\n".join(report.cross_device(runs))
     assert "| suite | config | impl | 1xH100 | 2xH200 | slowest / fastest |" in table
     row = next(ln for ln in table.splitlines() if ln.startswith("| sdpa | mission/seed0 | cpasync |"))
     h100, h200 = (r.records for r in runs)

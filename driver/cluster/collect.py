@@ -6,7 +6,8 @@ place last) and its results.json reads as a RunArchive. It is copied to
 even when the shared filesystem is another device. Every task that did not complete with
 exit 0 is reported with its Slurm state, exit code and the tail of its log, and the command
 fails: with the driver's own exit code when every failed task exited with the same one
-(all "no GPU" is exit 5), else as a cluster failure.
+(all "no GPU" is exit 5), else as a cluster failure. What the report says is rendered by
+driver/report.py (`cluster_markdown`, `cross_device`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from driver import archive, compare, paths
+from driver import archive, paths, report
 from driver.cluster import watch
 from driver.errors import ALL_ERRORS, ClusterFailed, DriverError
 from driver.host import utc_now
@@ -107,37 +108,16 @@ def _verdict(outcomes: list[TaskOutcome]) -> DriverError | None:
     return ClusterFailed(head, "states, exit codes and log tails above")
 
 
-def report_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
-    sub = report.submission
-    lines = [f"# Cluster run {sub.submission_id}", "",
-             f"- job array {sub.job_id}, {len(sub.tasks)} task(s), time limit {sub.time_limit_min} min",
-             f"- git: {sub.git_sha}{' (dirty)' if sub.git_dirty else ''}; built for {', '.join(sub.archs)}",
-             f"- command: `{' '.join(sub.command)}`", "",
-             "## Tasks", "", "| task | partition | GPUs | suite | node | Slurm state | exit | elapsed s | run folders |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for o in report.outcomes:
-        t, st = o.task, o.state
-        runs_cell = ", ".join(f"[{r}](../../{r}/COMPARE.md)" for r in o.collected) or "-"
-        lines.append(f"| {t.index} | {t.partition} | {t.gpus}x {t.gpu_type} ({t.arch}) | {t.suite} | {st.node or '-'} | "
-                     f"{st.state} | {'-' if st.exit_code is None else st.exit_code} | {st.elapsed_s} | {runs_cell} |")
-    lines.append("")
-    lines += compare.cross_device(runs) if runs else ["(no task archived a run folder: nothing to compare)", ""]
-    for o in report.outcomes:
-        if o.problem:
-            lines += [f"## Task {o.task.index} {o.task.label}: {o.problem}", "", "```", *o.log_tail, "```", ""]
-    return "\n".join(lines) + "\n"
-
-
-def _write_report(report: ClusterReport, text: str) -> Path:
+def _write_report(cluster: ClusterReport, text: str) -> Path:
     """bench_results/cluster/<submission id>/ (cluster.json, CLUSTER.md), whole or not at all."""
     root = paths.results_dir() / REPORT_DIR
     root.mkdir(parents=True, exist_ok=True)
-    final = root / report.submission.submission_id
-    tmp = root / f".tmp-{report.submission.submission_id}"
+    final = root / cluster.submission.submission_id
+    tmp = root / f".tmp-{cluster.submission.submission_id}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        (tmp / "cluster.json").write_text(report.model_dump_json(indent=1))
+        (tmp / "cluster.json").write_text(cluster.model_dump_json(indent=1))
         (tmp / "CLUSTER.md").write_text(text)
         shutil.rmtree(final, ignore_errors=True)  # collected again after a re-run of collect: the newer report
         os.replace(tmp, final)
@@ -168,16 +148,16 @@ def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.std
             trouble = "completed with exit 0 but archived no run folder"
         outcomes.append(TaskOutcome(task=t, state=st, collected=moved, problem=trouble,
                                     log_tail=log_tail(sub, t.index) if trouble else []))
-    report = ClusterReport(collected_utc=utc_now(), submission=sub, outcomes=outcomes)
-    text = report_markdown(report, runs)
+    cluster = ClusterReport(collected_utc=utc_now(), submission=sub, outcomes=outcomes)
+    text = report.cluster_markdown(cluster, runs)
     print(text, file=out)
     if runs:
-        archive.update_index(root)
-        folder = _write_report(report, text)
+        report.update_index(root)
+        folder = _write_report(cluster, text)
         print(f"collected {len(runs)} run folder(s) into {root}; report: {folder / 'CLUSTER.md'}", file=sys.stderr)
     else:
         print(f"collected nothing: no task archived a run folder; logs in {Path(sub.folder) / 'logs'}", file=sys.stderr)
     verdict = _verdict(outcomes)
     if verdict is not None:
         raise verdict
-    return report
+    return cluster

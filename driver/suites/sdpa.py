@@ -15,9 +15,12 @@ from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.launch import launch
 from driver.parse import parse_lines
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
-from driver.thresholds import SdpaGates, Thresholds
+from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
+from driver.suites.common import Samples, SuiteResult, interleaved, progress, telemetry_flags
+from driver.thresholds import Thresholds
+from driver.verify import SdpaErrors, sdpa_errors
 
+TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
 
 
@@ -38,28 +41,6 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def error_metrics(out: np.ndarray, expected: np.ndarray, gates: SdpaGates) -> dict[str, float]:
-    err = np.abs(out.astype(np.float64) - expected)
-    finite = np.isfinite(err)
-    err = np.where(finite, err, np.inf)
-    return {
-        "max_abs_err": float(err.max()) if err.size else 0.0,
-        "bad_frac": float(np.mean(err > gates.bad_err)) if err.size else 0.0,
-        "rel_l2": float(np.linalg.norm(np.where(finite, err, 0)) / max(np.linalg.norm(expected), 1e-30)),
-    }
-
-
-def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
-    reasons = []
-    if not np.isfinite(m["max_abs_err"]):
-        reasons.append("output holds NaN or infinity")
-    elif m["max_abs_err"] > gates.max_abs_err:
-        reasons.append(f"max_abs_err {m['max_abs_err']:.4g} > {gates.max_abs_err}")
-    if m["bad_frac"] > gates.max_bad_frac:
-        reasons.append(f"{m['bad_frac']:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
-    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
-
-
 def timing_args(opts: RunOptions) -> list[str]:
     return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
 
@@ -68,32 +49,14 @@ def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
-def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds) -> dict[str, Verdict]:
-    """Per impl, the speedup gates that name it for this shape."""
-    out: dict[str, list[Verdict]] = {}
-    ours = {k: v for k, v in lines.items() if k in VARIANTS}
-    for g in gates.sdpa.speedup:
-        if g.shape != shape_name:
-            continue
-        impl = min(ours, key=lambda k: ours[k].p50_us) if g.impl == "best" and ours else g.impl
-        if impl not in lines or g.peer not in lines:
-            out.setdefault(impl, []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured"]))
-            continue
-        out.setdefault(impl, []).append(
-            ratio_verdict(f"p50 vs {g.peer}", ours_us=lines[impl].p50_us, peer_us=lines[g.peer].p50_us,
-                          min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise)
-        )
-    return {k: Verdict.combine(v) for k, v in out.items()}
-
-
 CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
 
 
 def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
-                timeout_s: float, what: str) -> tuple[SdpaLine, dict[str, float]]:
+                timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
     cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
     (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
-    return line, error_metrics(np.load(out), expected, gates.sdpa)
+    return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
 
 
 def _shape(
@@ -104,7 +67,7 @@ def _shape(
     the first seed's correct variants are timed in interleaved rounds with the peer, each timed
     run's output checked again. A variant with wrong results is never timed."""
     before = device.probe().gpus[:1]
-    checks: dict[tuple[str, int], list[dict[str, float]]] = {}
+    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
@@ -122,7 +85,7 @@ def _shape(
                 checks[(impl, seed)] = [metrics]
             if seed != timed_seed:
                 continue
-            correct = [impl for impl in VARIANTS if correctness(checks[(impl, seed)][0], gates.sdpa).passed]
+            correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
             cmds = {
                 impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
                 for impl in correct
@@ -132,7 +95,8 @@ def _shape(
 
             def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
                 if impl in VARIANTS:
-                    checks[(impl, seed)].append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
+                    checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
+                                                            what=f"sdpa {shape_name} seed {seed} {impl} output"))
 
             if cmds:
                 samples = interleaved(
@@ -143,18 +107,17 @@ def _shape(
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
     timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = _performance(shape_name, timed, gates)
+    perf = sdpa_speed(shape_name, timed, VARIANTS, gates)
     records = []
     for seed in opts.seeds:
         for impl in VARIANTS:
-            runs = checks[(impl, seed)]
-            metrics = {k: max(m[k] for m in runs) for k in runs[0]}
-            verdict = correctness(metrics, gates.sdpa)
+            metrics = SdpaErrors.worst(checks[(impl, seed)])
+            verdict = sdpa_correctness(metrics, gates.sdpa)
             was_timed = seed == timed_seed and impl in timed_keys
             line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
-                verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
-                                  f"per block > {gates.build.max_smem_bytes_per_block}"])
+            too_big = sdpa_runner_resources(line, gates.build)
+            if too_big:
+                verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
             if seed == timed_seed and not was_timed:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
             records.append(
@@ -162,7 +125,8 @@ def _shape(
                     suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
                     device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
                     performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after), **metrics,
+                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
+                    max_abs_err=metrics.max_abs_err, bad_frac=metrics.bad_frac, rel_l2=metrics.rel_l2,
                 )
             )
     if "torch_sdpa" in timed_keys:
