@@ -163,10 +163,10 @@ def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOpt
     suites = _parse_suites(ns.suite)
     for suite in suites:  # the tasks' own arguments fail here, not on the nodes an hour later
         _run_options(build_parser().parse_args([suite, *driver_args]))
-    partitions = tuple(p.strip() for p in ns.partitions.split(","))
+    partitions = tuple(dict.fromkeys(p.strip() for p in ns.partitions.split(",")))
     if not all(partitions):
         raise ConfigError(f"malformed partition list {ns.partitions!r}", "e.g. --partitions h100,h200")
-    gpus = tuple(config.parse_positive_int(g, "--gpus") for g in ns.gpus.split(",")) if ns.gpus else None
+    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in ns.gpus.split(","))) if ns.gpus else None
     timeout = ns.timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
     shared = ns.shared or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
     return SubmitOptions(
