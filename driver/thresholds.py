@@ -62,9 +62,12 @@ class Thresholds(Record):
 def load(path: Path | None = None) -> Thresholds:
     path = path or paths.thresholds_file()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a binary file, or text in another encoding
+        raise ConfigError(f"thresholds file {path} is not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})", "TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
     try:
