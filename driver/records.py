@@ -128,6 +128,13 @@ class BuildMeta(Record):
 
 # ---------------------------------------------------------------- kernel output lines
 
+# The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
+# (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
+TimingMode = Literal["cold", "hot"]
+TIMING_MODES: tuple[str, ...] = ("cold", "hot")
+# An allreduce line's method -> the mode it serves.
+TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
+
 
 class AllreduceLine(Record):
     """One line printed by an allreduce executable (ours, upstream, or the NCCL peer)."""
@@ -143,10 +150,12 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
-    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
+    batch: int = Field(default=1, ge=1)  # iterations per timing sample (timing "host" or "graph")
+    # How the executable timed (the mode it serves: TIMING_METHOD_MODE):
     # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
-    # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
-    timing: Literal["device", "host"] = "host"
+    # "host": wall clock around `batch` back-to-back iterations plus a synchronize;
+    # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the NCCL peer).
+    timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
@@ -186,6 +195,11 @@ class SdpaLine(Record):
     block: list[int] = Field(default_factory=list)
     smem_bytes: NonNegativeInt = 0
     regs_per_thread: NonNegativeInt = 0
+    # The timing mode (README "How we time"); None: a line from before the modes existed.
+    timing: TimingMode | None = None
+    batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
+    l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
+    hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
 
 
 class CeilingLine(Record):
