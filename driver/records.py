@@ -131,7 +131,6 @@ class BuildMeta(Record):
 # The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
 # (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
 TimingMode = Literal["cold", "hot"]
-TIMING_MODES: tuple[str, ...] = ("cold", "hot")
 # An allreduce line's method -> the mode it serves.
 TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
 
@@ -269,6 +268,7 @@ class ArchivedRecord(Record):
     performance: Verdict | None = None
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)

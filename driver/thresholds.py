@@ -10,7 +10,7 @@ from pydantic import Field, PositiveFloat, ValidationError
 
 from driver import paths
 from driver.errors import ConfigError
-from driver.records import Record
+from driver.records import Record, TimingMode
 
 
 class BuildGates(Record):
@@ -21,6 +21,7 @@ class BuildGates(Record):
 
 class AllreduceSpeedup(Record):
     peer: Literal["upstream", "nccl"]
+    timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     bytes: int = Field(ge=0)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     ngpus: int = 2
@@ -35,6 +36,7 @@ class AllreduceGates(Record):
 class SdpaSpeedup(Record):
     impl: Literal["baseline", "cpasync", "best"]
     peer: Literal["baseline", "cpasync", "torch_sdpa"]
+    timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     shape: str
     min_ratio: PositiveFloat
 

@@ -15,7 +15,15 @@ from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.launch import launch
 from driver.parse import parse_lines
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
+from driver.suites.common import (
+    Samples,
+    SuiteResult,
+    check_mode,
+    interleaved,
+    progress,
+    ratio_verdict,
+    telemetry_flags,
+)
 from driver.thresholds import SdpaGates, Thresholds
 
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
@@ -60,28 +68,37 @@ def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
     return Verdict(status="fail" if reasons else "pass", reasons=reasons)
 
 
-def timing_args(opts: RunOptions) -> list[str]:
-    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+def timing_args(opts: RunOptions, mode: str) -> list[str]:
+    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 
 def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
-def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds) -> dict[str, Verdict]:
-    """Per impl, the speedup gates that name it for this shape."""
-    out: dict[str, list[Verdict]] = {}
-    ours = {k: v for k, v in lines.items() if k in VARIANTS}
+def _performance(shape_name: str, lines: dict[tuple[str, str], SdpaLine], modes: tuple[str, ...],
+                 gates: Thresholds) -> dict[tuple[str, str], Verdict]:
+    """Per (impl, mode), the speedup gates that name it for this shape. A gate whose mode this
+    run did not time fails: a gate is never passed by not measuring it."""
+    out: dict[tuple[str, str], list[Verdict]] = {}
     for g in gates.sdpa.speedup:
         if g.shape != shape_name:
             continue
+        ours = {impl: ln for (impl, mode), ln in lines.items() if impl in VARIANTS and mode == g.timing}
         impl = min(ours, key=lambda k: ours[k].p50_us) if g.impl == "best" and ours else g.impl
-        if impl not in lines or g.peer not in lines:
-            out.setdefault(impl, []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured"]))
+        if g.timing not in modes:
+            for variant in (VARIANTS if g.impl == "best" else (g.impl,)):
+                out.setdefault((variant, modes[0]), []).append(Verdict(status="fail", reasons=[
+                    f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"]))
             continue
-        out.setdefault(impl, []).append(
-            ratio_verdict(f"p50 vs {g.peer}", ours_us=lines[impl].p50_us, peer_us=lines[g.peer].p50_us,
-                          min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise)
+        if (impl, g.timing) not in lines or (g.peer, g.timing) not in lines:
+            out.setdefault((impl, g.timing), []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured ({g.timing})"]))
+            continue
+        out.setdefault((impl, g.timing), []).append(
+            ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=lines[(impl, g.timing)].p50_us,
+                          peer_us=lines[(g.peer, g.timing)].p50_us, min_ratio=g.min_ratio,
+                          noise=gates.noise.min_rel_noise)
         )
     return {k: Verdict.combine(v) for k, v in out.items()}
 
@@ -100,10 +117,12 @@ def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference first (one launch per variant, nothing timed); then
-    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
-    run's output checked again. A variant with wrong results is never timed."""
+    """Every seed checked against the reference (one launch per variant, nothing timed); the
+    first seed's correct variants are timed in every mode asked for, in interleaved rounds with
+    the peer in the same mode, each timed run's output checked again. A variant with wrong
+    results is never timed."""
     before = device.probe().gpus[:1]
+    modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[dict[str, float]]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
@@ -123,58 +142,72 @@ def _shape(
             if seed != timed_seed:
                 continue
             correct = [impl for impl in VARIANTS if correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds = {
-                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct
-            }
-            if have_torch and cmds:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
+            cmds: dict[tuple[str, str], list[str]] = {}
+            for mode in modes:  # ours then the peer, per mode: A B C D, A B C D, ...
+                for impl in correct:
+                    cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                          *timing_args(opts, mode)]
+                if have_torch and correct:
+                    cmds[("torch_sdpa", mode)] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files),
+                                                  *timing_args(opts, mode)]
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
-                if impl in VARIANTS:
-                    checks[(impl, seed)].append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
+            def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
+                      outs: dict[str, Path] = outs) -> None:
+                if cmd_key[0] in VARIANTS:
+                    checks[(cmd_key[0], seed)].append(error_metrics(np.load(outs[cmd_key[0]]), expected, gates.sdpa))
+
+            def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+                check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+                return (line.impl, cmd_key[1])
 
             if cmds:
                 samples = interleaved(
                     cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
+                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}",
+                    peers=frozenset(k for k in cmds if k[0] == "torch_sdpa"),
                 )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = _performance(shape_name, timed, gates)
+    timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
+    perf = _performance(shape_name, timed, modes, gates)
+    flags = telemetry_flags(before, after)
     records = []
+
+    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+        return ArchivedRecord(
+            suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+        )
+
     for seed in opts.seeds:
         for impl in VARIANTS:
             runs = checks[(impl, seed)]
             metrics = {k: max(m[k] for m in runs) for k in runs[0]}
             verdict = correctness(metrics, gates.sdpa)
-            was_timed = seed == timed_seed and impl in timed_keys
-            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
+            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
+            line = check_lines[(impl, seed)]
             if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
                                   f"per block > {gates.build.max_smem_bytes_per_block}"])
-            if seed == timed_seed and not was_timed:
+            if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            records.append(
-                ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after), **metrics,
-                )
-            )
-    if "torch_sdpa" in timed_keys:
-        line, p50s = samples.representative("torch_sdpa")
-        records.append(ArchivedRecord(
-            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
-            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-        ))
+            if not timed_modes:
+                records.append(record(impl, seed, line, [], None, passed=verdict.passed, correctness=verdict,
+                                      performance=None, **metrics))
+            for mode in timed_modes:
+                line, p50s = samples.representative((impl, mode))
+                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
+                                      performance=perf.get((impl, mode)), **metrics))
+    for mode in modes:
+        if ("torch_sdpa", mode) in timed_keys:
+            line, p50s = samples.representative(("torch_sdpa", mode))
+            records.append(record("torch_sdpa", timed_seed, line, p50s, mode, passed=True, performance=None,
+                                  correctness=Verdict(status="skip", reasons=["peer: timed only"])))
     failures = samples.peer_failures if samples is not None else {}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                     for (impl, mode), why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
