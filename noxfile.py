@@ -4,6 +4,7 @@
     nox -s test
     nox -s bench  -- --sizes 256K,16M
     nox -s stress
+    nox -s sweep  -- --write
     nox -s bundle -- --out bundle
 """
 
@@ -67,6 +68,13 @@ def stress(session: nox.Session) -> None:
     """Release gate: long soak of every kernel with every result checked, archived in bench_results/."""
     _install(session)
     session.run("python", "-m", "driver", "stress", *session.posargs)
+
+
+@nox.session
+def sweep(session: nox.Session) -> None:
+    """Time every allreduce kernel at every size; `-- --write` also writes kernels_mojo/dispatch_windows.json."""
+    _install(session)
+    session.run("python", "-m", "driver", "sweep", *session.posargs)
 
 
 @nox.session

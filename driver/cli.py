@@ -9,27 +9,21 @@ import time
 from pathlib import Path
 
 from driver import build, config, paths, targets, thresholds
-from driver.errors import DriverError
+from driver.errors import ConfigError, DriverError
 from driver.options import RunOptions
 from driver.records import SCHEMA_MODELS
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors become ConfigError
-        from driver.errors import ConfigError
-
-        raise ConfigError(message, f"see `python -m driver {self.prog.split()[-1]} --help`")
+        raise ConfigError(message, f"see `python -m {' '.join(['driver', *self.prog.split()[1:]])} --help`")
 
 
-def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes: str, dtypes: str) -> None:
-    p.add_argument("--suite", default="all", help="allreduce, sdpa or all")
-    p.add_argument("--sizes", default=None, help="allreduce sizes in bytes, K/M/G suffixes (default 256K,16M)")
+def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes: str = "256K,16M") -> None:
+    """What every GPU command takes: sizes, dtypes, GPU counts, timing, rounds, build and gates."""
+    p.add_argument("--sizes", default=None, help=f"allreduce sizes in bytes, K/M/G suffixes (default {sizes})")
     p.add_argument("--dtype", default=dtypes, help="float32, bfloat16, float16 (comma list)")
     p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
-    p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
-                   f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
-    p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
-    p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
     p.add_argument("--warmup", default="10", help="warm-up iterations per launch")
     p.add_argument("--timing", default=None,
@@ -43,32 +37,49 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes:
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
     p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")
     p.add_argument("--no-build", action="store_true", help="use the existing build as it is")
-    p.add_argument("--sweep-windows", action="store_true",
-                   help="time every allreduce kernel at every size (default 8K..1G) and write the measured "
-                        "dispatch windows to kernels_mojo/dispatch_windows.json")
+
+
+def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> None:
+    """bench and stress: which suites, kernels, SDPA shapes and seeds."""
+    p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
+    p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
+                   f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
+    p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
+    p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
+
+
+def _suites(ns: argparse.Namespace) -> tuple[str, ...]:
+    if ns.cmd == "sweep":
+        return ("sweep",)
+    return ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite)
 
 
 def _run_options(ns: argparse.Namespace) -> RunOptions:
     """Every string is validated here, before any build or GPU work starts."""
     tpath = Path(ns.thresholds) if ns.thresholds else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
+    write = getattr(ns, "write", False)
+    if write and paths.is_bundle():
+        raise ConfigError("a bundle has no source tree to write the dispatch windows into",
+                          "run the sweep without --write; copy dispatch_windows.json from its run folder")
+    suite = getattr(ns, "suite", "all")
     return RunOptions(
-        suites=("sweep",) if ns.sweep_windows else ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite),
-        stress_parts=(*config.parse_suite(ns.suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
+        suites=_suites(ns),
+        stress_parts=(*config.parse_suite(suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
                       *(() if getattr(ns, "no_profile", False) else ("profile",))),
         sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
         sizes_given=ns.sizes is not None,
-        sweep_windows=ns.sweep_windows,
+        write_windows=write,
         dtypes=config.parse_dtypes(ns.dtype),
         ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
-        shapes=config.parse_shapes(ns.shapes),
-        seeds=config.parse_seeds(ns.seeds),
+        shapes=config.parse_shapes(getattr(ns, "shapes", "mission,large")),
+        seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
         batch=config.parse_positive_int(ns.batch, "--batch"),
         timing=config.parse_timing(ns.timing) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
-        kernel=config.parse_kernel(ns.kernel),
+        kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
         arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
         rounds=config.parse_positive_int(ns.rounds, "--rounds"),
         timeout_s=float(config.parse_positive_int(ns.timeout, "--timeout")),
@@ -126,12 +137,12 @@ def cmd_schema(ns: argparse.Namespace) -> int:
 
 
 def cmd_index(ns: argparse.Namespace) -> int:
-    from driver import archive
+    from driver import archive, report
 
     if ns.rerender:
         for folder in archive.archived_runs():
-            archive.rerender_compare(folder)
-    archive.update_index(paths.results_dir())
+            report.rerender_compare(folder)
+    report.update_index(paths.results_dir())
     print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
     return 0
 
@@ -159,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
          "long soak of every kernel with every result checked, archived"),
     ):
         s = sub.add_parser(name, help=helptext)
-        _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
+        _add_run_args(s, iters=iters, dtypes=dtypes)
+        _add_suite_args(s, seeds=seeds, shapes=shapes)
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
             s.add_argument("--no-profile", action="store_true",
@@ -167,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--minutes", default="0", help="soak each config for at least this many minutes "
                            "(on top of --iters launches; default 0: by count only)")
         s.set_defaults(func=cmd_bench)
+
+    w = sub.add_parser("sweep", help="time every allreduce kernel at every size and find the dispatch windows")
+    _add_run_args(w, iters=100, dtypes="float32", sizes="8K,16K,...,1G")
+    w.add_argument("--write", action="store_true",
+                   help=f"write the measured windows to {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)} "
+                        "(without it they are only archived with the run)")
+    w.set_defaults(func=cmd_bench)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")
     u.add_argument("--out", default="bundle")

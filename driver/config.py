@@ -13,6 +13,7 @@ from driver.errors import ConfigError
 SUPPORTED_ARCHS = ("sm_90", "sm_89", "sm_80")
 DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
 ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)

@@ -30,7 +30,7 @@ class RunOptions(Record):
     thresholds: Path | None = None
     build: bool = True
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
-    sweep_windows: bool = False
+    write_windows: bool = False  # sweep --write: the measured windows go to kernels_mojo/dispatch_windows.json
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
 

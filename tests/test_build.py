@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, targets, thresholds
+from driver import build, gates, targets, thresholds
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -78,7 +78,7 @@ def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
 def test_mojo_binary_embeds_cp_async_only_in_cpasync_kernels(meta):
     rec = meta.target("allreduce_bench", "sm_90")
     t = targets.select("allreduce_bench")[0]
-    assert build.static_violations(t, rec, GATES) == []
+    assert gates.static_violations(t, rec, GATES) == []
     ours = [k for k in rec.ptx_kernels if any(e.pattern in k.name for e in t.ptx)]
     with_cp = [k for k in ours if k.has_cp_async]
     # 3 dtypes x 3 GPU counts x 3 stage counts of the cp.async kernel.

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from driver import config, thresholds
+from driver import config, gates, thresholds
 from driver.errors import ConfigError, KernelFailed
 from driver.options import RunOptions
 from driver.records import AllreduceLine, SdpaLine
@@ -105,11 +105,11 @@ def test_a_gate_on_a_mode_not_timed_fails():
     ours = SdpaLine.model_validate({**SDPA, "impl": "cpasync", "timing": "hot"})
     peer = SdpaLine.model_validate({**SDPA, "impl": "torch_sdpa", "timing": "hot", "p50_us": 20.0})
     lines = {("cpasync", "hot"): ours, ("torch_sdpa", "hot"): peer}
-    verdicts = sdpa._performance("mission", lines, ("hot",), GATES)  # the mission gates are all cold
+    verdicts = gates.sdpa_speed("mission", lines, sdpa.VARIANTS, ("hot",), GATES)  # the mission gates are all cold
     assert verdicts[("cpasync", "hot")].status == "fail"
     assert "cold timing, which this run did not measure" in verdicts[("cpasync", "hot")].reasons[0]
     cold = {(i, "cold"): ln.model_copy(update={"timing": "cold"}) for (i, _m), ln in lines.items()}
-    measured = sdpa._performance("mission", cold, ("cold",), GATES)
+    measured = gates.sdpa_speed("mission", cold, sdpa.VARIANTS, ("cold",), GATES)
     assert all("did not measure" not in r for v in measured.values() for r in v.reasons)
 
 

@@ -14,7 +14,6 @@ import math
 import numpy as np
 
 E4M3_MAX = 448.0
-BAD_ERR = 0.06  # |err| above this counts as a bad element in `compare`
 
 
 def _decode_table() -> np.ndarray:
@@ -110,28 +109,3 @@ def reference(q: np.ndarray, k_u8: np.ndarray, v_u8: np.ndarray, k_scale: float,
             p /= p.sum(axis=1, keepdims=True)
             out[b, h] = p @ vh
     return out
-
-
-def compare(out_f16: np.ndarray, ref: np.ndarray) -> dict:
-    """Error of a kernel output against the float64 reference.
-
-    max_abs_err: largest |out - ref| (inf if the output holds NaN/inf);
-    bad_frac: fraction of elements with |err| > 0.06 (non-finite outputs count as bad);
-    rel_l2: ||out - ref||_2 / ||ref||_2 over finite outputs (inf if any is non-finite).
-    """
-    out = np.asarray(out_f16).astype(np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    if out.shape != ref.shape:
-        raise ValueError(f"shape mismatch: out {out.shape} vs ref {ref.shape}")
-    finite = np.isfinite(out)
-    err = np.where(finite, np.abs(out - ref), np.inf)
-    all_finite = bool(finite.all())
-    max_abs = float(err.max()) if err.size else 0.0
-    bad_frac = float(np.mean(err > BAD_ERR)) if err.size else 0.0
-    if all_finite:
-        denom = float(np.linalg.norm(ref))
-        num = float(np.linalg.norm(out - ref))
-        rel = num / denom if denom > 0 else (0.0 if num == 0 else math.inf)
-    else:
-        rel = math.inf
-    return {"max_abs_err": max_abs, "bad_frac": bad_frac, "rel_l2": rel}

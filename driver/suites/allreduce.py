@@ -14,9 +14,12 @@ from driver.launch import launch
 from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, check_mode, interleaved, progress, ratio_verdict, telemetry_flags
+from driver.verify import allreduce_errors
+from driver.gates import allreduce_correctness, allreduce_speed
+from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 
+TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
 
@@ -66,58 +69,6 @@ def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, i
     return (line.impl, cmd_key[1], line.bytes)
 
 
-def correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
-    reasons = []
-    if not line.checked and line.elements > 0:
-        reasons.append("result was not checked")
-    if line.max_abs_err is None:
-        reasons.append("some output is NaN or infinite")
-    if line.wrong > gates.allreduce.max_wrong:
-        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err})")
-    if line.impl == "ours" and line.elements > 0:  # nothing is launched for 0 elements
-        if line.kernel_confirmed != line.kernel_selected:
-            reasons.append(f"host selected {line.kernel_selected} but the GPU ran {line.kernel_confirmed}")
-        req = line.kernel_requested
-        if req != "auto" and not line.kernel_selected.startswith(req):
-            reasons.append(f"override {req} was not honoured: {line.kernel_selected} selected")
-    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
-
-
-def _performance(line: AllreduceLine, mode: str, peers: dict[tuple[str, str, int], AllreduceLine],
-                 modes: tuple[str, ...], gates: Thresholds) -> Verdict | None:
-    """The speedup gates on this config in this mode. A gate whose mode the run did not time
-    fails (reported on the first mode that ran): a gate is never passed by not measuring it."""
-    verdicts = []
-    for g in gates.allreduce.speedup:
-        if (g.bytes, g.dtype, g.ngpus) != (line.bytes, line.dtype, line.ngpus):
-            continue
-        if g.timing not in modes:
-            if mode == modes[0]:
-                verdicts.append(Verdict(status="fail", reasons=[
-                    f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure "
-                    f"(--timing {','.join(modes)})"]))
-            continue
-        if g.timing != mode:
-            continue
-        peer = peers.get((g.peer, mode, line.bytes))
-        if peer is None:
-            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured ({mode})"]))
-            continue
-        verdicts.append(
-            ratio_verdict(
-                f"{mode} p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us, min_ratio=g.min_ratio,
-                noise=gates.noise.min_rel_noise,
-            )
-        )
-    return Verdict.combine(verdicts) if verdicts else None
-
-
-def worst_err(lines: list[AllreduceLine]) -> float | None:
-    """The largest error over rounds; None when any round saw a non-finite output."""
-    errs = [x.max_abs_err for x in lines]
-    return None if None in errs else max(errs, default=0.0)
-
-
 def _group(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
@@ -136,7 +87,7 @@ def _group(
     for attempt in range(2):  # an inconclusive gate earns one more round, once
         reps = {k: samples.representative(k) for k in samples.by_key}
         peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
-        perf = {k: _performance(ln, k[1], peers, modes, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
+        perf = {k: allreduce_speed(ln, k[1], peers, modes, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
         if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
             break
         samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
@@ -149,11 +100,12 @@ def _group(
     for (impl, mode, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][2], order[kv[0][1]], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.
         rounds = samples.by_key[(impl, mode, nbytes)]
-        verdict = Verdict.combine([correctness(x, gates) for x in rounds])
+        verdict = Verdict.combine([allreduce_correctness(x, gates) for x in rounds])
+        errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
-                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=worst_err(rounds),
+                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
                 correctness=verdict, performance=perf.get((impl, mode, nbytes)), measurement=ln,
                 round_p50_us=p50s if ln.timed else [], timing=mode if ln.timed else None,
                 telemetry_before=before, telemetry_after=after, flags=flags,

@@ -1,4 +1,5 @@
-"""What every suite shares: its result container, progress lines, ratio verdicts."""
+"""What every suite shares: the Protocol the pipeline runs it through, its result container,
+progress lines, interleaved rounds."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import sys
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from driver.errors import ConfigError, KernelFailed
 from driver.launch import launch
+from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
+from driver.thresholds import Thresholds
 
 L = TypeVar("L")
 K = TypeVar("K", bound=Hashable)
@@ -33,19 +37,18 @@ class SuiteResult:
         self.extra_files.update(other.extra_files)
 
 
+class Suite(Protocol):
+    """What the pipeline needs of a suite (each is a module under driver/suites/): the build
+    targets it launches and one run that turns options into archived records."""
+
+    TARGETS: str  # build target names or suites, comma list (driver.targets.select)
+
+    def run(self, opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+        ...
+
+
 def progress(what: str) -> None:
     print(f"[{time.perf_counter() - _T0:7.1f} s] {what}", file=sys.stderr, flush=True)
-
-
-def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: float, noise: float) -> Verdict:
-    """Speedup = peer time / our time. Within `noise` of the floor is inconclusive."""
-    if ours_us <= 0:
-        return Verdict(status="inconclusive", reasons=[f"{label}: our time is 0"])
-    ratio = peer_us / ours_us
-    text = f"{label}: {ratio:.2f}x (ours {ours_us:.2f} us, peer {peer_us:.2f} us, floor {min_ratio:.2f}x)"
-    if abs(ratio - min_ratio) <= noise * min_ratio:
-        return Verdict(status="inconclusive", reasons=[text])
-    return Verdict(status="pass" if ratio >= min_ratio else "fail", reasons=[text])
 
 
 def spread(p50s: list[float]) -> float:

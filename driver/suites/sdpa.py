@@ -15,17 +15,12 @@ from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.launch import launch
 from driver.parse import parse_lines
-from driver.suites.common import (
-    Samples,
-    SuiteResult,
-    check_mode,
-    interleaved,
-    progress,
-    ratio_verdict,
-    telemetry_flags,
-)
-from driver.thresholds import SdpaGates, Thresholds
+from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
+from driver.thresholds import Thresholds
+from driver.verify import SdpaErrors, sdpa_errors
 
+TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
 
 
@@ -46,28 +41,6 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def error_metrics(out: np.ndarray, expected: np.ndarray, gates: SdpaGates) -> dict[str, float]:
-    err = np.abs(out.astype(np.float64) - expected)
-    finite = np.isfinite(err)
-    err = np.where(finite, err, np.inf)
-    return {
-        "max_abs_err": float(err.max()) if err.size else 0.0,
-        "bad_frac": float(np.mean(err > gates.bad_err)) if err.size else 0.0,
-        "rel_l2": float(np.linalg.norm(np.where(finite, err, 0)) / max(np.linalg.norm(expected), 1e-30)),
-    }
-
-
-def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
-    reasons = []
-    if not np.isfinite(m["max_abs_err"]):
-        reasons.append("output holds NaN or infinity")
-    elif m["max_abs_err"] > gates.max_abs_err:
-        reasons.append(f"max_abs_err {m['max_abs_err']:.4g} > {gates.max_abs_err}")
-    if m["bad_frac"] > gates.max_bad_frac:
-        reasons.append(f"{m['bad_frac']:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
-    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
-
-
 def timing_args(opts: RunOptions, mode: str) -> list[str]:
     """The same flags for our runners and every SDPA peer (README "How we time")."""
     return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
@@ -77,40 +50,14 @@ def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
-def _performance(shape_name: str, lines: dict[tuple[str, str], SdpaLine], modes: tuple[str, ...],
-                 gates: Thresholds) -> dict[tuple[str, str], Verdict]:
-    """Per (impl, mode), the speedup gates that name it for this shape. A gate whose mode this
-    run did not time fails: a gate is never passed by not measuring it."""
-    out: dict[tuple[str, str], list[Verdict]] = {}
-    for g in gates.sdpa.speedup:
-        if g.shape != shape_name:
-            continue
-        ours = {impl: ln for (impl, mode), ln in lines.items() if impl in VARIANTS and mode == g.timing}
-        impl = min(ours, key=lambda k: ours[k].p50_us) if g.impl == "best" and ours else g.impl
-        if g.timing not in modes:
-            for variant in (VARIANTS if g.impl == "best" else (g.impl,)):
-                out.setdefault((variant, modes[0]), []).append(Verdict(status="fail", reasons=[
-                    f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"]))
-            continue
-        if (impl, g.timing) not in lines or (g.peer, g.timing) not in lines:
-            out.setdefault((impl, g.timing), []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured ({g.timing})"]))
-            continue
-        out.setdefault((impl, g.timing), []).append(
-            ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=lines[(impl, g.timing)].p50_us,
-                          peer_us=lines[(g.peer, g.timing)].p50_us, min_ratio=g.min_ratio,
-                          noise=gates.noise.min_rel_noise)
-        )
-    return {k: Verdict.combine(v) for k, v in out.items()}
-
-
 CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
 
 
 def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
-                timeout_s: float, what: str) -> tuple[SdpaLine, dict[str, float]]:
+                timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
     cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
     (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
-    return line, error_metrics(np.load(out), expected, gates.sdpa)
+    return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
 
 
 def _shape(
@@ -123,7 +70,7 @@ def _shape(
     results is never timed."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
-    checks: dict[tuple[str, int], list[dict[str, float]]] = {}
+    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
@@ -141,7 +88,7 @@ def _shape(
                 checks[(impl, seed)] = [metrics]
             if seed != timed_seed:
                 continue
-            correct = [impl for impl in VARIANTS if correctness(checks[(impl, seed)][0], gates.sdpa).passed]
+            correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
             cmds: dict[tuple[str, str], list[str]] = {}
             for mode in modes:  # ours then the peer, per mode: A B C D, A B C D, ...
                 for impl in correct:
@@ -153,8 +100,10 @@ def _shape(
 
             def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
                       outs: dict[str, Path] = outs) -> None:
-                if cmd_key[0] in VARIANTS:
-                    checks[(cmd_key[0], seed)].append(error_metrics(np.load(outs[cmd_key[0]]), expected, gates.sdpa))
+                impl = cmd_key[0]
+                if impl in VARIANTS:
+                    checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
+                                                            what=f"sdpa {shape_name} seed {seed} {impl} output"))
 
             def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
                 check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
@@ -170,7 +119,7 @@ def _shape(
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
     timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
-    perf = _performance(shape_name, timed, modes, gates)
+    perf = sdpa_speed(shape_name, timed, VARIANTS, modes, gates)
     flags = telemetry_flags(before, after)
     records = []
 
@@ -183,23 +132,22 @@ def _shape(
 
     for seed in opts.seeds:
         for impl in VARIANTS:
-            runs = checks[(impl, seed)]
-            metrics = {k: max(m[k] for m in runs) for k in runs[0]}
-            verdict = correctness(metrics, gates.sdpa)
+            metrics = SdpaErrors.worst(checks[(impl, seed)])
+            verdict = sdpa_correctness(metrics, gates.sdpa)
             timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
-            line = check_lines[(impl, seed)]
-            if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
-                verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
-                                  f"per block > {gates.build.max_smem_bytes_per_block}"])
+            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
+            if too_big:
+                verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
             if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
+            errs = {"max_abs_err": metrics.max_abs_err, "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
             if not timed_modes:
-                records.append(record(impl, seed, line, [], None, passed=verdict.passed, correctness=verdict,
-                                      performance=None, **metrics))
+                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
+                                      correctness=verdict, performance=None, **errs))
             for mode in timed_modes:
                 line, p50s = samples.representative((impl, mode))
                 records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
-                                      performance=perf.get((impl, mode)), **metrics))
+                                      performance=perf.get((impl, mode)), **errs))
     for mode in modes:
         if ("torch_sdpa", mode) in timed_keys:
             line, p50s = samples.representative(("torch_sdpa", mode))
