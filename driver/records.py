@@ -273,6 +273,28 @@ class ArchivedRecord(Record):
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
 
+    @property
+    def timing_mode(self) -> str:
+        """`timing`; for a run archived before the modes existed, read from its line (allreduce: the
+        method's mode; SDPA: an event pair per launch, i.e. cold, without the L2 flush)."""
+        if self.timing:
+            return self.timing
+        m = self.measurement
+        return TIMING_METHOD_MODE.get(m.timing, "cold") if m.suite == "allreduce" else "cold"
+
+    @property
+    def timing_method(self) -> str:
+        """How the executable timed, in words (README "How we time"): two records are timed alike
+        only when their modes and methods agree."""
+        m = self.measurement
+        if m.suite == "allreduce":
+            return {"device": "events", "host": f"host batch x{m.batch}", "graph": f"graph x{m.batch}"}[m.timing]
+        if m.suite != "sdpa":
+            return ""
+        if self.timing_mode == "hot":
+            return f"graph x{m.batch}"
+        return "events, L2 flushed" if m.l2_flush_bytes else "events"
+
 
 class Skip(Record):
     suite: str

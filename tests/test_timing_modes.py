@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
-from driver import config, gates, thresholds
+from driver import compare, config, gates, report, thresholds
 from driver.errors import ConfigError, KernelFailed
 from driver.options import RunOptions
-from driver.records import AllreduceLine, SdpaLine
+from driver.records import AllreduceLine, RunArchive, SdpaLine
 from driver.suites import allreduce, sdpa
 from driver.suites.common import interleaved
 from tests.conftest import run_driver
@@ -119,3 +120,80 @@ def test_every_gate_names_its_mode(tmp_path):
     bad.write_text(text)
     with pytest.raises(ConfigError, match="timing: Field required"):
         thresholds.load(bad)
+
+
+CAPTURED = Path(__file__).parent / "data" / "captured"
+SDPA_RUN = RunArchive.model_validate_json((CAPTURED / "results_2xH200_timing_modes_sdpa.json").read_text())
+AR_RUN = RunArchive.model_validate_json((CAPTURED / "results_2xH200_timing_modes_allreduce.json").read_text())
+
+
+def _row(md: str, start: str) -> list[str]:
+    line = next(ln for ln in md.splitlines() if ln.startswith(start))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_compare_shows_both_modes_side_by_side_on_a_real_run():
+    md = report.compare_markdown(SDPA_RUN)
+    assert "| config | candidate | other | cold p50 us (cand / other) | cold speedup | cold reading | cold winner | " \
+           "hot p50 us (cand / other) | hot speedup | hot reading | hot winner |" in md
+    row = _row(md, "| sdpa mission | cpasync | torch_sdpa |")
+    assert row[3:7] == ["9.98 / 13.28", "1.33x (+33.0%)", "significant", "cpasync"]
+    assert row[7:11] == ["5.93 / 9.82", "1.66x (+65.6%)", "significant", "cpasync"]
+    row = _row(md, "| sdpa 3x5x777x64 | cpasync | baseline |")  # a winner in one mode, a tie in the other
+    assert (row[6], row[10]) == ("cpasync", "tie")
+    assert "| mission/seed0 | cpasync | sdpa_fp8_cpasync | hot (graph x10) | 5.93 |" in md
+    assert "| mission/seed0 | torch_sdpa | torch_sdpa | cold (events, L2 flushed) | 13.28 |" in md
+
+
+def test_allreduce_hot_names_each_method():
+    md = report.compare_markdown(AR_RUN)
+    assert _row(md, "| allreduce float32/2gpu/8192B | ours | nccl |")[7:11] == [
+        "8.85 / 8.80", "0.99x (-0.6%)", "negligible", "tie"]
+    assert "| float32/2gpu/262144B | nccl | nccl | hot (graph x10) | 10.72 |" in md
+    assert "| float32/2gpu/262144B | ours | 1stage_push | hot (host batch x10) | 8.78 |" in md
+    assert "| float32/2gpu/262144B | ours | 1stage_push | cold (events) | 6.56 |" in md
+
+
+def test_one_mode_run_has_one_set_of_columns():
+    cold = SDPA_RUN.model_copy(update={"records": [r for r in SDPA_RUN.records if r.timing != "hot"]})
+    md = report.compare_markdown(cold)
+    assert "cold winner" in md and "hot winner" not in md
+
+
+def test_compare_matches_mode_and_method():
+    """A cold number with the L2 flush is never compared with one from before the flush, and the
+    cold and hot records of one config are compared each with its own kind."""
+    rows, _ = compare.compare(SDPA_RUN, SDPA_RUN, 0.02)
+    assert sum("| mission/seed0 |" in r for r in rows) == 6  # 3 impls x 2 modes
+    unflushed = [r.model_copy(update={"measurement": r.measurement.model_copy(update={"l2_flush_bytes": 0}),
+                                      "timing": None if r.timing == "cold" else r.timing})
+                 for r in SDPA_RUN.records]
+    legacy = SDPA_RUN.model_copy(update={"records": unflushed})
+    rows, _ = compare.compare(legacy, SDPA_RUN, 0.02)
+    assert not any("cold (events, L2 flushed)" in r for r in rows[2:])
+    assert sum("hot (graph x10)" in r for r in rows[2:]) == 6
+
+
+def test_plots_mark_the_mode():
+    pytest.importorskip("matplotlib")
+    from driver import plots
+
+    out = plots.render(SDPA_RUN)
+    assert set(out) == {"sdpa_p50.png"} and out["sdpa_p50.png"].startswith(b"\x89PNG")
+    import matplotlib.pyplot as plt
+
+    labels = []
+    real_legend = plt.Axes.legend
+
+    def spy(self, *a, **kw):
+        labels.extend(self.get_legend_handles_labels()[1])
+        return real_legend(self, *a, **kw)
+
+    plt.Axes.legend = spy
+    try:
+        plots.render(AR_RUN)
+        plots.render(SDPA_RUN)
+    finally:
+        plt.Axes.legend = real_legend
+    assert "nccl float32 x2 hot" in labels and "ours 1stage_push float32 x2 cold" in labels
+    assert {"cpasync cold", "cpasync hot", "torch_sdpa hot"} <= set(labels)
