@@ -32,8 +32,8 @@ def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: floa
 
 def _mode_not_timed(peer: str, gate_mode: str, modes: Collection[str]) -> Verdict:
     """A gate whose timing mode the run did not measure fails: never passed by omission."""
-    return Verdict(status="fail", reasons=[f"gate vs {peer} is on {gate_mode} timing, which this run did not "
-                                           f"measure (--timing {','.join(modes)})"])
+    why = f"gate vs {peer} is on {gate_mode} timing, which this run did not measure (--timing {','.join(modes)})"
+    return Verdict(status="fail", reasons=[why])
 
 
 def allreduce_speed(line: AllreduceLine, mode: str, peers: dict[tuple[str, str, int], AllreduceLine],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from pydantic import Field
 
 from driver.config import DEFAULT_TIMING, SDPA_SHAPES

@@ -11,7 +11,6 @@ from collections import defaultdict
 
 from driver.records import ArchivedRecord, RunArchive
 
-
 MODE_STYLE = {"cold": "-", "hot": "--"}
 MODE_NOTE = "cold: each launch alone; hot: back to back, hatched / dashed"
 

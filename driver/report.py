@@ -70,8 +70,8 @@ def _winner_table(run: RunArchive) -> list[str]:
     head = "| config | candidate | other | " + " | ".join(
         f"{m} p50 us (cand / other) | {m} speedup | {m} reading | {m} winner" for m in modes) + " |"
     rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
-            "cold: each launch timed alone (SDPA: L2 flushed first); hot: launches back to back (a CUDA graph, "
-            "or the host batch where the executable cannot capture one); README \"How we time\".", "",
+            ("cold: each launch timed alone (SDPA: L2 flushed first); hot: launches back to back (a CUDA graph, "
+             "or the host batch where the executable cannot capture one); README \"How we time\"."), "",
             head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
         cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]

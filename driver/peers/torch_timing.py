@@ -16,6 +16,7 @@ module imports nothing heavy at import time (the driver imports it on CPU boxes)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 HOLD_CHUNK = 20  # cold: samples queued behind one spin kernel
@@ -92,11 +93,9 @@ def capture(torch, fn: Callable[[], object], launches: int):
         with torch.cuda.graph(graph):
             for _ in range(launches):
                 fn()
-    except Exception as exc:  # noqa: BLE001 - any capture failure is a reason to report, not a crash
-        try:
+    except Exception as exc:  # any capture failure is a reason to report, not a crash
+        with contextlib.suppress(Exception):  # the capture's own error is the one to report
             torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - the capture's own error is the one to report
-            pass
         first = (str(exc).strip().splitlines() or ["(no message)"])[0]
         raise GraphCaptureFailed(f"CUDA graph capture failed: {type(exc).__name__}: {first}") from exc
     torch.cuda.synchronize()
