@@ -35,7 +35,8 @@ if {corrupt}:
 np.save(args["--out"], out)
 iters = int(args.get("--iters", "500"))
 print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": iters, "warmup": 0,
-                  "p50_us": 10.0, "p90_us": 11.0, "mean_us": 10.2, "std_us": 0.3, "min_us": 9.8, "tflops": 1.0}}))
+                  "p50_us": 10.0, "p90_us": 11.0, "mean_us": 10.2, "std_us": 0.3, "min_us": 9.8, "tflops": 1.0,
+                  "timing": args.get("--timing", "cold")}}))
 """
 
 
@@ -66,6 +67,9 @@ def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch)
     by = {(r.impl, r.seed): r for r in records}
     assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
     assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
+    # The correct variant is timed in both default modes, each record saying its mode.
+    assert sorted(r.timing for r in records if (r.impl, r.seed) == ("baseline", 0)) == ["cold", "hot"]
+    assert {c[c.index("--timing") + 1] for c in timed} == {"cold", "hot"}
     bad = by[("cpasync", 0)]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons

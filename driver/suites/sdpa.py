@@ -16,7 +16,7 @@ from driver.reference import sdpa as ref
 from driver.launch import launch
 from driver.parse import parse_lines
 from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, telemetry_flags
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
 
@@ -41,8 +41,9 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def timing_args(opts: RunOptions) -> list[str]:
-    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+def timing_args(opts: RunOptions, mode: str) -> list[str]:
+    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 
 def file_args(files: dict[str, Path]) -> list[str]:
@@ -63,10 +64,12 @@ def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference first (one launch per variant, nothing timed); then
-    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
-    run's output checked again. A variant with wrong results is never timed."""
+    """Every seed checked against the reference (one launch per variant, nothing timed); the
+    first seed's correct variants are timed in every mode asked for, in interleaved rounds with
+    the peer in the same mode, each timed run's output checked again. A variant with wrong
+    results is never timed."""
     before = device.probe().gpus[:1]
+    modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
@@ -86,59 +89,73 @@ def _shape(
             if seed != timed_seed:
                 continue
             correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds = {
-                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct
-            }
-            if have_torch and cmds:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
+            cmds: dict[tuple[str, str], list[str]] = {}
+            for mode in modes:  # ours then the peer, per mode: A B C D, A B C D, ...
+                for impl in correct:
+                    cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                          *timing_args(opts, mode)]
+                if have_torch and correct:
+                    cmds[("torch_sdpa", mode)] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files),
+                                                  *timing_args(opts, mode)]
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
+            def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
+                      outs: dict[str, Path] = outs) -> None:
+                impl = cmd_key[0]
                 if impl in VARIANTS:
                     checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
                                                             what=f"sdpa {shape_name} seed {seed} {impl} output"))
 
+            def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+                check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+                return (line.impl, cmd_key[1])
+
             if cmds:
                 samples = interleaved(
                     cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
+                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}",
+                    peers=frozenset(k for k in cmds if k[0] == "torch_sdpa"),
                 )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = sdpa_speed(shape_name, timed, VARIANTS, gates)
+    timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
+    perf = sdpa_speed(shape_name, timed, VARIANTS, modes, gates)
+    flags = telemetry_flags(before, after)
     records = []
+
+    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+        return ArchivedRecord(
+            suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+        )
+
     for seed in opts.seeds:
         for impl in VARIANTS:
             metrics = SdpaErrors.worst(checks[(impl, seed)])
             verdict = sdpa_correctness(metrics, gates.sdpa)
-            was_timed = seed == timed_seed and impl in timed_keys
-            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            too_big = sdpa_runner_resources(line, gates.build)
+            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
+            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
             if too_big:
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
-            if seed == timed_seed and not was_timed:
+            if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            records.append(
-                ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-                    max_abs_err=metrics.max_abs_err, bad_frac=metrics.bad_frac, rel_l2=metrics.rel_l2,
-                )
-            )
-    if "torch_sdpa" in timed_keys:
-        line, p50s = samples.representative("torch_sdpa")
-        records.append(ArchivedRecord(
-            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
-            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-        ))
+            errs = {"max_abs_err": metrics.max_abs_err, "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
+            if not timed_modes:
+                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
+                                      correctness=verdict, performance=None, **errs))
+            for mode in timed_modes:
+                line, p50s = samples.representative((impl, mode))
+                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
+                                      performance=perf.get((impl, mode)), **errs))
+    for mode in modes:
+        if ("torch_sdpa", mode) in timed_keys:
+            line, p50s = samples.representative(("torch_sdpa", mode))
+            records.append(record("torch_sdpa", timed_seed, line, p50s, mode, passed=True, performance=None,
+                                  correctness=Verdict(status="skip", reasons=["peer: timed only"])))
     failures = samples.peer_failures if samples is not None else {}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                     for (impl, mode), why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
