@@ -22,6 +22,12 @@ ALLREDUCE_KERNEL_NAMES = ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_
 # What --kernel takes besides those: auto (the dispatch table) and 1stage_cpasync (the build's stage count).
 ALLREDUCE_KERNELS = ("auto", *dict.fromkeys(re.sub(r"_s\d+$", "", k) for k in ALLREDUCE_KERNEL_NAMES))
 SUITES = ("allreduce", "sdpa", "all")
+TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
+TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
+# Modes a suite runs when --timing is not given. Allreduce: cold only, because the Mojo executables
+# cannot be graph-timed (their hot is the host back-to-back batch, a measurement of the host launch
+# path, not of the kernel) and cold NCCL already agrees with a CUDA-graph timing of NCCL.
+DEFAULT_TIMING: dict[str, tuple[str, ...]] = {"sdpa": ("cold", "hot"), "allreduce": ("cold",), "sweep": ("cold",)}
 
 # (B, H, S, D) of the named SDPA shapes the seeds and issue 4 use.
 SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
@@ -90,6 +96,13 @@ def parse_suite(text: str) -> tuple[str, ...]:
     """`allreduce,sdpa` -> both, in that order; `all` -> every suite."""
     items = _parse_choice_list(text, SUITES, "suite")
     return tuple(dict.fromkeys(s for item in items for s in (("allreduce", "sdpa") if item == "all" else (item,))))
+
+
+def parse_timing(text: str) -> tuple[str, ...]:
+    """`--timing cold,hot` -> ("cold", "hot"); `device` and `host` are aliases of cold and hot."""
+    allowed = (*TIMING_MODES, *TIMING_ALIASES)
+    items = _parse_choice_list(text, allowed, "timing mode")
+    return tuple(dict.fromkeys(TIMING_ALIASES.get(i, i) for i in items))
 
 
 def parse_kernel(text: str) -> str:

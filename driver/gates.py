@@ -45,31 +45,35 @@ def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: floa
 @dataclass(frozen=True)
 class SpeedGate:
     """One speedup gate of thresholds.toml, resolved for a suite: which record is ours, which is the
-    peer's, and the floor. `config` is the records' config the gate reads (SDPA: the shape)."""
+    peer's, the timing mode both are compared in, and the floor. `config` is the records' config the
+    gate reads (SDPA: the shape)."""
 
     suite: str
     impl: str  # ours ("ours"; SDPA: a variant, or "best" = the fastest variant timed)
     peer: str
+    timing: str  # cold or hot (README "How we time")
     config: str
     min_ratio: float
 
     @property
     def gate(self) -> str:
-        return f"{self.suite}/speed/{self.impl}-vs-{self.peer}/{self.config}"
+        return f"{self.suite}/speed/{self.impl}-vs-{self.peer}/{self.timing}/{self.config}"
 
 
 def speed_gates(opts: RunOptions, limits: Thresholds) -> list[SpeedGate]:
-    """The speedup gates this run asked for: those whose config is among the requested ones.
-    Each of them must be measured; one that is not fails the run unless marked optional."""
+    """The speedup gates this run asked for: those whose config is among the requested ones, in
+    every timing mode. Each must be measured (its mode timed, both sides run); one that is not
+    fails the run unless thresholds.toml marks it optional for the host."""
     out: list[SpeedGate] = []
     if "allreduce" in opts.suites:
         for g in limits.allreduce.speedup:
             if g.bytes in opts.sizes_bytes and g.dtype in opts.dtypes and (opts.ngpus is None or g.ngpus in opts.ngpus):
-                out.append(SpeedGate("allreduce", "ours", g.peer, allreduce_config(g.dtype, g.ngpus, g.bytes),
+                out.append(SpeedGate("allreduce", "ours", g.peer, g.timing, allreduce_config(g.dtype, g.ngpus, g.bytes),
                                      g.min_ratio))
     if "sdpa" in opts.suites:
         shapes = [name for name, _ in opts.shapes]
-        out += [SpeedGate("sdpa", g.impl, g.peer, g.shape, g.min_ratio) for g in limits.sdpa.speedup if g.shape in shapes]
+        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, g.shape, g.min_ratio)
+                for g in limits.sdpa.speedup if g.shape in shapes]
     return out
 
 
@@ -77,45 +81,50 @@ def allreduce_config(dtype: str, ngpus: int, nbytes: int) -> str:
     return f"{dtype}/{ngpus}gpu/{nbytes}B"
 
 
-Timed = dict[tuple[str, str], ArchivedRecord]  # (impl, config) -> the record with timings
+Timed = dict[tuple[str, str, str], ArchivedRecord]  # (impl, config, mode) -> the record with timings
 
 
 def _timed(records: list[ArchivedRecord]) -> Timed:
-    """Timed records by (impl, config); an SDPA record by its shape (only the first seed is timed)."""
+    """Timed records by (impl, config, mode); an SDPA record by its shape (only the first seed is timed)."""
     out: Timed = {}
     for r in records:
         if r.round_p50_us and r.suite in ("allreduce", "sdpa"):
-            out.setdefault((r.impl, r.config.split("/")[0] if r.suite == "sdpa" else r.config), r)
+            config = r.config.split("/")[0] if r.suite == "sdpa" else r.config
+            out.setdefault((r.impl, config, r.timing_mode), r)
     return out
 
 
-def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], noise: float) -> tuple[GateResult, ArchivedRecord | None]:
-    """The gate's result and the record of ours it judges (None when ours was not timed)."""
+def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ...],
+           noise: float) -> tuple[GateResult, ArchivedRecord | None]:
+    """The gate's result and the record of ours it judges (None when ours was not timed in its mode)."""
+    if g.timing not in modes:  # the run did not time this mode at all: never passed by omission
+        why = f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
     if g.impl == "best":
-        mine = [r for (impl, config), r in timed.items() if config == g.config and not peers.is_peer(impl)]
+        mine = [r for (impl, config, mode), r in timed.items()
+                if (config, mode) == (g.config, g.timing) and not peers.is_peer(impl)]
         subject = min(mine, key=lambda r: r.measurement.p50_us, default=None)
     else:
-        subject = timed.get((g.impl, g.config))
-    peer = timed.get((g.peer, g.config))
+        subject = timed.get((g.impl, g.config, g.timing))
+    peer = timed.get((g.peer, g.config, g.timing))
 
-    def why(impl: str) -> str:
-        said = [s.reason for s in skipped if s.suite == g.suite and s.impl in (impl, "*")]
-        return f" ({'; '.join(dict.fromkeys(said))})" if said else ""
+    def why(impl: str) -> list[str]:
+        return list(dict.fromkeys(s.reason for s in skipped if s.suite == g.suite and s.impl in (impl, "*")))
 
-    missing = [f"{g.impl} not timed at {g.config}{why(g.impl)}"] if subject is None else []
-    missing += [f"{g.peer} not measured{why(g.peer)}"] if peer is None else []
+    missing = [f"{g.impl} not timed at {g.config} ({g.timing})", *why(g.impl)] if subject is None else []
+    missing += [f"{g.peer} not measured ({g.timing})", *why(g.peer)] if peer is None else []
     if missing:
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
-    v = ratio_verdict(f"p50 vs {g.peer}", ours_us=subject.measurement.p50_us, peer_us=peer.measurement.p50_us,
-                      min_ratio=g.min_ratio, noise=noise)
+    v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
+                      peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
     return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=v.reasons), subject
 
 
-def allreduce_inconclusive(reps: dict[tuple[str, int], AllreduceLine], limits: Thresholds) -> bool:
-    """Whether any allreduce speed gate over these representative lines sits inside the noise
-    (the suite then runs one more round)."""
+def allreduce_inconclusive(reps: dict[tuple[str, str, int], AllreduceLine], limits: Thresholds) -> bool:
+    """Whether any allreduce speed gate over these representative lines, keyed (impl, mode, bytes),
+    sits inside the noise (the suite then runs one more round)."""
     for g in limits.allreduce.speedup:
-        ours, peer = reps.get(("ours", g.bytes)), reps.get((g.peer, g.bytes))
+        ours, peer = reps.get(("ours", g.timing, g.bytes)), reps.get((g.peer, g.timing, g.bytes))
         if ours and peer and (ours.dtype, ours.ngpus) == (g.dtype, g.ngpus) and ours.timed and peer.timed:
             v = ratio_verdict("", ours_us=ours.p50_us, peer_us=peer.p50_us, min_ratio=g.min_ratio,
                               noise=limits.noise.min_rel_noise)
@@ -207,7 +216,8 @@ def _correctness(records: list[ArchivedRecord]) -> list[GateResult]:
             gate = f"stress/{r.measurement.check}/{r.kernel}/{r.config}"
             kind = "speed" if r.measurement.check == "profile" else "correctness"
         else:
-            gate, kind = f"{r.suite}/correct/{r.impl}/{r.config}", "correctness"
+            mode = f"/{r.timing}" if r.timing else ""  # a config timed in two modes ran twice: two gates
+            gate, kind = f"{r.suite}/correct/{r.impl}/{r.config}{mode}", "correctness"
         out.append(GateResult(gate=gate, kind=kind, status=r.correctness.status, reasons=r.correctness.reasons))
     return out
 
@@ -222,7 +232,7 @@ def evaluate(records: list[ArchivedRecord], skipped: list[Skip], opts: RunOption
     timed = _timed(records)
     judged: dict[int, list[GateResult]] = {}
     for g in speed_gates(opts, limits):
-        result, subject = _speed(g, timed, skipped, limits.noise.min_rel_noise)
+        result, subject = _speed(g, timed, skipped, opts.modes(g.suite), limits.noise.min_rel_noise)
         results.append(result)
         if subject is not None:
             judged.setdefault(id(subject), []).append(result)

@@ -10,11 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from driver import archive, gates, paths, plots
-from driver.records import BuildMeta, GateResult, RunArchive
+from driver.config import TIMING_MODES
+from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
 
 COMPARE_FILE = "COMPARE.md"
 INDEX_FILE = "README.md"
+
+
+def _modes(run: RunArchive) -> list[str]:
+    present = {r.timing_mode for r in run.records if r.suite != "stress" and r.round_p50_us}
+    return [m for m in TIMING_MODES if m in present]
 
 
 def _speed_table(run: RunArchive) -> list[str]:
@@ -23,20 +29,20 @@ def _speed_table(run: RunArchive) -> list[str]:
         recs = [r for r in run.records if r.suite == suite]
         if not recs:
             continue
-        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | correct | gate |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | correct | gate |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {r.correctness.status} | "
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | - | not timed | {r.correctness.status} | "
                              f"{gate} {why} |")
                 continue
             metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
-                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
-                f"{r.correctness.status} | {gate} {why} |"
+                f"| {r.config} | {r.impl} | {r.kernel} | {r.timing_mode} ({r.timing_method}) | {m.p50_us:.2f} | "
+                f"{m.p90_us:.2f} | {metric} | {r.correctness.status} | {gate} {why} |"
             )
         lines.append("")
     return lines
@@ -49,8 +55,9 @@ def reading(speedup: float) -> str:
 
 
 def _winner_table(run: RunArchive) -> list[str]:
-    """Ours against every other impl of the same config, on p50 (first seed for SDPA)."""
-    groups: dict[str, dict[str, object]] = {}
+    """Ours against every other impl of the same config on p50 (first seed for SDPA), every timing
+    mode of the run side by side: each mode has its own speedup, reading and winner."""
+    groups: dict[str, dict[str, dict[str, object]]] = {}
     first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
     for r in run.records:
         if r.suite == "stress":
@@ -58,25 +65,32 @@ def _winner_table(run: RunArchive) -> list[str]:
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
         if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
             continue
-        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
+        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, {}).setdefault(r.timing_mode, r.measurement)
+    modes = _modes(run)
+    head = "| config | candidate | other | " + " | ".join(
+        f"{m} p50 us (cand / other) | {m} speedup | {m} reading | {m} winner" for m in modes) + " |"
     rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
-            "| config | candidate | other | candidate p50 us | other p50 us | p90 us (cand / other) | mean us (cand / other) | speedup | reading | winner |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            ("cold: each launch timed alone (SDPA: L2 flushed first); hot: launches back to back (a CUDA graph, "
+             "or the host batch where the executable cannot capture one); README \"How we time\"."), "",
+            head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
         cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
         for cand in cands:
-            for other, m in by_impl.items():
+            for other in by_impl:
                 if other == cand or (cand == "baseline" and other == "cpasync"):
                     continue
-                c = by_impl[cand]
-                if c.p50_us <= 0 or m.p50_us <= 0:
-                    continue
-                sp = m.p50_us / c.p50_us
-                win = cand if sp > 1 else other
-                rows.append(f"| {cfg} | {cand} | {other} | {c.p50_us:.2f} | {m.p50_us:.2f} | {c.p90_us:.2f} / "
-                            f"{m.p90_us:.2f} | {c.mean_us:.2f} / {m.mean_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | "
-                            f"{reading(sp)} | {win if reading(sp) != 'negligible' else 'tie'} |")
-    return rows + [""] if len(rows) > 4 else []
+                cells = []
+                for mode in modes:
+                    c, o = by_impl[cand].get(mode), by_impl[other].get(mode)
+                    if c is None or o is None or c.p50_us <= 0 or o.p50_us <= 0:
+                        cells.append("- | - | - | -")
+                        continue
+                    sp = o.p50_us / c.p50_us
+                    win = cand if sp > 1 else other
+                    cells.append(f"{c.p50_us:.2f} / {o.p50_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | {reading(sp)} | "
+                                 f"{win if reading(sp) != 'negligible' else 'tie'}")
+                rows.append(f"| {cfg} | {cand} | {other} | " + " | ".join(cells) + " |")
+    return rows + [""] if len(rows) > 6 else []
 
 
 def _stress_table(run: RunArchive) -> list[str]:
@@ -190,8 +204,8 @@ def headline(run: RunArchive) -> str:
         text = f"{len(group)} {state}"
         first = group[0]
         if first.blocking:
-            why = first.reasons[0] if first.reasons else "no reason recorded"
-            text += f" (e.g. {first.gate}: {why[:120]})"
+            why = "; ".join(first.reasons) or "no reason recorded"
+            text += f" (e.g. {first.gate}: {why[:160]})"
         parts.append(text)
     return "; ".join(parts).replace("|", "/")
 
@@ -212,3 +226,73 @@ def index_markdown(root: Path) -> str:
 def update_index(root: Path | None = None) -> None:
     root = root or paths.results_dir()
     paths.write_atomic(root / INDEX_FILE, index_markdown(root))
+
+
+def _column_names(runs: list[RunArchive]) -> list[str]:
+    """One column per run, named by its device kind (`2xH100`); a kind that appears twice gets its run id too."""
+    kinds = [r.device.kind for r in runs]
+    return [k if kinds.count(k) == 1 else f"{k} {r.run_id}" for k, r in zip(kinds, runs)]
+
+
+def _stress_cell(r: ArchivedRecord) -> str:
+    wrong = getattr(r.measurement, "wrong", None)
+    return r.correctness.status + (f" ({wrong} wrong)" if wrong is not None else "")
+
+
+def cross_device(runs: list[RunArchive]) -> list[str]:
+    """The same config, in the same timing mode, on each GPU kind side by side: p50 per run, and slowest
+    over fastest where two or more kinds ran it. Stress checks get their verdict per kind instead."""
+    names = _column_names(runs)
+    timed: dict[tuple[str, str, str, str], dict[str, ArchivedRecord]] = {}
+    checked: dict[tuple[str, str, str], dict[str, ArchivedRecord]] = {}
+    for name, run in zip(names, runs):
+        for r in run.records:
+            if r.suite == "stress":
+                checked.setdefault((r.measurement.check, r.kernel, r.config), {}).setdefault(name, r)
+            elif r.round_p50_us and r.measurement.p50_us > 0:
+                timed.setdefault((r.suite, r.config, r.impl, r.timing_mode), {}).setdefault(name, r)
+    out: list[str] = []
+    if timed:
+        out += ["## Timed configs, p50 us per device (kernel where ours chose one)", "",
+                "| suite | config | impl | mode | " + " | ".join(names) + " | slowest / fastest |",
+                "|---|---|---|---|" + "---|" * (len(names) + 1)]
+        for (suite, cfg, impl, mode), by in timed.items():
+            cells = []
+            for n in names:
+                r = by.get(n)
+                kernel = f" ({r.kernel})" if r and suite == "allreduce" and impl == "ours" else ""
+                cells.append(f"{r.measurement.p50_us:.2f}{kernel}" if r else "-")
+            p50s = [r.measurement.p50_us for r in by.values()]
+            spread = f"{max(p50s) / min(p50s):.2f}x" if len(p50s) > 1 else "-"
+            out.append(f"| {suite} | {cfg} | {impl} | {mode} | " + " | ".join(cells) + f" | {spread} |")
+        out.append("")
+    if checked:
+        out += ["## Stress checks per device", "", "| check | kernel | config | " + " | ".join(names) + " |",
+                "|---|---|---|" + "---|" * len(names)]
+        for (check, kernel, cfg), by in checked.items():
+            cells = [_stress_cell(by[n]) if n in by else "-" for n in names]
+            out.append(f"| {check} | {kernel} | {cfg} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def cluster_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
+    """CLUSTER.md of a cluster run: every task's end, the cross-device table, each failed task's log tail."""
+    sub = report.submission
+    lines = [f"# Cluster run {sub.submission_id}", "",
+             f"- job array {sub.job_id}, {len(sub.tasks)} task(s), time limit {sub.time_limit_min} min",
+             f"- git: {sub.git_sha}{' (dirty)' if sub.git_dirty else ''}; built for {', '.join(sub.archs)}",
+             f"- command: `{' '.join(sub.command)}`", "",
+             "## Tasks", "", "| task | partition | GPUs | suite | node | Slurm state | exit | elapsed s | run folders |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for o in report.outcomes:
+        t, st = o.task, o.state
+        runs_cell = ", ".join(f"[{r}](../../{r}/COMPARE.md)" for r in o.collected) or "-"
+        lines.append(f"| {t.index} | {t.partition} | {t.gpus}x {t.gpu_type} ({t.arch}) | {t.suite} | {st.node or '-'} | "
+                     f"{st.state} | {'-' if st.exit_code is None else st.exit_code} | {st.elapsed_s} | {runs_cell} |")
+    lines.append("")
+    lines += cross_device(runs) if runs else ["(no task archived a run folder: nothing to compare)", ""]
+    for o in report.outcomes:
+        if o.problem:
+            lines += [f"## Task {o.task.index} {o.task.label}: {o.problem}", "", "```", *o.log_tail, "```", ""]
+    return "\n".join(lines) + "\n"

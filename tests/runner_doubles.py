@@ -49,6 +49,7 @@ for size in args["--sizes"].split(","):
                       "kernel_confirmed": selected, "dtype": dtype, "ngpus": int(args.get("--ngpus", "2")),
                       "bytes": n, "elements": n // esize, "iters": int(args.get("--iters", "50")),
                       "warmup": int(args.get("--warmup", "10")), "timing": args.get("--timing", "host"),
+                      "batch": int(args.get("--batch", "1")),
                       "p50_us": t, "p90_us": t * 1.05, "min_us": t * 0.95, "mean_us": t, "algbw_gbps": n / t / 1e3,
                       "busbw_gbps": n / t / 1e3, "max_abs_err": err, "wrong": wrong,
                       "checked": args.get("--check", "0") == "1", "checked_iters": 1}}))
@@ -76,7 +77,8 @@ np.save(args["--out"], out)
 p50 = {p50!r}
 print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
                   "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
-                  "min_us": p50 * 0.95, "tflops": 1.0}}))
+                  "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
+                  "batch": int(args.get("--batch", "1"))}}))
 """
 
 

@@ -95,8 +95,8 @@ def test_the_index_headline_leads_with_the_failed_gate():
 
 def test_the_speed_gates_a_run_asks_for_follow_its_options():
     asked = {g.gate for g in gates.speed_gates(RunOptions(sizes_bytes=(256 << 10,), shapes=()), LIMITS)}
-    assert asked == {"allreduce/speed/ours-vs-nccl/float32/2gpu/262144B",
-                     "allreduce/speed/ours-vs-upstream/float32/2gpu/262144B"}
+    assert asked == {"allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B",
+                     "allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"}
     assert gates.speed_gates(RunOptions(suites=("sdpa",), shapes=(("mission", (1, 8, 512, 64)),)), LIMITS)
     assert not gates.speed_gates(RunOptions(dtypes=("bfloat16",), shapes=()), LIMITS)
 
@@ -128,5 +128,5 @@ def test_the_repo_thresholds_excuse_only_the_allreduce_ncu_attempt():
     """ncu cannot follow the cross-GPU barrier; nothing else may go unmeasured on any host by default."""
     assert LIMITS.optional_reason("stress/profile/1stage_cpasync_s3/ncu/2gpu/8K", "2xH200")
     for gate in ("stress/profile/sdpa_fp8_cpasync/ncu/mission", "stress/sanitizer/sdpa_fp8_baseline/memcheck/small",
-                 "allreduce/speed/ours-vs-nccl/float32/2gpu/262144B", "sdpa/speed/best-vs-torch_sdpa/mission"):
+                 "allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B", "sdpa/speed/best-vs-torch_sdpa/cold/mission"):
         assert LIMITS.optional_reason(gate, "2xH200") is None

@@ -65,15 +65,16 @@ def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
     assert "ours-vs-nccl" in line and NO_TORCH in line
     folder, run = _only_run(results_dir)
     states = {g.gate: (g.status, g.optional) for g in run.gates}
-    assert states["allreduce/speed/ours-vs-nccl/float32/2gpu/262144B"] == ("not_measured", False)
-    assert states["sdpa/speed/best-vs-torch_sdpa/mission"] == ("not_measured", False)
-    assert states["allreduce/speed/ours-vs-upstream/float32/2gpu/262144B"] == ("pass", False)
-    assert states["sdpa/speed/cpasync-vs-baseline/mission"] == ("pass", False)
+    assert states["allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B"] == ("not_measured", False)
+    assert states["sdpa/speed/best-vs-torch_sdpa/cold/mission"] == ("not_measured", False)
+    assert states["allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"] == ("pass", False)
+    assert states["sdpa/speed/cpasync-vs-baseline/cold/mission"] == ("pass", False)
     compare_md = (folder / "COMPARE.md").read_text()
     table = compare_md[compare_md.index("## Gates"):]
     assert table.index("| NOT MEASURED | allreduce/speed/ours-vs-nccl") < table.index("| pass |")
     index = (results_dir / "README.md").read_text()
-    assert "2 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/float32/2gpu/262144B: nccl not measured" in index
+    assert ("2 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B: nccl not measured (cold); "
+            f"{NO_TORCH}") in index
 
 
 def test_a_peer_marked_optional_for_this_host_may_be_missing(host, results_dir, tmp_path, monkeypatch, capsys):

@@ -40,6 +40,9 @@ def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch)
     assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
     assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
     assert by[("baseline", 2)].passed and not by[("baseline", 2)].round_p50_us
+    # The correct variant is timed in both default modes, each record saying its mode.
+    assert sorted(r.timing for r in records if (r.impl, r.seed) == ("baseline", 0)) == ["cold", "hot"]
+    assert {c[c.index("--timing") + 1] for c in timed} == {"cold", "hot"}
     bad = by[("cpasync", 0)]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons

@@ -11,8 +11,8 @@ from driver.errors import NoGPU
 from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
 from driver.parse import launch_lines
-from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, interleaved, progress, telemetry_flags
+from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
+from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import allreduce_errors
 
@@ -21,42 +21,54 @@ EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
 
 
-def timing_flags(opts: RunOptions) -> list[str]:
-    """The timing method's flags, the same for ours, upstream and the NCCL peer."""
-    if opts.timing == "host":
-        return ["--timing", "host", "--batch", str(opts.batch)]
-    return ["--timing", "device"]
+def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
+    """Flags that make `impl` time in `mode` (README "How we time"): the Mojo executables cannot
+    capture a CUDA graph, so their hot is the host back-to-back batch; the NCCL peer's is a graph."""
+    if mode == "cold":
+        return ["--timing", "device"]
+    if impl == "nccl":
+        return ["--timing", "hot", "--batch", str(batch)]
+    return ["--timing", "host", "--batch", str(batch)]
 
 
-def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
+def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
-    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(impl, mode, opts.batch),
+             "--check", "1"]
     if impl == "ours":
         args += kernel_flags(opts.kernel)
     return args
 
 
-def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[str, list[str]]:
-    exe = str(exe_dir / EXE)
-    cmds = {
-        "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
-        "upstream": [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream")],
-    }
-    if peers.missing("nccl") is None:
-        cmds["nccl"] = peers.command("nccl", *_args(opts, dtype, ngpus, "nccl"))
+def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], list[str]]:
+    """Per (impl, mode), ours and the peers in the same mode one after the other; a peer this host
+    cannot run is left out (its gates are then not measured)."""
+    cmds: dict[tuple[str, str], list[str]] = {}
+    for mode in opts.modes("allreduce"):
+        cmds[("ours", mode)] = [str(exe_dir / EXE), *_args(opts, dtype, ngpus, "ours", mode)]
+        cmds[("upstream", mode)] = [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream", mode)]
+        if peers.missing("nccl") is None:
+            cmds[("nccl", mode)] = peers.command("nccl", *_args(opts, dtype, ngpus, "nccl", mode))
     return cmds
+
+
+def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, int]:
+    """(impl, mode, bytes); the line's method must serve the mode asked for."""
+    check_mode(f"allreduce {cmd_key[0]}", cmd_key[1], TIMING_METHOD_MODE.get(line.timing))
+    return (line.impl, cmd_key[1], line.bytes)
 
 
 def _group(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
+    """One (dtype, GPU count): ours and the peers interleaved per mode, records per size and mode."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
+    modes = opts.modes("allreduce")
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
-        timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset(filter(peers.is_peer, cmds)),
+        timeout_s=opts.timeout_s, key=line_key, label=f"allreduce {dtype} x{ngpus}",
+        peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
     )
     samples = run_rounds(rounds=opts.rounds)
     if allreduce_inconclusive({k: samples.representative(k)[0] for k in samples.by_key}, gates):
@@ -64,19 +76,21 @@ def _group(
     reps = {k: samples.representative(k) for k in samples.by_key}
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
-    skipped = [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
-               for impl, why in samples.peer_failures.items()]
+    skipped = [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus} {mode}: {why}")
+               for (impl, mode), why in samples.peer_failures.items()]
     records = []
-    for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    order = {m: i for i, m in enumerate(modes)}
+    for (impl, mode, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][2], order[kv[0][1]], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.
-        rounds = samples.by_key[(impl, nbytes)]
+        rounds = samples.by_key[(impl, mode, nbytes)]
         verdict = Verdict.combine([allreduce_correctness(x, gates) for x in rounds])
         errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=allreduce_config(dtype, ngpus, nbytes),
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
-                nonfinite=errs.nonfinite, correctness=verdict, measurement=ln, round_p50_us=p50s if ln.timed else [],
+                nonfinite=errs.nonfinite, correctness=verdict, measurement=ln,
+                round_p50_us=p50s if ln.timed else [], timing=mode if ln.timed else None,
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )

@@ -13,7 +13,7 @@ from driver.options import RunOptions
 from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, telemetry_flags
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
 
@@ -38,8 +38,9 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def timing_args(opts: RunOptions) -> list[str]:
-    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+def timing_args(opts: RunOptions, mode: str) -> list[str]:
+    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 
 def file_args(files: dict[str, Path]) -> list[str]:
@@ -61,10 +62,11 @@ def _shape(
     shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """Every seed of every variant checked against the reference first (one launch each, nothing
-    timed); then the first seed's inputs timed in interleaved rounds with the peer, for the variants
-    that were correct on every seed, each timed run's output checked again. A variant with wrong
-    results is never timed."""
+    timed); then the first seed's inputs timed in every mode asked for, in interleaved rounds with
+    the peer in the same mode, for the variants that were correct on every seed, each timed run's
+    output checked again. A variant with wrong results is never timed."""
     before = device.probe().gpus[:1]
+    modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
     samples: Samples[SdpaLine] | None = None
@@ -86,59 +88,71 @@ def _shape(
         files, expected, outs = cases[timed_seed]
         correct = [impl for impl in VARIANTS
                    if all(sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed for seed in opts.seeds)]
-        cmds = {impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct}
-        if cmds and peers.missing("torch_sdpa") is None:
-            cmds["torch_sdpa"] = peers.command("torch_sdpa", *file_args(files), *timing_args(opts))
+        cmds: dict[tuple[str, str], list[str]] = {}
+        for mode in modes:  # ours then the peer, per mode: A B C D, A B C D, ...
+            for impl in correct:
+                cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                      *timing_args(opts, mode)]
+            if correct and peers.missing("torch_sdpa") is None:
+                cmds[("torch_sdpa", mode)] = peers.command("torch_sdpa", *file_args(files), *timing_args(opts, mode))
 
-        def check(impl: str, _line: SdpaLine) -> None:
+        def check(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
+            impl = cmd_key[0]
             if impl in VARIANTS:
                 checks[(impl, timed_seed)].append(sdpa_errors(
                     np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
                     what=f"sdpa {shape_name} seed {timed_seed} {impl} output"))
 
+        def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+            check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+            return (line.impl, cmd_key[1])
+
         if cmds:
             samples = interleaved(
                 cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
+                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
                 on_line=check, label=f"sdpa {shape_name} seed {timed_seed}",
-                peers=frozenset(filter(peers.is_peer, cmds)),
+                peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
             )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
+    flags = telemetry_flags(before, after)
     records = []
+
+    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+        return ArchivedRecord(
+            suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+        )
+
     for seed in opts.seeds:
-        for impl, exe_name in VARIANTS.items():
+        for impl in VARIANTS:
             metrics = SdpaErrors.worst(checks[(impl, seed)])
             verdict = sdpa_correctness(metrics, gates.sdpa)
-            was_timed = seed == timed_seed and impl in timed_keys
-            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            too_big = sdpa_runner_resources(line, gates.build)
+            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
+            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
             if too_big:
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
-            if seed == timed_seed and not was_timed:
+            if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            records.append(
-                ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=exe_name, config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-                    max_abs_err=metrics.max_abs_err, nonfinite=metrics.nonfinite > 0, bad_frac=metrics.bad_frac,
-                    rel_l2=metrics.rel_l2,
-                )
-            )
-    for impl in (k for k in timed_keys if peers.is_peer(k)):
-        line, p50s = samples.representative(impl)
-        records.append(ArchivedRecord(
-            suite="sdpa", impl=impl, kernel=impl, config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=False,
-            correctness=Verdict(status="not_measured", reasons=["peer: timed only, its output is not checked"]),
-            measurement=line, round_p50_us=p50s, telemetry_before=before, telemetry_after=after,
-            flags=telemetry_flags(before, after),
-        ))
+            errs = {"max_abs_err": metrics.max_abs_err, "nonfinite": metrics.nonfinite > 0,
+                    "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
+            if not timed_modes:
+                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
+                                      correctness=verdict, **errs))
+            for mode in timed_modes:
+                line, p50s = samples.representative((impl, mode))
+                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
+                                      **errs))
+    for mode in modes:
+        for impl in (k[0] for k in timed_keys if k[1] == mode and peers.is_peer(k[0])):
+            line, p50s = samples.representative((impl, mode))
+            records.append(record(impl, timed_seed, line, p50s, mode, passed=False, correctness=Verdict(
+                status="not_measured", reasons=["peer: timed only, its output is not checked"])))
     failures = samples.peer_failures if samples is not None else {}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                     for (impl, mode), why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
