@@ -128,6 +128,10 @@ class BuildMeta(Record):
 
 # ---------------------------------------------------------------- kernel output lines
 
+# The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
+# (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
+TimingMode = Literal["cold", "hot"]
+
 
 class AllreduceLine(Record):
     """One line printed by an allreduce executable (ours, upstream, or the NCCL peer)."""
@@ -162,10 +166,10 @@ class AllreduceLine(Record):
 
 
 class SdpaLine(Record):
-    """One line printed by an SDPA runner (ours) or the PyTorch peer."""
+    """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
-    impl: Literal["baseline", "cpasync", "torch_sdpa"]
+    impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt
@@ -186,6 +190,14 @@ class SdpaLine(Record):
     block: list[int] = Field(default_factory=list)
     smem_bytes: NonNegativeInt = 0
     regs_per_thread: NonNegativeInt = 0
+    # The timing mode (README "How we time"); None: a line from before the modes existed.
+    timing: TimingMode | None = None
+    batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
+    l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
+    # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
+    # E4M3), and the library versions that ran.
+    precision: str = ""
+    peer_version: str = ""
 
 
 class CeilingLine(Record):
