@@ -144,6 +144,31 @@ def cmd_index(ns: argparse.Namespace) -> int:
             report.rerender_compare(folder)
     report.update_index(paths.results_dir())
     print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+    _write_limits()
+    return 0
+
+
+def _write_limits() -> bool:
+    from driver import archive, limits
+
+    table = limits.markdown(limits.newest(archive.archived_runs(), thresholds.load().noise.min_rel_noise))
+    written = limits.write_readme(table)
+    if written:
+        print(f"limits: known limits in {limits.README_FILE} refreshed from {paths.results_dir()}")
+    return written
+
+
+def cmd_limits(ns: argparse.Namespace) -> int:
+    from driver import archive, limits
+
+    if ns.write:
+        if not _write_limits():
+            from driver.errors import ConfigError
+
+            raise ConfigError(f"{limits.README_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
+                              f"{limits.END!r} where the table belongs")
+        return 0
+    print(limits.markdown(limits.newest(archive.archived_runs(), thresholds.load().noise.min_rel_noise)), end="")
     return 0
 
 
@@ -198,10 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("runs", nargs="*", help="two run folders (default: the newest two on one device kind)")
     c.set_defaults(func=cmd_compare)
 
-    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders")
+    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders (and README.md's known "
+                        "limits, see `limits`)")
     ix.add_argument("--rerender", action="store_true",
                     help="also re-render every run's COMPARE.md from its results.json (after a report change)")
     ix.set_defaults(func=cmd_index)
+
+    lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")
+    lm.add_argument("--write", action="store_true", help="write the table into README.md between its limits markers")
+    lm.set_defaults(func=cmd_limits)
 
     sc = sub.add_parser("schema", help="write the JSON Schemas of every record")
     sc.add_argument("--out", default=None)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Second GPU session: upstream crash diagnosis, launch floor, unroll variants
+# GPU run 2 of the allreduce bring-up (2026-11-22, 2x H200): upstream crash diagnosis, launch floor, unroll variants
 # (correctness + timing), window-based auto dispatch across kernels, 1 GiB.
 set -u
 export NCCL_NVLS_ENABLE=0

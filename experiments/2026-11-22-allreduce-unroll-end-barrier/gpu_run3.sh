@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Third GPU session: verify the FINAL default build (AR_UNROLL=4, start barrier
+# GPU run 3 of the allreduce bring-up (2026-11-22, 2x H200): verify the FINAL default build (AR_UNROLL=4, start barrier
 # release/acquire, end barrier relaxed), retry upstream comm.allreduce outside a
 # closure (default and explicit epilogue), time everything with one method.
 set -u

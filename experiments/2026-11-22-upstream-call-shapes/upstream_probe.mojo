@@ -1,7 +1,7 @@
 # upstream_probe: which call shapes of max-core 26.7's upstream
 # `comm.allreduce` work on this machine (diagnostic, not part of the bench).
 #
-# Every call with >0 elements in benchlib/runner.mojo's run_upstream faults on
+# At fa9f7b2 (2026-11-22) every call with >0 elements in benchlib/runner.mojo's run_upstream faulted on
 # 2x H200 (compute-sanitizer: `allreduce_1stage_float32` writes to 0xab + 16*t,
 # i.e. the kernel's OUTPUT pointer is garbage). Suspect: modular/modular#6759,
 # a TrivialRegisterPassable struct > 16 bytes passed by value across a host

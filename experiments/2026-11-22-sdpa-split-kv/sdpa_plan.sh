@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# SDPA FP8 diagnostic plan (kernels_cuda/sdpa_fp8): old vs split-KV configs x ablations, both variants.
+# SDPA FP8 diagnostic plan (kernels_cuda/sdpa_fp8, 2026-11-22 at 89d7f9d): old vs split-KV configs x ablations, both variants.
 #
-#   bash kernels_cuda/sdpa_fp8/sdpa_plan.sh [BIN_DIR]        # BIN_DIR default: <repo>/build/sm_90
+#   bash experiments/2026-11-22-sdpa-split-kv/sdpa_plan.sh [BIN_DIR]   # BIN_DIR default: <repo>/build/sm_90
 #
 # Needs: BIN_DIR/sdpa_fp8_baseline, BIN_DIR/sdpa_fp8_cpasync (built from this checkout), python3 with
 # numpy.  Imports only driver/reference/sdpa.py (by file path: no pydantic needed).
