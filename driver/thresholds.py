@@ -34,7 +34,7 @@ class AllreduceGates(Record):
 
 class SdpaSpeedup(Record):
     impl: Literal["baseline", "cpasync", "best"]
-    peer: Literal["baseline", "cpasync", "torch_sdpa"]
+    peer: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     shape: str
     min_ratio: PositiveFloat
 

@@ -1,4 +1,5 @@
-"""The SDPA suite: both FP8 variants against a float64 reference, PyTorch as the peer."""
+"""The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
+as the peers, in the same rounds, their outputs checked against the same reference."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from driver import device
+from driver.errors import KernelFailed
 from driver.options import RunOptions
+from driver.peers import flash_sdpa
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.launch import launch
@@ -22,6 +25,47 @@ from driver.verify import SdpaErrors, sdpa_errors
 
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
+# The peers: impl -> its module under driver/peers/ (each reads our inputs and writes its output with --out).
+PEERS = {"torch_sdpa": "torch_sdpa", "cudnn_fp8": "cudnn_sdpa", "flash_attn": "flash_sdpa"}
+HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_sm90", "mma_sync_sm80"
+
+
+def peer_missing(impl: str, gpu_arch: str) -> str | None:
+    """Why peer `impl` cannot run on this host and GPU, or None when it can (it may still refuse a shape)."""
+    if not _found("torch"):
+        return "torch is not installed on this host"
+    if impl == "cudnn_fp8":
+        if _arch_number(gpu_arch) < 90:
+            return f"cuDNN FP8 attention needs sm_90 or newer; this GPU is {gpu_arch}"
+        if not _found("cudnn"):
+            return ("nvidia-cudnn-frontend is not installed on this host (pyproject.toml's peers group; a bundle "
+                    "carries its wheel)")
+    if impl == "flash_attn":
+        return flash_sdpa.missing()
+    return None
+
+
+def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
+    """Why our Hopper kernel does not run here (the runner then runs the mma.sync kernel), or None."""
+    if gpu_arch == "sm_90" and build_arch == "sm_90":
+        return None
+    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
+           f"this build is for {build_arch}, without sm_90a code")
+    return (f"the Hopper kernel ({HOPPER_KERNEL}: warpgroup MMA, tensor copies) needs an sm_90 GPU and a build for "
+            f"sm_90a; {why}, so the runners run the mma.sync kernel ({MMA_SYNC_KERNEL})")
+
+
+def peer_command(impl: str, *args: str) -> list[str]:
+    """How a peer is launched: its module under driver/peers/, with the driver's interpreter."""
+    return [sys.executable, "-m", f"driver.peers.{PEERS[impl]}", *args]
+
+
+def _found(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch.removeprefix("sm_").rstrip("a"))
 
 
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
@@ -60,7 +104,7 @@ def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarr
 
 
 def _shape(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peers: tuple[str, ...],
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """Every seed checked against the reference first (one launch per variant, nothing timed); then
@@ -69,6 +113,8 @@ def _shape(
     before = device.probe().gpus[:1]
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
+    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer
+    peer_unchecked: dict[str, str] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
     with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
@@ -76,7 +122,7 @@ def _shape(
             folder = Path(tmp) / f"seed{seed}"
             folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
-            outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            outs = {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peers)}
             for impl, exe in VARIANTS.items():
                 what = f"sdpa {shape_name} seed {seed} {impl} (check)"
                 progress(what)
@@ -90,19 +136,27 @@ def _shape(
                 impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
                 for impl in correct
             }
-            if have_torch and cmds:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
+            for impl in peers if cmds else ():
+                cmds[impl] = peer_command(impl, *file_args(files), "--out", str(outs[impl]), *timing_args(opts))
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
+            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
+                      outs: dict[str, Path] = outs) -> None:
+                what = f"sdpa {shape_name} seed {seed} {impl} output"
                 if impl in VARIANTS:
                     checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
-                                                            what=f"sdpa {shape_name} seed {seed} {impl} output"))
+                                                            what=what))
+                    return
+                try:  # a peer's output is checked the same way; if it is malformed, the record says so
+                    peer_checks.setdefault(impl, []).append(
+                        sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
+                except (KernelFailed, OSError, ValueError) as exc:
+                    peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
 
             if cmds:
                 samples = interleaved(
                     cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
                     target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset(peers),
                 )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
@@ -129,13 +183,20 @@ def _shape(
                     max_abs_err=metrics.max_abs_err, bad_frac=metrics.bad_frac, rel_l2=metrics.rel_l2,
                 )
             )
-    if "torch_sdpa" in timed_keys:
-        line, p50s = samples.representative("torch_sdpa")
+    for impl in (p for p in peers if p in timed_keys):
+        line, p50s = samples.representative(impl)
+        m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
+        reasons = ["peer: its error against the float64 reference is reported, not gated"
+                   if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
+        if line.precision:
+            reasons.append(f"precision: {line.precision}")
         records.append(ArchivedRecord(
-            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
+            suite="sdpa", impl=impl, kernel=impl, config=f"{shape_name}/seed{timed_seed}",
             device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
+            correctness=Verdict(status="skip", reasons=reasons), performance=None, measurement=line,
             round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
+            max_abs_err=m.max_abs_err if m else None, bad_frac=m.bad_frac if m else None,
+            rel_l2=m.rel_l2 if m else None,
         ))
     failures = samples.peer_failures if samples is not None else {}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
@@ -143,11 +204,19 @@ def _shape(
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     result = SuiteResult()
-    have_torch = importlib.util.find_spec("torch") is not None
-    if not have_torch:
-        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
+    gpu_arch, build_arch = device.arch_of(0), exe_dir.name  # exe_dir is build/<arch>
+    why = hopper_not_offered(gpu_arch, build_arch)
+    if why:
+        result.skipped.append(Skip(suite="sdpa", impl=HOPPER_KERNEL, reason=why))
+    peers = []
+    for impl in PEERS:
+        why = peer_missing(impl, gpu_arch)
+        if why:
+            result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
+        else:
+            peers.append(impl)
     for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(peers), shape_name, shape)
         result.records += records
         result.skipped += skipped
     return result
