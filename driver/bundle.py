@@ -48,6 +48,9 @@ if [ ! -d "$site" ]; then
   exit 3
 fi
 export PYTHONPATH="$here:$site${PYTHONPATH:+:$PYTHONPATH}"
+# `python -m` puts the working directory first on sys.path: run from a source checkout, that
+# checkout's driver (and its peers, started with -m too) would shadow this bundle's. Python >= 3.11.
+export PYTHONSAFEPATH=1
 export NCCL_NVLS_ENABLE=0
 exec "$py" -m driver "$@"
 """

@@ -26,11 +26,12 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes:
     p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
     p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
     p.add_argument("--warmup", default="10", help="warm-up iterations per launch")
-    p.add_argument("--timing", default="device", choices=("device", "host"),
-                   help="allreduce: device = every iteration timed alone with CUDA events on a held stream "
-                        "(default); host = wall clock around --batch back-to-back iterations (nccl-tests' method)")
-    p.add_argument("--batch", default="10", help="allreduce, --timing host: iterations launched back to back per "
-                   "timing sample")
+    p.add_argument("--timing", default=None,
+                   help="timing modes, comma list: cold = every launch timed alone with CUDA events behind a held "
+                        "stream (SDPA: L2 flushed first); hot = --batch launches back to back (a CUDA graph where "
+                        "the API allows it, else the host batch). device = cold, host = hot. Default: cold,hot "
+                        "for SDPA, cold for allreduce (README: How we time)")
+    p.add_argument("--batch", default="10", help="hot: launches back to back per timing sample")
     p.add_argument("--rounds", default="3", help="at most this many interleaved rounds of ours and the peers")
     p.add_argument("--arch", default=None, help="GPU architecture (default: GPU 0's)")
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
@@ -77,7 +78,7 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
         batch=config.parse_positive_int(ns.batch, "--batch"),
-        timing=ns.timing,
+        timing=config.parse_timing(ns.timing) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
         kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
         arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
@@ -151,7 +152,7 @@ def cmd_index(ns: argparse.Namespace) -> int:
 def _write_limits() -> bool:
     from driver import archive, limits
 
-    table = limits.markdown(limits.newest(archive.archived_runs(), thresholds.load().noise.min_rel_noise))
+    table = limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates()))
     written = limits.write_readme(table)
     if written:
         print(f"limits: known limits in {limits.README_FILE} refreshed from {paths.results_dir()}")
@@ -168,7 +169,7 @@ def cmd_limits(ns: argparse.Namespace) -> int:
             raise ConfigError(f"{limits.README_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
         return 0
-    print(limits.markdown(limits.newest(archive.archived_runs(), thresholds.load().noise.min_rel_noise)), end="")
+    print(limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates())), end="")
     return 0
 
 
@@ -176,6 +177,12 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     from driver import compare
 
     return compare.main(ns.runs)
+
+
+def _limits_gates() -> tuple[float, thresholds.Thresholds]:
+    """The noise band and the gates the known-limits table is read against: today's thresholds.toml."""
+    gates = thresholds.load()
+    return gates.noise.min_rel_noise, gates
 
 
 def build_parser() -> argparse.ArgumentParser:

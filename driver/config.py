@@ -18,6 +18,12 @@ SUPPORTED_NGPUS = (2, 4, 8)
 ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
 SUITES = ("allreduce", "sdpa", "all")
+TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
+TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
+# Modes a suite runs when --timing is not given. Allreduce: cold only, because the Mojo executables
+# cannot be graph-timed (their hot is the host back-to-back batch, a measurement of the host launch
+# path, not of the kernel) and cold NCCL already agrees with a CUDA-graph timing of NCCL.
+DEFAULT_TIMING: dict[str, tuple[str, ...]] = {"sdpa": ("cold", "hot"), "allreduce": ("cold",), "sweep": ("cold",)}
 
 # (B, H, S, D) of the named SDPA shapes: the seeds' and issue 4's, then issue 13's (odd sizes with
 # tails, many heads, a batch, head dim 128 at 2K and 8K keys).
@@ -94,6 +100,13 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 def parse_suite(text: str) -> tuple[str, ...]:
     (suite,) = _parse_choice_list(text, SUITES, "suite")[:1]
     return ("allreduce", "sdpa") if suite == "all" else (suite,)
+
+
+def parse_timing(text: str) -> tuple[str, ...]:
+    """`--timing cold,hot` -> ("cold", "hot"); `device` and `host` are aliases of cold and hot."""
+    allowed = (*TIMING_MODES, *TIMING_ALIASES)
+    items = _parse_choice_list(text, allowed, "timing mode")
+    return tuple(dict.fromkeys(TIMING_ALIASES.get(i, i) for i in items))
 
 
 def parse_kernel(text: str) -> str:

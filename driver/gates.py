@@ -30,37 +30,58 @@ def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: floa
     return Verdict(status="pass" if ratio >= min_ratio else "fail", reasons=[text])
 
 
-def allreduce_speed(line: AllreduceLine, peers: dict[tuple[str, int], AllreduceLine],
-                    gates: Thresholds) -> Verdict | None:
-    """Our line against every speedup gate of its (bytes, dtype, GPU count); None when no gate names it."""
+def _mode_not_timed(peer: str, gate_mode: str, modes: Collection[str]) -> Verdict:
+    """A gate whose timing mode the run did not measure fails: never passed by omission."""
+    why = f"gate vs {peer} is on {gate_mode} timing, which this run did not measure (--timing {','.join(modes)})"
+    return Verdict(status="fail", reasons=[why])
+
+
+def allreduce_speed(line: AllreduceLine, mode: str, peers: dict[tuple[str, str, int], AllreduceLine],
+                    modes: tuple[str, ...], gates: Thresholds) -> Verdict | None:
+    """Our line (timed in `mode`) against every speedup gate of its (bytes, dtype, GPU count) on that
+    mode; `peers` is keyed (impl, mode, bytes). A gate on a mode the run did not time fails, on the
+    line of the run's first mode. None when no gate names the line."""
     verdicts = []
     for g in gates.allreduce.speedup:
         if (g.bytes, g.dtype, g.ngpus) != (line.bytes, line.dtype, line.ngpus):
             continue
-        peer = peers.get((g.peer, line.bytes))
-        if peer is None:
-            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured"]))
+        if g.timing not in modes:
+            if mode == modes[0]:
+                verdicts.append(_mode_not_timed(g.peer, g.timing, modes))
             continue
-        verdicts.append(ratio_verdict(f"p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us,
+        if g.timing != mode:
+            continue
+        peer = peers.get((g.peer, mode, line.bytes))
+        if peer is None:
+            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured ({mode})"]))
+            continue
+        verdicts.append(ratio_verdict(f"{mode} p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us,
                                       min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise))
     return Verdict.combine(verdicts) if verdicts else None
 
 
-def sdpa_speed(shape_name: str, lines: dict[str, SdpaLine], ours: Collection[str],
-               gates: Thresholds) -> dict[str, Verdict]:
-    """Per impl, the speedup gates that name it for this shape (`best`: the fastest of `ours`)."""
-    out: dict[str, list[Verdict]] = {}
-    mine = {k: v for k, v in lines.items() if k in ours}
+def sdpa_speed(shape_name: str, lines: dict[tuple[str, str], SdpaLine], ours: Collection[str],
+               modes: tuple[str, ...], gates: Thresholds) -> dict[tuple[str, str], Verdict]:
+    """Per (impl, mode), the speedup gates that name it for this shape (`best`: the fastest of `ours`
+    in the gate's mode). A gate on a mode the run did not time fails, on the run's first mode."""
+    out: dict[tuple[str, str], list[Verdict]] = {}
     for g in gates.sdpa.speedup:
         if g.shape != shape_name:
             continue
-        impl = min(mine, key=lambda k: mine[k].p50_us) if g.impl == "best" and mine else g.impl
-        if impl not in lines or g.peer not in lines:
-            out.setdefault(impl, []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured"]))
+        if g.timing not in modes:
+            for impl in (ours if g.impl == "best" else (g.impl,)):
+                out.setdefault((impl, modes[0]), []).append(_mode_not_timed(g.peer, g.timing, modes))
             continue
-        out.setdefault(impl, []).append(
-            ratio_verdict(f"p50 vs {g.peer}", ours_us=lines[impl].p50_us, peer_us=lines[g.peer].p50_us,
-                          min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise))
+        mine = {impl: ln for (impl, mode), ln in lines.items() if impl in ours and mode == g.timing}
+        impl = min(mine, key=lambda k: mine[k].p50_us) if g.impl == "best" and mine else g.impl
+        if (impl, g.timing) not in lines or (g.peer, g.timing) not in lines:
+            out.setdefault((impl, g.timing), []).append(
+                Verdict(status="skip", reasons=[f"{g.peer} not measured ({g.timing})"]))
+            continue
+        out.setdefault((impl, g.timing), []).append(
+            ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=lines[(impl, g.timing)].p50_us,
+                          peer_us=lines[(g.peer, g.timing)].p50_us, min_ratio=g.min_ratio,
+                          noise=gates.noise.min_rel_noise))
     return {k: Verdict.combine(v) for k, v in out.items()}
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 
-from driver.config import BENCH_SDPA_SEEDS, BENCH_SDPA_SHAPES, SDPA_SHAPES
-from driver.records import Record
+from driver.config import BENCH_SDPA_SEEDS, BENCH_SDPA_SHAPES, DEFAULT_TIMING, SDPA_SHAPES
+from driver.records import Record, TimingMode
 
 
 class RunOptions(Record):
@@ -21,7 +20,7 @@ class RunOptions(Record):
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)
-    timing: Literal["device", "host"] = "device"
+    timing: tuple[TimingMode, ...] | None = None  # None: each suite's default (config.DEFAULT_TIMING)
     kernel: str = "auto"
     arch: str | None = None  # None: the arch of GPU 0
     rounds: int = Field(default=3, gt=0)
@@ -32,3 +31,7 @@ class RunOptions(Record):
     write_windows: bool = False  # sweep --write: the measured windows go to kernels_mojo/dispatch_windows.json
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
+
+    def modes(self, suite: str) -> tuple[str, ...]:
+        """The timing modes `suite` runs, in order: --timing if given, else the suite's default."""
+        return self.timing or DEFAULT_TIMING.get(suite, ("cold",))

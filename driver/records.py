@@ -131,6 +131,8 @@ class BuildMeta(Record):
 # The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
 # (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
 TimingMode = Literal["cold", "hot"]
+# An allreduce line's method -> the mode it serves.
+TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
 
 
 class AllreduceLine(Record):
@@ -147,10 +149,12 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
-    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
+    batch: int = Field(default=1, ge=1)  # iterations per timing sample (timing "host" or "graph")
+    # How the executable timed (the mode it serves: TIMING_METHOD_MODE):
     # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
-    # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
-    timing: Literal["device", "host"] = "host"
+    # "host": wall clock around `batch` back-to-back iterations plus a synchronize;
+    # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the NCCL peer).
+    timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
@@ -194,6 +198,7 @@ class SdpaLine(Record):
     timing: TimingMode | None = None
     batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
     l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
+    hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
     # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
     # E4M3), and the library versions that ran.
     precision: str = ""
@@ -267,9 +272,32 @@ class ArchivedRecord(Record):
     performance: Verdict | None = None
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
+
+    @property
+    def timing_mode(self) -> str:
+        """`timing`; for a run archived before the modes existed, read from its line (allreduce: the
+        method's mode; SDPA: an event pair per launch, i.e. cold, without the L2 flush)."""
+        if self.timing:
+            return self.timing
+        m = self.measurement
+        return TIMING_METHOD_MODE.get(m.timing, "cold") if m.suite == "allreduce" else "cold"
+
+    @property
+    def timing_method(self) -> str:
+        """How the executable timed, in words (README "How we time"): two records are timed alike
+        only when their modes and methods agree."""
+        m = self.measurement
+        if m.suite == "allreduce":
+            return {"device": "events", "host": f"host batch x{m.batch}", "graph": f"graph x{m.batch}"}[m.timing]
+        if m.suite != "sdpa":
+            return ""
+        if self.timing_mode == "hot":
+            return f"graph x{m.batch}"
+        return "events, L2 flushed" if m.l2_flush_bytes else "events"
 
 
 class Skip(Record):

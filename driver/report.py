@@ -10,11 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from driver import archive, paths, plots
+from driver.config import TIMING_MODES
 from driver.records import BuildMeta, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
 
 COMPARE_FILE = "COMPARE.md"
 INDEX_FILE = "README.md"
+
+
+def _modes(run: RunArchive) -> list[str]:
+    present = {r.timing_mode for r in run.records if r.suite != "stress" and r.round_p50_us}
+    return [m for m in TIMING_MODES if m in present]
 
 
 def _speed_table(run: RunArchive) -> list[str]:
@@ -23,20 +29,20 @@ def _speed_table(run: RunArchive) -> list[str]:
         recs = [r for r in run.records if r.suite == suite]
         if not recs:
             continue
-        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | correct | gate |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | correct | gate |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {r.correctness.status} | "
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | - | not timed | {r.correctness.status} | "
                              f"{gate} {why} |")
                 continue
             metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
-                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
-                f"{r.correctness.status} | {gate} {why} |"
+                f"| {r.config} | {r.impl} | {r.kernel} | {r.timing_mode} ({r.timing_method}) | {m.p50_us:.2f} | "
+                f"{m.p90_us:.2f} | {metric} | {r.correctness.status} | {gate} {why} |"
             )
         lines.append("")
     return lines
@@ -49,8 +55,9 @@ def reading(speedup: float) -> str:
 
 
 def _winner_table(run: RunArchive) -> list[str]:
-    """Ours against every other impl of the same config, on p50 (first seed for SDPA)."""
-    groups: dict[str, dict[str, object]] = {}
+    """Ours against every other impl of the same config on p50 (first seed for SDPA), every timing
+    mode of the run side by side: each mode has its own speedup, reading and winner."""
+    groups: dict[str, dict[str, dict[str, object]]] = {}
     first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
     for r in run.records:
         if r.suite == "stress":
@@ -58,25 +65,32 @@ def _winner_table(run: RunArchive) -> list[str]:
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
         if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
             continue
-        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
+        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, {}).setdefault(r.timing_mode, r.measurement)
+    modes = _modes(run)
+    head = "| config | candidate | other | " + " | ".join(
+        f"{m} p50 us (cand / other) | {m} speedup | {m} reading | {m} winner" for m in modes) + " |"
     rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
-            "| config | candidate | other | candidate p50 us | other p50 us | p90 us (cand / other) | mean us (cand / other) | speedup | reading | winner |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            ("cold: each launch timed alone (SDPA: L2 flushed first); hot: launches back to back (a CUDA graph, "
+             "or the host batch where the executable cannot capture one); README \"How we time\"."), "",
+            head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
         cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
         for cand in cands:
-            for other, m in by_impl.items():
+            for other in by_impl:
                 if other == cand or (cand == "baseline" and other == "cpasync"):
                     continue
-                c = by_impl[cand]
-                if c.p50_us <= 0 or m.p50_us <= 0:
-                    continue
-                sp = m.p50_us / c.p50_us
-                win = cand if sp > 1 else other
-                rows.append(f"| {cfg} | {cand} | {other} | {c.p50_us:.2f} | {m.p50_us:.2f} | {c.p90_us:.2f} / "
-                            f"{m.p90_us:.2f} | {c.mean_us:.2f} / {m.mean_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | "
-                            f"{reading(sp)} | {win if reading(sp) != 'negligible' else 'tie'} |")
-    return rows + [""] if len(rows) > 4 else []
+                cells = []
+                for mode in modes:
+                    c, o = by_impl[cand].get(mode), by_impl[other].get(mode)
+                    if c is None or o is None or c.p50_us <= 0 or o.p50_us <= 0:
+                        cells.append("- | - | - | -")
+                        continue
+                    sp = o.p50_us / c.p50_us
+                    win = cand if sp > 1 else other
+                    cells.append(f"{c.p50_us:.2f} / {o.p50_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | {reading(sp)} | "
+                                 f"{win if reading(sp) != 'negligible' else 'tie'}")
+                rows.append(f"| {cfg} | {cand} | {other} | " + " | ".join(cells) + " |")
+    return rows + [""] if len(rows) > 6 else []
 
 
 def _stress_table(run: RunArchive) -> list[str]:

@@ -112,3 +112,18 @@ def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
     assert sass["sdpa_fp8_cpasync"] == {"LDGSTS": True, "HMMA": True}
     assert sass["sdpa_fp8_baseline"] == {"LDGSTS": False, "HMMA": True}
     assert all(t.sass is None for t in meta.targets if t.lang == "mojo")
+
+
+@pytest.mark.parametrize("args, needle", [(["--timing", "warm"], "--timing must be cold or hot"),
+                                          (["--batch", "0"], "--batch must be an integer")])
+def test_sdpa_runner_rejects_bad_timing_flags(meta, args, needle):
+    """The flags are checked before any input or GPU is touched: one `error:` line, exit 2."""
+    import subprocess
+
+    from driver import paths
+
+    exe = paths.build_dir() / "sm_90" / "sdpa_fp8_cpasync"
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.stdout == "" and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), proc.stderr

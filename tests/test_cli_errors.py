@@ -120,3 +120,20 @@ def test_bad_sdpa_shape_is_one_line_before_anything_builds(shape, needle, result
     proc = run_driver("bench", "--suite", "sdpa", "--shapes", shape)
     _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
     assert not results_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (bytes(range(256)) * 4, "is not UTF-8 text"),  # a binary file (every byte value, NUL included)
+        ("version = 1\n# caf\u00e9\n".encode("latin-1"), "is not UTF-8 text"),  # text in another encoding
+        (b"version = 1\x00\n", "is not valid TOML"),  # valid UTF-8, but a control character TOML forbids
+    ],
+)
+def test_thresholds_not_text(tmp_path, results_dir, content, needle):
+    bad = tmp_path / "thresholds.toml"
+    bad.write_bytes(content)
+    for args in (["bench", "--thresholds", str(bad)], ["build", "--thresholds", str(bad)]):
+        proc = run_driver(*args)
+        _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
+    assert not results_dir.exists()

@@ -9,7 +9,8 @@ from driver.records import ArchivedRecord, DeviceInfo, GpuInfo, RunArchive, Sdpa
 from tests.conftest import ROOT, run_driver
 
 REPO_RUNS = sorted(p for p in (ROOT / "bench_results").iterdir() if (p / "results.json").is_file())
-NOISE = thresholds.load().noise.min_rel_noise
+GATES = thresholds.load()
+NOISE = GATES.noise.min_rel_noise
 H200X2 = DeviceInfo(driver_version="580.159.04",
                     gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=143771) for i in range(2)])
 
@@ -63,9 +64,9 @@ def test_newest_run_wins_per_gate_and_skips_are_kept(tmp_path):
     assert states["baseline"].status == "pass" and states["baseline"].run_id == new.run_id
     assert states["torch_sdpa"].status == "skip" and states["torch_sdpa"].run_id == old.run_id
     table = limits.markdown(list(states.values()))
-    assert "| 2xH200 | sdpa mission: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | peer not measured |" in table
+    assert "| 2xH200 | sdpa mission cold: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | peer not measured |" in table
     assert f"[{old.run_id}](bench_results/{old.run_id}/COMPARE.md), 2026-11-22 10:00 UTC, bbbbbbbb" in table
-    assert "Met in their newest run: 2xH200 sdpa mission cpasync vs baseline 1.20x (floor 1.10x" in table
+    assert "Met in their newest run: 2xH200 sdpa mission cold cpasync vs baseline 1.20x (floor 1.10x" in table
 
 
 def test_write_readme_replaces_only_between_the_markers(tmp_path):
@@ -82,7 +83,7 @@ def test_write_readme_replaces_only_between_the_markers(tmp_path):
 
 def test_every_archived_gate_reason_is_understood():
     """A change to how the gate stage words its reasons must show up here, not as rows silently missing."""
-    patterns = (limits._RATIO, limits._ZERO, limits._MISSING)
+    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED)
     for folder in REPO_RUNS:
         for r in archive.load_run(folder).records:
             for reason in (r.performance.reasons if r.performance else []):
@@ -103,14 +104,14 @@ def test_split_states_agree_with_the_archived_verdicts():
 
 
 def test_readme_known_limits_are_the_newest_archived_states():
-    expected = limits.markdown(limits.newest(REPO_RUNS, NOISE))
+    expected = limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
     assert limits.section() == expected, (
         "README.md's known limits are not the newest archived gate states: run `python -m driver index`")
 
 
 def test_limits_cli_prints_the_table():
     out = run_driver("limits")
-    assert out.returncode == 0 and out.stdout == limits.markdown(limits.newest(REPO_RUNS, NOISE))
+    assert out.returncode == 0 and out.stdout == limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
 
 
 def test_limits_write_refuses_a_readme_without_markers(tmp_path, monkeypatch, capsys):
@@ -120,3 +121,31 @@ def test_limits_write_refuses_a_readme_without_markers(tmp_path, monkeypatch, ca
     assert cli.main(["limits", "--write"]) == 2
     assert "has no limits markers" in capsys.readouterr().err
     assert plain.read_text() == "no markers\n"
+
+
+def test_gate_states_carry_the_timing_mode():
+    """Reasons since thresholds v2 name the mode; a gate on a mode the run did not time is its own state."""
+    run = _sdpa_run("2026-11-23T06:34:21Z", [
+        "cold p50 vs torch_sdpa: 1.33x (ours 9.98 us, peer 13.28 us, floor 1.00x)",
+        "peer baseline not measured (hot)",
+        "gate vs torch_sdpa is on hot timing, which this run did not measure (--timing cold)"], "fail")
+    states = {(s.peer, s.timing): s for s in limits.gate_states(run, noise=0.02)}
+    assert states[("torch_sdpa", "cold")].status == "pass"
+    assert states[("baseline", "hot")].status == "skip"
+    assert states[("torch_sdpa", "hot")].status == "untimed"
+    table = limits.markdown(list(states.values()))
+    assert "| 2xH200 | sdpa mission hot: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | mode not timed |" in table
+    old = _sdpa_run("2026-11-22T13:23:33Z", ["p50 vs baseline: 1.05x (ours 9.41 us, peer 9.86 us, floor 1.10x)"], "fail")
+    (legacy,) = limits.gate_states(old, noise=0.02)
+    assert legacy.timing == "cold"  # read from the record: an event pair per launch
+
+
+def test_only_gates_thresholds_still_holds_are_known_limits():
+    """A state of a gate measured in another mode than today's gate names (an older host-batched run)
+    is not a known limit of today's gates."""
+    run = _sdpa_run("2026-11-23T06:34:21Z", [
+        "cold p50 vs baseline: 1.05x (ours 9.41 us, peer 9.86 us, floor 1.10x)",
+        "hot p50 vs baseline: 1.05x (ours 5.93 us, peer 6.23 us, floor 1.10x)"], "fail")
+    states = {s.timing: s for s in limits.gate_states(run, noise=0.02)}
+    assert limits.is_current(states["cold"], GATES)  # thresholds.toml gates cpasync vs baseline on cold
+    assert not limits.is_current(states["hot"], GATES)

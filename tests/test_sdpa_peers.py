@@ -74,7 +74,7 @@ def test_bad_flags_are_one_error_line_and_exit_2(tmp_path, args, needle):
 
 
 def test_the_driver_reports_a_peers_bad_input_as_one_configuration_error(tmp_path):
-    q, k, v, _, _ = ref.make_inputs((1, 2, 64, 64), 0)
+    _, k, _, _, _ = ref.make_inputs((1, 2, 64, 64), 0)
     files = _files(tmp_path / "in", k=k[:, :1])
     cmd = [sys.executable, "-m", "driver.peers.torch_sdpa", *sdpa.file_args(files)]
     with pytest.raises(ConfigError) as err:
@@ -87,7 +87,7 @@ def test_the_driver_reports_a_peers_bad_input_as_one_configuration_error(tmp_pat
 def test_good_inputs_load(tmp_path):
     files = _files(tmp_path / "in", (2, 3, 77, 128))
     case = sdpa_io.load_case(*(str(files[n]) for n in ("q", "k", "v", "scales")))
-    q, k, v, ks, vs = ref.make_inputs((2, 3, 77, 128), 0)
+    q, _, v, ks, vs = ref.make_inputs((2, 3, 77, 128), 0)
     assert case.shape == (2, 3, 77, 128)
     np.testing.assert_array_equal(case.q, q)
     np.testing.assert_array_equal(case.v_u8, v)

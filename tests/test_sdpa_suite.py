@@ -37,7 +37,8 @@ if {corrupt}:
 np.save(args["--out"], out)
 iters = int(args.get("--iters", "500"))
 print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": iters, "warmup": 0,
-                  "p50_us": 10.0, "p90_us": 11.0, "mean_us": 10.2, "std_us": 0.3, "min_us": 9.8, "tflops": 1.0}}))
+                  "p50_us": 10.0, "p90_us": 11.0, "mean_us": 10.2, "std_us": 0.3, "min_us": 9.8, "tflops": 1.0,
+                  "timing": args.get("--timing", "cold")}}))
 """
 
 
@@ -68,6 +69,9 @@ def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch)
     by = {(r.impl, r.seed): r for r in records}
     assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
     assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
+    # The correct variant is timed in both default modes, each record saying its mode.
+    assert sorted(r.timing for r in records if (r.impl, r.seed) == ("baseline", 0)) == ["cold", "hot"]
+    assert {c[c.index("--timing") + 1] for c in timed} == {"cold", "hot"}
     bad = by[("cpasync", 0)]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons
@@ -86,7 +90,7 @@ ks, vs = np.load(args["--scales"])
 np.save(args["--out"], (ref.reference(q, k, v, float(ks), float(vs)) + 0.01).astype(np.float16))
 print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": 20, "warmup": 0,
                   "p50_us": 9.0, "p90_us": 9.5, "mean_us": 9.1, "std_us": 0.1, "min_us": 8.9, "tflops": 1.0,
-                  "timing": "cold", "precision": "q e4m3, P e4m3", "peer_version": "test"}}))
+                  "timing": args["--timing"], "precision": "q e4m3, P e4m3", "peer_version": "test"}}))
 """
 
 
@@ -101,34 +105,37 @@ def _fake_peers(tmp_path: Path, monkeypatch, refuse: tuple[str, ...] = ()) -> No
 def test_peers_run_in_the_same_rounds_and_their_error_is_reported_not_gated(tmp_path, monkeypatch):
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
     monkeypatch.setattr(device, "probe", lambda: dev)
-    exe_dir, log = _fake_runners(tmp_path, wrong="none")
+    exe_dir, _ = _fake_runners(tmp_path, wrong="none")
     _fake_peers(tmp_path, monkeypatch, refuse=("flash_attn",))
     gates_file = tmp_path / "thresholds.toml"
     gates_file.write_text((ROOT / "thresholds.toml").read_text() + """
 [[sdpa.speedup]]
 impl = "best"
 peer = "cudnn_fp8"
+timing = "hot"
 shape = "small"
 min_ratio = 0.9
 """)
-    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=20, rounds=2)
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=20, rounds=2, timing=("cold", "hot"))
     records, skipped = sdpa._shape(opts, exe_dir, dev, load_thresholds(gates_file), "0" * 40, tuple(sdpa.PEERS),
                                    "small", (1, 2, 128, 64))
-    by = {r.impl: r for r in records}
-    for impl in ("torch_sdpa", "cudnn_fp8"):
-        peer = by[impl]
+    by = {(r.impl, r.timing): r for r in records}
+    for impl, mode in ((i, m) for i in ("torch_sdpa", "cudnn_fp8") for m in ("cold", "hot")):
+        peer = by[(impl, mode)]
         assert peer.correctness.status == "skip" and len(peer.round_p50_us) == 2
+        assert peer.measurement.timing == mode
         assert "reported, not gated" in peer.correctness.reasons[0]
         assert "precision: q e4m3, P e4m3" in peer.correctness.reasons
         assert peer.max_abs_err == pytest.approx(0.01, abs=2e-3) and peer.rel_l2 > 0
     # The refusing peer is dropped with its own words; ours and the others still ran.
-    assert "flash_attn" not in by
-    (reason,) = [s.reason for s in skipped if s.impl == "flash_attn"]
-    assert reason.startswith("small: ") and "exited 3: error: cuDNN refuses FP8 SDPA" in reason
-    assert "head dim not supported" in reason
-    # The cuDNN gate is judged against the peer's p50 (ours 10.0 us vs cuDNN 9.0 us: 0.90x, inside the noise).
-    gate = by["baseline"].performance
-    assert gate is not None and any("p50 vs cudnn_fp8: 0.90x" in r for r in gate.reasons)
+    assert not any(impl == "flash_attn" for impl, _ in by)
+    reasons = sorted(s.reason for s in skipped if s.impl == "flash_attn")
+    assert len(reasons) == 2 and reasons[0].startswith("small cold: ") and reasons[1].startswith("small hot: ")
+    for reason in reasons:
+        assert "exited 3: error: cuDNN refuses FP8 SDPA" in reason and "head dim not supported" in reason
+    # The cuDNN gate is judged against the peer's p50 in its mode (ours 10.0 us vs cuDNN 9.0 us: 0.90x).
+    gate = by[("baseline", "hot")].performance
+    assert gate is not None and any("hot p50 vs cudnn_fp8: 0.90x" in r for r in gate.reasons), gate
 
 
 def test_peers_missing_and_the_hopper_kernel_not_offered_say_why(monkeypatch):

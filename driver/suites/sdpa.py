@@ -1,5 +1,5 @@
 """The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
-as the peers, in the same rounds, their outputs checked against the same reference."""
+as the peers, in the same rounds and timing modes, their outputs checked against the same reference."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import numpy as np
 
 from driver import device
 from driver.errors import KernelFailed
+from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
+from driver.launch import launch
 from driver.options import RunOptions
+from driver.parse import parse_lines
 from driver.peers import flash_sdpa
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.launch import launch
-from driver.parse import parse_lines
-from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, telemetry_flags
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
 
@@ -68,6 +68,8 @@ def _arch_number(arch: str) -> int:
     return int(arch.removeprefix("sm_").rstrip("a"))
 
 
+
+
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
     return prepare_case(folder, shape, seed, with_reference=False)[0]
 
@@ -85,8 +87,9 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def timing_args(opts: RunOptions) -> list[str]:
-    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+def timing_args(opts: RunOptions, mode: str) -> list[str]:
+    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 
 def file_args(files: dict[str, Path]) -> list[str]:
@@ -107,13 +110,15 @@ def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peers: tuple[str, ...],
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference first (one launch per variant, nothing timed); then
-    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
-    run's output checked again. A variant with wrong results is never timed."""
+    """Every seed checked against the reference (one launch per variant, nothing timed); the
+    first seed's correct variants are timed in every mode asked for, in interleaved rounds with
+    the peers in the same mode, each timed run's output (ours and the peers') checked again. A
+    variant with wrong results is never timed; a peer's error is reported, not gated."""
     before = device.probe().gpus[:1]
+    modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
-    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer
+    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer, both modes
     peer_unchecked: dict[str, str] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
@@ -132,74 +137,85 @@ def _shape(
             if seed != timed_seed:
                 continue
             correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds = {
-                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct
-            }
-            for impl in peers if cmds else ():
-                cmds[impl] = peer_command(impl, *file_args(files), "--out", str(outs[impl]), *timing_args(opts))
+            cmds: dict[tuple[str, str], list[str]] = {}
+            for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
+                for impl in correct:
+                    cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                          *timing_args(opts, mode)]
+                for impl in peers if correct else ():
+                    cmds[(impl, mode)] = peer_command(impl, *file_args(files), "--out", str(outs[impl]),
+                                                      *timing_args(opts, mode))
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
+            def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
                       outs: dict[str, Path] = outs) -> None:
+                impl = cmd_key[0]
                 what = f"sdpa {shape_name} seed {seed} {impl} output"
                 if impl in VARIANTS:
                     checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
                                                             what=what))
                     return
-                try:  # a peer's output is checked the same way; if it is malformed, the record says so
+                try:  # a peer's output is checked the same way; if it is malformed, its record says so
                     peer_checks.setdefault(impl, []).append(
                         sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
                 except (KernelFailed, OSError, ValueError) as exc:
                     peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
 
+            def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+                check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+                return (line.impl, cmd_key[1])
+
             if cmds:
                 samples = interleaved(
                     cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset(peers),
+                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}",
+                    peers=frozenset(k for k in cmds if k[0] in PEERS),
                 )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = sdpa_speed(shape_name, timed, VARIANTS, gates)
+    timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
+    perf = sdpa_speed(shape_name, timed, VARIANTS, modes, gates)
+    flags = telemetry_flags(before, after)
     records = []
+
+    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+        return ArchivedRecord(
+            suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+        )
+
     for seed in opts.seeds:
         for impl in VARIANTS:
             metrics = SdpaErrors.worst(checks[(impl, seed)])
             verdict = sdpa_correctness(metrics, gates.sdpa)
-            was_timed = seed == timed_seed and impl in timed_keys
-            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            too_big = sdpa_runner_resources(line, gates.build)
+            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
+            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
             if too_big:
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
-            if seed == timed_seed and not was_timed:
+            if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            records.append(
-                ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-                    max_abs_err=metrics.max_abs_err, bad_frac=metrics.bad_frac, rel_l2=metrics.rel_l2,
-                )
-            )
-    for impl in (p for p in peers if p in timed_keys):
-        line, p50s = samples.representative(impl)
+            errs = {"max_abs_err": metrics.max_abs_err, "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
+            if not timed_modes:
+                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
+                                      correctness=verdict, performance=None, **errs))
+            for mode in timed_modes:
+                line, p50s = samples.representative((impl, mode))
+                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
+                                      performance=perf.get((impl, mode)), **errs))
+    for impl in peers:
         m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
-        reasons = ["peer: its error against the float64 reference is reported, not gated"
-                   if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
-        if line.precision:
-            reasons.append(f"precision: {line.precision}")
-        records.append(ArchivedRecord(
-            suite="sdpa", impl=impl, kernel=impl, config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=reasons), performance=None, measurement=line,
-            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-            max_abs_err=m.max_abs_err if m else None, bad_frac=m.bad_frac if m else None,
-            rel_l2=m.rel_l2 if m else None,
-        ))
+        errs = {"max_abs_err": m.max_abs_err, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2} if m else {}
+        for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
+            line, p50s = samples.representative((impl, mode))
+            reasons = ["peer: its error against the float64 reference is reported, not gated"
+                       if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
+            reasons += [f"precision: {line.precision}"] if line.precision else []
+            records.append(record(impl, timed_seed, line, p50s, mode, passed=True, performance=None,
+                                  correctness=Verdict(status="skip", reasons=reasons), **errs))
     failures = samples.peer_failures if samples is not None else {}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                     for (impl, mode), why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from driver import paths
 from driver.config import CPASYNC_STAGES, SUPPORTED_NGPUS, format_size
-from driver.errors import NoGPU
+from driver.errors import ConfigError, NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
 from driver.gates import allreduce_correctness
@@ -128,16 +128,22 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if not counts or max(counts) > present:
         raise NoGPU(f"the sweep needs {max(counts, default=2)} GPUs; this host has {present}")
     sizes = opts.sizes_bytes if opts.sizes_given else DEFAULT_SIZES
+    modes = opts.modes("sweep")
+    if len(modes) != 1:
+        raise ConfigError(f"the sweep times in one mode, --timing gave {','.join(modes)}",
+                          "pick one: --timing cold or --timing hot")
+    (mode,) = modes
     result = SuiteResult()
     table: Table = {}
     for ngpus in counts:
         for dtype in opts.dtypes:
             base = [str(exe_dir / EXE), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
-                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
+                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags("ours", mode, opts.batch),
+                    "--check", "1"]
             samples = interleaved(
                 {k: base + args for k, args in KERNELS.items()}, AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
-                key=lambda ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
+                key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
             )
             for (kernel, nbytes), rounds in samples.by_key.items():
                 line, p50s = samples.representative((kernel, nbytes))
@@ -148,7 +154,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
                     config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
                     passed=verdict.passed, max_abs_err=allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"sweep {kernel}").max_abs_err, correctness=verdict,
-                    measurement=line, round_p50_us=p50s if line.timed else []))
+                    measurement=line, round_p50_us=p50s if line.timed else [], timing=mode if line.timed else None))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)

@@ -179,13 +179,14 @@ def ncu_sdpa(opts: RunOptions, ncu: str | None, exe: Path, files: dict[str, Path
 
 def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path, shape_name: str, dev: DeviceInfo,
                  sha: str) -> ArchivedRecord:
-    """Time full, loads-only and math-only; the overlap fraction says how much of the shorter path is hidden."""
+    """Time full, loads-only and math-only, cold (L2 flushed before each launch, so the loads come from
+    memory); the overlap fraction says how much of the shorter path is hidden."""
     kernel = exe.name
     p50: dict[str, float] = {}
     for mode in ("none", "no_compute", "no_loads"):
         what = f"overlap {kernel} {shape_name} ablate={mode}"
         progress(what)
-        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.timing_args(opts), "--ablate", mode]
+        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.timing_args(opts, "cold"), "--ablate", mode]
         (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
         if line.ablate != mode:
             raise KernelFailed(f"{what}: the runner reports ablate={line.ablate}",
