@@ -6,6 +6,7 @@
     nox -s stress
     nox -s sweep  -- --write
     nox -s bundle -- --out bundle
+    nox -s submit -- --suite bench --partitions h100,h200 --gpus 2,8
 """
 
 from __future__ import annotations
@@ -83,3 +84,10 @@ def bundle(session: nox.Session) -> None:
     _install(session)
     session.run("python", "-m", "driver", "build", "--arch", "sm_90")
     session.run("python", "-m", "driver", "bundle", *session.posargs)
+
+
+@nox.session
+def submit(session: nox.Session) -> None:
+    """Build once, submit the bench or stress matrix to Slurm as one job array, watch, collect, compare."""
+    _install(session)
+    session.run("python", "-m", "driver", "submit", *session.posargs)

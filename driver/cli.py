@@ -10,7 +10,7 @@ from pathlib import Path
 
 from driver import build, config, paths, targets, thresholds
 from driver.errors import ConfigError, DriverError
-from driver.options import RunOptions
+from driver.options import RunOptions, SubmitOptions
 from driver.records import SCHEMA_MODELS
 
 
@@ -185,6 +185,67 @@ def _limits_gates() -> tuple[float, thresholds.Thresholds]:
     return gates.noise.min_rel_noise, gates
 
 
+DEFAULT_TASK_TIMEOUT_S = {"bench": 3600, "stress": 4 * 3600}
+
+
+def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOptions:
+    """Every submit argument, the forwarded bench/stress ones included, validated before Slurm is asked."""
+    import os
+
+
+    suites = _parse_suites(ns.suite)
+    for suite in suites:  # the tasks' own arguments fail here, not on the nodes an hour later
+        _run_options(build_parser().parse_args([suite, *driver_args]))
+    partitions = tuple(dict.fromkeys(p.strip() for p in ns.partitions.split(",")))
+    if not all(partitions):
+        raise ConfigError(f"malformed partition list {ns.partitions!r}", "e.g. --partitions h100,h200")
+    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in ns.gpus.split(","))) if ns.gpus else None
+    timeout = ns.timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
+    shared = ns.shared or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
+    return SubmitOptions(
+        suites=suites, partitions=partitions, gpus=gpus,
+        time_limit_s=config.parse_positive_int(timeout, "--timeout"), shared_dir=Path(shared),
+        pythons=tuple(ns.python.split(",")), node_python=ns.node_python, sbatch_args=tuple(ns.sbatch),
+        driver_args=tuple(driver_args), poll_s=float(config.parse_positive_int(ns.poll, "--poll")),
+        watch=not ns.no_watch,
+    )
+
+
+def _parse_suites(text: str) -> tuple[str, ...]:
+    suites = tuple(dict.fromkeys(s.strip() for s in text.split(",")))
+    for s in suites:
+        if s not in DEFAULT_TASK_TIMEOUT_S:
+            raise ConfigError(f"unknown cluster suite {s!r}", "submit takes --suite bench, stress or bench,stress; "
+                              "the kernels' --suite goes after `--`")
+    return suites
+
+
+def cmd_submit(ns: argparse.Namespace) -> int:
+    from driver.cluster import collect, submit, watch
+
+    opts = _submit_options(ns, ns.driver_args)
+    tasks = submit.plan(opts)
+    submit.preflight(tasks, opts)
+    for t in tasks:
+        print(f"plan: task {t.index} {t.label}: --partition={t.partition} --gres={t.gres} ({t.arch}), "
+              f"./bundle/run {' '.join(t.driver_args)}", file=sys.stderr)
+    sub = submit.submit(opts, tasks, ["python", "-m", "driver", *sys.argv[1:]])
+    print(f"submitted: job array {sub.job_id}, {len(tasks)} task(s), folder {sub.folder}", file=sys.stderr)
+    if not opts.watch:
+        print(f"collect it later: python -m driver collect {sub.folder}", file=sys.stderr)
+        return 0
+    collect.collect(sub, watch.watch(sub, opts.poll_s))
+    return 0
+
+
+def cmd_collect(ns: argparse.Namespace) -> int:
+    from driver.cluster import collect, submit, watch
+
+    sub = submit.load(Path(ns.folder))
+    collect.collect(sub, watch.watch(sub, float(config.parse_positive_int(ns.poll, "--poll"))))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="driver", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -240,6 +301,30 @@ def build_parser() -> argparse.ArgumentParser:
     lm.add_argument("--write", action="store_true", help="write the table into README.md between its limits markers")
     lm.set_defaults(func=cmd_limits)
 
+    sm = sub.add_parser("submit", help="build once, submit the bench or stress matrix as one Slurm job array, "
+                        "watch it, collect the run folders and compare the GPU kinds")
+    sm.add_argument("--suite", default="bench", help="bench, stress or bench,stress (one task each)")
+    sm.add_argument("--partitions", required=True, help="Slurm partitions (comma list); each one's GPU type is read "
+                    "from its nodes' GRES (gpu:h100:8)")
+    sm.add_argument("--gpus", default=None, help="GPUs per task (comma list, one task each; default: all of a node's)")
+    sm.add_argument("--timeout", default=None, help="each task's time limit in seconds, sbatch --time rounded up to "
+                    f"minutes (default {DEFAULT_TASK_TIMEOUT_S['bench']} for bench, {DEFAULT_TASK_TIMEOUT_S['stress']} "
+                    "with stress); the kernels' per-launch --timeout goes after `--`")
+    sm.add_argument("--shared", default=None, help="folder the nodes see at the same path (default $DRIVER_CLUSTER_DIR, "
+                    "else cluster_runs/ in this checkout)")
+    sm.add_argument("--python", default="3.10,3.11,3.12,3.13", help="the nodes' python3 versions the bundle carries")
+    sm.add_argument("--node-python", default="python3", help="the Python (with numpy) the nodes run the bundle with")
+    sm.add_argument("--sbatch", action="append", default=[], help="an sbatch option for this site, as is "
+                    "(repeatable): --sbatch=--account=abc --sbatch=--qos=high")
+    sm.add_argument("--poll", default="10", help="seconds between state queries while watching")
+    sm.add_argument("--no-watch", action="store_true", help="submit and return; `driver collect FOLDER` later")
+    sm.set_defaults(func=cmd_submit, driver_args=[])
+
+    co = sub.add_parser("collect", help="watch an earlier submission until its tasks end, then collect it")
+    co.add_argument("folder", help="the submission folder `driver submit` printed")
+    co.add_argument("--poll", default="10")
+    co.set_defaults(func=cmd_collect)
+
     sc = sub.add_parser("schema", help="write the JSON Schemas of every record")
     sc.add_argument("--out", default=None)
     sc.set_defaults(func=cmd_schema)
@@ -248,7 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        ns = build_parser().parse_args(argv)
+        ns, extra = build_parser().parse_known_args(argv)
+        if ns.cmd == "submit":  # what submit does not know is the tasks' bench/stress arguments
+            if "--" in extra:
+                extra.remove("--")
+            ns.driver_args = extra
+        elif extra:
+            build_parser().parse_args(argv)  # argparse's own "unrecognized arguments" error
         return ns.func(ns)
     except DriverError as exc:
         print(exc.one_line(), file=sys.stderr)

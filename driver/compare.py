@@ -82,3 +82,4 @@ def main(run_args: list[str]) -> int:
     if regressions:
         raise PerfGateFailed(f"{regressions} config(s) slower than {old.run_id} by more than the noise")
     return 0
+

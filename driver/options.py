@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -35,3 +36,19 @@ class RunOptions(Record):
     def modes(self, suite: str) -> tuple[str, ...]:
         """The timing modes `suite` runs, in order: --timing if given, else the suite's default."""
         return self.timing or DEFAULT_TIMING.get(suite, ("cold",))
+
+
+class SubmitOptions(Record):
+    """`python -m driver submit`: the Slurm job array to make, parsed once from the CLI."""
+
+    suites: tuple[Literal["bench", "stress"], ...]
+    partitions: tuple[str, ...]
+    gpus: tuple[int, ...] | None = None  # None: every GPU of a node of each partition's GPU type
+    time_limit_s: int = Field(gt=0)  # each task's Slurm time limit (sbatch --time, whole minutes)
+    shared_dir: Path  # a folder the nodes see at the same path: bundle, job script, logs, run folders
+    pythons: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13")  # the nodes' python3 versions the bundle carries
+    node_python: str = "python3"
+    sbatch_args: tuple[str, ...] = ()  # site options passed to sbatch as they are (--account, --qos, ...)
+    driver_args: tuple[str, ...] = ()  # bench/stress arguments every task runs with
+    poll_s: float = Field(default=10.0, gt=0)
+    watch: bool = True

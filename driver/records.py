@@ -323,10 +323,81 @@ class RunArchive(Record):
     ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
 
 
+
+# ---------------------------------------------------------------- cluster runs (driver/cluster/)
+
+
+class ClusterTask(Record):
+    """One task of a Slurm job array: one suite on one GPU kind and count of one partition."""
+
+    index: NonNegativeInt  # SLURM_ARRAY_TASK_ID
+    suite: Literal["bench", "stress"]
+    partition: str
+    gpu_type: str  # the GRES type Slurm names the partition's GPUs by, e.g. h100
+    arch: str  # what the bundle was built for, from driver/cluster/gpus.py
+    gpus: int = Field(ge=1)
+    driver_args: list[str]  # `./bundle/run ARGS` on the node
+
+    @property
+    def gres(self) -> str:
+        """The GPU request in Slurm's own vocabulary (`--gres=gpu:h100:2`)."""
+        return f"gpu:{self.gpu_type}:{self.gpus}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.partition}/{self.gpus}x{self.gpu_type}/{self.suite}"
+
+
+class Submission(Record):
+    """`submission.json` in the shared folder: what was submitted, and where its tasks write."""
+
+    schema_version: int = SCHEMA_VERSION
+    submission_id: str
+    created_utc: str
+    command: list[str]
+    git_sha: str
+    git_dirty: bool
+    folder: str  # on the shared filesystem: bundle/, job.sh, logs/, results/, status/
+    job_id: str  # the array's Slurm job id
+    time_limit_min: int = Field(ge=1)
+    archs: list[str]
+    tasks: list[ClusterTask]
+
+
+class TaskState(Record):
+    """One array task as Slurm (or, once Slurm has forgotten it, the task itself) last reported it."""
+
+    index: NonNegativeInt
+    state: str  # Slurm's JobState: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    reason: str = ""
+    exit_code: int | None = None  # the batch script's exit status; None while it runs or when unknown
+    signal: int | None = None
+    elapsed_s: NonNegativeInt = 0
+    node: str = ""
+    source: Literal["scontrol", "sacct", "task"] = "scontrol"
+
+
+class TaskOutcome(Record):
+    task: ClusterTask
+    state: TaskState
+    collected: list[str] = Field(default_factory=list)  # run ids moved into bench_results/
+    problem: str | None = None  # None: the task completed with exit 0
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class ClusterReport(Record):
+    """`bench_results/cluster/<submission id>/cluster.json`: every task's end and what it archived."""
+
+    schema_version: int = SCHEMA_VERSION
+    collected_utc: str
+    submission: Submission
+    outcomes: list[TaskOutcome]
+
 SCHEMA_MODELS: dict[str, type[Record]] = {
     "build_meta": BuildMeta,
     "results": RunArchive,
     "allreduce_line": AllreduceLine,
     "sdpa_line": SdpaLine,
     "stress_line": StressLine,
+    "cluster_report": ClusterReport,
 }

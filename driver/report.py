@@ -11,7 +11,7 @@ from pathlib import Path
 
 from driver import archive, paths, plots
 from driver.config import TIMING_MODES
-from driver.records import BuildMeta, RunArchive
+from driver.records import ArchivedRecord, BuildMeta, ClusterReport, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
 
 COMPARE_FILE = "COMPARE.md"
@@ -193,3 +193,73 @@ def index_markdown(root: Path) -> str:
 def update_index(root: Path | None = None) -> None:
     root = root or paths.results_dir()
     paths.write_atomic(root / INDEX_FILE, index_markdown(root))
+
+
+def _column_names(runs: list[RunArchive]) -> list[str]:
+    """One column per run, named by its device kind (`2xH100`); a kind that appears twice gets its run id too."""
+    kinds = [r.device.kind for r in runs]
+    return [k if kinds.count(k) == 1 else f"{k} {r.run_id}" for k, r in zip(kinds, runs)]
+
+
+def _stress_cell(r: ArchivedRecord) -> str:
+    wrong = getattr(r.measurement, "wrong", None)
+    return r.correctness.status + (f" ({wrong} wrong)" if wrong is not None else "")
+
+
+def cross_device(runs: list[RunArchive]) -> list[str]:
+    """The same config, in the same timing mode, on each GPU kind side by side: p50 per run, and slowest
+    over fastest where two or more kinds ran it. Stress checks get their verdict per kind instead."""
+    names = _column_names(runs)
+    timed: dict[tuple[str, str, str, str], dict[str, ArchivedRecord]] = {}
+    checked: dict[tuple[str, str, str], dict[str, ArchivedRecord]] = {}
+    for name, run in zip(names, runs):
+        for r in run.records:
+            if r.suite == "stress":
+                checked.setdefault((r.measurement.check, r.kernel, r.config), {}).setdefault(name, r)
+            elif r.round_p50_us and r.measurement.p50_us > 0:
+                timed.setdefault((r.suite, r.config, r.impl, r.timing_mode), {}).setdefault(name, r)
+    out: list[str] = []
+    if timed:
+        out += ["## Timed configs, p50 us per device (kernel where ours chose one)", "",
+                "| suite | config | impl | mode | " + " | ".join(names) + " | slowest / fastest |",
+                "|---|---|---|---|" + "---|" * (len(names) + 1)]
+        for (suite, cfg, impl, mode), by in timed.items():
+            cells = []
+            for n in names:
+                r = by.get(n)
+                kernel = f" ({r.kernel})" if r and suite == "allreduce" and impl == "ours" else ""
+                cells.append(f"{r.measurement.p50_us:.2f}{kernel}" if r else "-")
+            p50s = [r.measurement.p50_us for r in by.values()]
+            spread = f"{max(p50s) / min(p50s):.2f}x" if len(p50s) > 1 else "-"
+            out.append(f"| {suite} | {cfg} | {impl} | {mode} | " + " | ".join(cells) + f" | {spread} |")
+        out.append("")
+    if checked:
+        out += ["## Stress checks per device", "", "| check | kernel | config | " + " | ".join(names) + " |",
+                "|---|---|---|" + "---|" * len(names)]
+        for (check, kernel, cfg), by in checked.items():
+            cells = [_stress_cell(by[n]) if n in by else "-" for n in names]
+            out.append(f"| {check} | {kernel} | {cfg} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def cluster_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
+    """CLUSTER.md of a cluster run: every task's end, the cross-device table, each failed task's log tail."""
+    sub = report.submission
+    lines = [f"# Cluster run {sub.submission_id}", "",
+             f"- job array {sub.job_id}, {len(sub.tasks)} task(s), time limit {sub.time_limit_min} min",
+             f"- git: {sub.git_sha}{' (dirty)' if sub.git_dirty else ''}; built for {', '.join(sub.archs)}",
+             f"- command: `{' '.join(sub.command)}`", "",
+             "## Tasks", "", "| task | partition | GPUs | suite | node | Slurm state | exit | elapsed s | run folders |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for o in report.outcomes:
+        t, st = o.task, o.state
+        runs_cell = ", ".join(f"[{r}](../../{r}/COMPARE.md)" for r in o.collected) or "-"
+        lines.append(f"| {t.index} | {t.partition} | {t.gpus}x {t.gpu_type} ({t.arch}) | {t.suite} | {st.node or '-'} | "
+                     f"{st.state} | {'-' if st.exit_code is None else st.exit_code} | {st.elapsed_s} | {runs_cell} |")
+    lines.append("")
+    lines += cross_device(runs) if runs else ["(no task archived a run folder: nothing to compare)", ""]
+    for o in report.outcomes:
+        if o.problem:
+            lines += [f"## Task {o.task.index} {o.task.label}: {o.problem}", "", "```", *o.log_tail, "```", ""]
+    return "\n".join(lines) + "\n"
