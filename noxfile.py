@@ -12,10 +12,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import nox
-import tomllib
 
 nox.options.sessions = ["test"]
 nox.options.reuse_venv = "yes"

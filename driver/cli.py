@@ -44,7 +44,8 @@ def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> N
     p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
     p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
                    f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
-    p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
+    p.add_argument("--shapes", default=shapes, help=f"SDPA shapes: {', '.join(config.SDPA_SHAPES)} or BxHxSxD "
+                   f"(default {shapes})")
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
 
 
@@ -72,7 +73,7 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         write_windows=write,
         dtypes=config.parse_dtypes(ns.dtype),
         ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
-        shapes=config.parse_shapes(getattr(ns, "shapes", "mission,large")),
+        shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
         seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
@@ -257,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_build)
 
     for name, iters, seeds, shapes, dtypes, helptext in (
-        ("bench", 100, "0", "mission,large", "float32", "build, check correctness, time ours against the peers, archive"),
+        ("bench", 100, ",".join(map(str, config.BENCH_SDPA_SEEDS)), ",".join(config.BENCH_SDPA_SHAPES), "float32",
+         "build, check correctness, time ours against the peers, archive"),
         ("stress", 1000, "0,1,2", "small,mission,tail,large", "float32,bfloat16,float16",
          "long soak of every kernel with every result checked, archived"),
     ):

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-import tomllib
 from pydantic import ValidationError
 
 from driver import paths

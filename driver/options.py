@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from driver.config import DEFAULT_TIMING, SDPA_SHAPES
+from driver.config import BENCH_SDPA_SEEDS, BENCH_SDPA_SHAPES, DEFAULT_TIMING, SDPA_SHAPES
 from driver.records import Record, TimingMode
 
 
@@ -16,11 +16,8 @@ class RunOptions(Record):
     sizes_bytes: tuple[int, ...] = (256 << 10, 16 << 20)
     dtypes: tuple[str, ...] = ("float32",)
     ngpus: tuple[int, ...] | None = None  # None: every supported count the host has
-    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = (
-        ("mission", SDPA_SHAPES["mission"]),
-        ("large", SDPA_SHAPES["large"]),
-    )
-    seeds: tuple[int, ...] = (0,)
+    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = tuple((n, SDPA_SHAPES[n]) for n in BENCH_SDPA_SHAPES)
+    seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)

@@ -172,10 +172,10 @@ class AllreduceLine(Record):
 
 
 class SdpaLine(Record):
-    """One line printed by an SDPA runner (ours) or the PyTorch peer."""
+    """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
-    impl: Literal["baseline", "cpasync", "torch_sdpa"]
+    impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt
@@ -201,6 +201,10 @@ class SdpaLine(Record):
     batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
     l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
     hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
+    # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
+    # E4M3), and the library versions that ran.
+    precision: str = ""
+    peer_version: str = ""
 
 
 class CeilingLine(Record):

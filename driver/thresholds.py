@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import tomllib
 from pathlib import Path
 from typing import Literal
 
-import tomllib
 from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
 from driver import paths
@@ -37,7 +37,7 @@ class AllreduceGates(Record):
 
 class SdpaSpeedup(Record):
     impl: Literal["baseline", "cpasync", "best"]
-    peer: Literal["baseline", "cpasync", "torch_sdpa"]
+    peer: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     shape: str
     min_ratio: PositiveFloat

@@ -9,10 +9,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from functools import cache
 from pathlib import Path
-
-import tomllib
 
 from driver import paths
 from driver.errors import ToolchainMissing

@@ -116,6 +116,14 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
     assert proc.stdout == ""
 
 
+@pytest.mark.parametrize("shape, needle", [("1x8x0x64", "S = 0"), ("1x8x512x96", "unsupported head dim 96"),
+                                           ("0x8x512x64", "zero dimension")])
+def test_bad_sdpa_shape_is_one_line_before_anything_builds(shape, needle, results_dir):
+    proc = run_driver("bench", "--suite", "sdpa", "--shapes", shape)
+    _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
+    assert not results_dir.exists()
+
+
 @pytest.mark.parametrize(
     "content, needle",
     [

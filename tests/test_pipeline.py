@@ -32,7 +32,8 @@ def host(tmp_path, monkeypatch, results_dir):
     allreduce_exe(exe_dir, "upstream_bench", impl="upstream", p50=UPSTREAM_US)
     sdpa_exes(exe_dir, p50=SDPA_US)
     monkeypatch.setattr(device, "probe", lambda: H200X2)
-    monkeypatch.setattr(peers, "missing", lambda name: NO_TORCH if peers.PEERS[name].needs else None)
+    monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
+    monkeypatch.setattr(peers, "_found", lambda module: False)  # no torch: no NCCL, PyTorch or cuDNN peer
     return exe_dir
 
 

@@ -1,4 +1,6 @@
-"""The SDPA suite: both FP8 variants against a float64 reference, PyTorch as the peer."""
+"""The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
+as the peers (driver/peers/), in the same rounds and timing modes, their outputs checked against the same
+reference (reported, not gated)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from driver import device, peers
+from driver.errors import KernelFailed
 from driver.gates import sdpa_correctness, sdpa_runner_resources
 from driver.options import RunOptions
 from driver.parse import launch_lines
@@ -19,6 +22,18 @@ from driver.verify import SdpaErrors, sdpa_errors
 
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
+PEERS = peers.of_suite("sdpa")  # torch_sdpa, cudnn_fp8, flash_attn: each reads our inputs, writes --out
+HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_sm90", "mma_sync_sm80"
+
+
+def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
+    """Why our Hopper kernel does not run here (the runner then runs the mma.sync kernel), or None."""
+    if gpu_arch == "sm_90" and build_arch == "sm_90":
+        return None
+    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
+           f"this build is for {build_arch}, without sm_90a code")
+    return (f"the Hopper kernel ({HOPPER_KERNEL}: warpgroup MMA, tensor copies) needs an sm_90 GPU and a build for "
+            f"sm_90a; {why}, so the runners run the mma.sync kernel ({MMA_SYNC_KERNEL})")
 
 
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
@@ -58,17 +73,20 @@ def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarr
 
 
 def _shape(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, shape_name: str,
-    shape: tuple[int, int, int, int],
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
+    shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """Every seed of every variant checked against the reference first (one launch each, nothing
     timed); then the first seed's inputs timed in every mode asked for, in interleaved rounds with
-    the peer in the same mode, for the variants that were correct on every seed, each timed run's
-    output checked again. A variant with wrong results is never timed."""
+    the peers (`peer_impls`, those this host can run) in the same mode, for the variants that were
+    correct on every seed, each timed run's output (ours and the peers') checked again. A variant
+    with wrong results is never timed; a peer's error is reported, not gated."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
+    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer, both modes
+    peer_unchecked: dict[str, str] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
     with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
@@ -77,7 +95,7 @@ def _shape(
             folder = Path(tmp) / f"seed{seed}"
             folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
-            cases[seed] = files, expected, {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            cases[seed] = files, expected, {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peer_impls)}
             for impl, exe in VARIANTS.items():
                 what = f"sdpa {shape_name} seed {seed} {impl} (check)"
                 progress(what)
@@ -89,19 +107,26 @@ def _shape(
         correct = [impl for impl in VARIANTS
                    if all(sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed for seed in opts.seeds)]
         cmds: dict[tuple[str, str], list[str]] = {}
-        for mode in modes:  # ours then the peer, per mode: A B C D, A B C D, ...
+        for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
             for impl in correct:
                 cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
                                       *timing_args(opts, mode)]
-            if correct and peers.missing("torch_sdpa") is None:
-                cmds[("torch_sdpa", mode)] = peers.command("torch_sdpa", *file_args(files), *timing_args(opts, mode))
+            for impl in peer_impls if correct else ():
+                cmds[(impl, mode)] = peers.command(impl, *file_args(files), "--out", str(outs[impl]),
+                                                   *timing_args(opts, mode))
 
         def check(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
             impl = cmd_key[0]
+            what = f"sdpa {shape_name} seed {timed_seed} {impl} output"
             if impl in VARIANTS:
-                checks[(impl, timed_seed)].append(sdpa_errors(
-                    np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
-                    what=f"sdpa {shape_name} seed {timed_seed} {impl} output"))
+                checks[(impl, timed_seed)].append(sdpa_errors(np.load(outs[impl]), expected,
+                                                              bad_err=gates.sdpa.bad_err, what=what))
+                return
+            try:  # a peer's output is checked the same way; if it is malformed, its record says so
+                peer_checks.setdefault(impl, []).append(
+                    sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
+            except (KernelFailed, OSError, ValueError) as exc:
+                peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
 
         def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
             check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
@@ -126,6 +151,9 @@ def _shape(
             telemetry_before=before, telemetry_after=after, flags=flags, **kw,
         )
 
+    def errors(m: SdpaErrors) -> dict:
+        return {"max_abs_err": m.max_abs_err, "nonfinite": m.nonfinite > 0, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2}
+
     for seed in opts.seeds:
         for impl in VARIANTS:
             metrics = SdpaErrors.worst(checks[(impl, seed)])
@@ -136,20 +164,23 @@ def _shape(
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
             if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            errs = {"max_abs_err": metrics.max_abs_err, "nonfinite": metrics.nonfinite > 0,
-                    "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
             if not timed_modes:
                 records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
-                                      correctness=verdict, **errs))
+                                      correctness=verdict, **errors(metrics)))
             for mode in timed_modes:
                 line, p50s = samples.representative((impl, mode))
                 records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
-                                      **errs))
-    for mode in modes:
-        for impl in (k[0] for k in timed_keys if k[1] == mode and peers.is_peer(k[0])):
+                                      **errors(metrics)))
+    for impl in peer_impls:
+        m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
+        for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
             line, p50s = samples.representative((impl, mode))
-            records.append(record(impl, timed_seed, line, p50s, mode, passed=False, correctness=Verdict(
-                status="not_measured", reasons=["peer: timed only, its output is not checked"])))
+            reasons = ["peer: its error against the float64 reference is reported, not gated"
+                       if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
+            reasons += [f"precision: {line.precision}"] if line.precision else []
+            records.append(record(impl, timed_seed, line, p50s, mode, passed=False,
+                                  correctness=Verdict(status="not_measured", reasons=reasons),
+                                  **(errors(m) if m else {})))
     failures = samples.peer_failures if samples is not None else {}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
                      for (impl, mode), why in failures.items()]
@@ -157,11 +188,19 @@ def _shape(
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     result = SuiteResult()
-    why = peers.missing("torch_sdpa")
+    gpu_arch, build_arch = device.arch_of(0), exe_dir.name  # exe_dir is build/<arch>
+    why = hopper_not_offered(gpu_arch, build_arch)
     if why:
-        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason=why))
+        result.skipped.append(Skip(suite="sdpa", impl=HOPPER_KERNEL, reason=why))
+    here = []
+    for impl in PEERS:
+        why = peers.missing(impl, gpu_arch)
+        if why:  # its gates are then not measured (gates.py), never passed
+            result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
+        else:
+            here.append(impl)
     for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(here), shape_name, shape)
         result.records += records
         result.skipped += skipped
     return result
