@@ -2,10 +2,12 @@
 
     nox -s build  -- --arch sm_90,sm_89
     nox -s test
+    nox -s lint
     nox -s bench  -- --sizes 256K,16M
     nox -s stress
     nox -s sweep  -- --write
     nox -s bundle -- --out bundle
+    nox -s submit -- --suite bench --partitions h100,h200 --gpus 2,8
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ def test(session: nox.Session) -> None:
 
 
 @nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the driver, the tests and this file, with the settings in pyproject.toml."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", "driver", "tests", "noxfile.py", *session.posargs)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Build, check correctness, time ours against the peers side by side, archive in bench_results/."""
     _install(session)
@@ -83,3 +92,10 @@ def bundle(session: nox.Session) -> None:
     _install(session)
     session.run("python", "-m", "driver", "build", "--arch", "sm_90")
     session.run("python", "-m", "driver", "bundle", *session.posargs)
+
+
+@nox.session
+def submit(session: nox.Session) -> None:
+    """Build once, submit the bench or stress matrix to Slurm as one job array, watch, collect, compare."""
+    _install(session)
+    session.run("python", "-m", "driver", "submit", *session.posargs)

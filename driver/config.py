@@ -15,19 +15,38 @@ DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
-ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_bulk",
-                     "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
+# The allreduce kernels, by the name the GPU confirms it ran (kernel_name in kernels_mojo/allreduce/
+# dispatch.mojo): the one list --kernel, the sweep, stress, the GPU tests and the dispatch test read.
+ALLREDUCE_KERNEL_NAMES = ("1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_bulk",
+                          *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+# What --kernel takes besides those: auto (the dispatch table) and 1stage_cpasync (the build's stage count).
+ALLREDUCE_KERNELS = ("auto", *dict.fromkeys(re.sub(r"_s\d+$", "", k) for k in ALLREDUCE_KERNEL_NAMES))
 SUITES = ("allreduce", "sdpa", "all")
+TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
+TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
+# Modes a suite runs when --timing is not given. Allreduce: cold only, because the Mojo executables
+# cannot be graph-timed (their hot is the host back-to-back batch, a measurement of the host launch
+# path, not of the kernel) and cold NCCL already agrees with a CUDA-graph timing of NCCL.
+DEFAULT_TIMING: dict[str, tuple[str, ...]] = {"sdpa": ("cold", "hot"), "allreduce": ("cold",), "sweep": ("cold",)}
 
-# (B, H, S, D) of the named SDPA shapes the seeds and issue 4 use.
+# (B, H, S, D) of the named SDPA shapes: the seeds' and issue 4's, then issue 13's (odd sizes with
+# tails, many heads, a batch, head dim 128 at 2K and 8K keys).
 SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "small": (1, 2, 128, 64),
     "mission": (1, 8, 512, 64),
     "tail": (1, 8, 1000, 64),
     "large": (2, 16, 2048, 64),
+    "odd": (3, 5, 777, 64),
+    "heads32": (4, 32, 4096, 64),
+    "batch8": (8, 8, 1024, 64),
+    "large_d128": (2, 16, 2048, 128),
+    "long_d128": (1, 16, 8192, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
+# What `bench` times and checks by default: every shape above but the seeds' small and tail.
+BENCH_SDPA_SHAPES = ("mission", "large", "odd", "heads32", "batch8", "large_d128", "long_d128")
+BENCH_SDPA_SEEDS = (0, 1, 2)
 
 _SIZE_RE = re.compile(r"^(\d+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -84,20 +103,31 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 
 
 def parse_suite(text: str) -> tuple[str, ...]:
-    (suite,) = _parse_choice_list(text, SUITES, "suite")[:1]
-    return ("allreduce", "sdpa") if suite == "all" else (suite,)
+    """`allreduce,sdpa` -> both, in that order; `all` -> every suite."""
+    items = _parse_choice_list(text, SUITES, "suite")
+    return tuple(dict.fromkeys(s for item in items for s in (("allreduce", "sdpa") if item == "all" else (item,))))
+
+
+def parse_timing(text: str) -> tuple[str, ...]:
+    """`--timing cold,hot` -> ("cold", "hot"); `device` and `host` are aliases of cold and hot."""
+    allowed = (*TIMING_MODES, *TIMING_ALIASES)
+    items = _parse_choice_list(text, allowed, "timing mode")
+    return tuple(dict.fromkeys(TIMING_ALIASES.get(i, i) for i in items))
 
 
 def parse_kernel(text: str) -> str:
     """An allreduce kernel name (ALLREDUCE_KERNELS) or 1stage_cpasync_sN."""
     name = text.strip()
-    m = re.fullmatch(r"1stage_cpasync_s(\d+)", name)
-    if m and int(m.group(1)) in CPASYNC_STAGES:
+    if name in ALLREDUCE_KERNELS or name in ALLREDUCE_KERNEL_NAMES:
         return name
-    if name in ALLREDUCE_KERNELS:
-        return name
-    allowed = list(ALLREDUCE_KERNELS) + [f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES]
+    allowed = dict.fromkeys([*ALLREDUCE_KERNELS, *ALLREDUCE_KERNEL_NAMES])
     raise ConfigError(f"unknown kernel {text!r}", f"choose from {', '.join(allowed)}")
+
+
+def kernel_flags(kernel: str) -> list[str]:
+    """The allreduce executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
+    m = re.fullmatch(r"(.+)_s(\d+)", kernel)
+    return ["--kernel", m.group(1), "--stages", m.group(2)] if m else ["--kernel", kernel]
 
 
 def parse_ngpus(text: str) -> tuple[int, ...]:
@@ -125,6 +155,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
             f"use a name ({', '.join(SDPA_SHAPES)}) or BxHxSxD, e.g. 1x8x512x64",
         )
     b, h, s, d = (int(p) for p in parts)
+    if s == 0:
+        raise ConfigError(f"shape {text!r} has S = 0: there is no sequence to attend over", "S must be at least 1")
     if min(b, h, s, d) <= 0:
         raise ConfigError(f"shape {text!r} has a zero dimension", "B, H, S and D must be at least 1")
     if d not in SDPA_HEAD_DIMS:

@@ -7,11 +7,13 @@ no NaN or infinity, and with a JSON Schema written next to bench_results/.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator
 
-SCHEMA_VERSION = 1
+# 2: verdicts say "not_measured" (was "skip"), runs carry their gates, stress lines hold null (never 0)
+# for what a check did not measure. Version-1 results still load (see Verdict.status).
+SCHEMA_VERSION = 2
 
 
 class Record(BaseModel):
@@ -128,6 +130,12 @@ class BuildMeta(Record):
 
 # ---------------------------------------------------------------- kernel output lines
 
+# The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
+# (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
+TimingMode = Literal["cold", "hot"]
+# An allreduce line's method -> the mode it serves.
+TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
+
 
 class AllreduceLine(Record):
     """One line printed by an allreduce executable (ours, upstream) or a torch-driven peer (NCCL, PyTorch's
@@ -144,11 +152,12 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
-    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
+    batch: int = Field(default=1, ge=1)  # iterations per timing sample (timing "host" or "graph")
+    # How the executable timed (the mode it serves: TIMING_METHOD_MODE):
     # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
     # "host": wall clock around `batch` back-to-back iterations plus a synchronize;
-    # "hot": CUDA graph replays of back-to-back calls, total / calls (the torch-driven peers).
-    timing: Literal["device", "host", "hot"] = "host"
+    # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the torch-driven peers).
+    timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
@@ -164,10 +173,10 @@ class AllreduceLine(Record):
 
 
 class SdpaLine(Record):
-    """One line printed by an SDPA runner (ours) or the PyTorch peer."""
+    """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
-    impl: Literal["baseline", "cpasync", "torch_sdpa"]
+    impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt
@@ -188,6 +197,15 @@ class SdpaLine(Record):
     block: list[int] = Field(default_factory=list)
     smem_bytes: NonNegativeInt = 0
     regs_per_thread: NonNegativeInt = 0
+    # The timing mode (README "How we time"); None: a line from before the modes existed.
+    timing: TimingMode | None = None
+    batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
+    l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
+    hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
+    # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
+    # E4M3), and the library versions that ran.
+    precision: str = ""
+    peer_version: str = ""
 
 
 class CeilingLine(Record):
@@ -199,33 +217,46 @@ class CeilingLine(Record):
 
 
 class StressLine(Record):
-    """One stress config's outcome, written by the driver's stress suite."""
+    """One stress config's outcome, written by the driver's stress suite. A field the check did
+    not measure is null, never 0: a sanitizer run counts hazards, not wrong elements."""
 
     suite: Literal["stress"]
     check: Literal["soak", "watchdog", "sanitizer", "profile"]
     kernel: str
     config: str
     sizes_bytes: list[NonNegativeInt] = Field(default_factory=list)
-    iterations: NonNegativeInt  # launches executed
-    checked: NonNegativeInt  # of those, results compared element by element with the reference
-    wrong: NonNegativeInt
-    max_abs_err: NonNegativeFloat | None  # None: some output was NaN or infinite
-    hazards: NonNegativeInt | None = None  # sanitizer: None = not covered (see detail)
+    iterations: NonNegativeInt | None  # launches executed
+    checked: NonNegativeInt | None  # of those, results compared element by element with the reference
+    wrong: NonNegativeInt | None  # elements that disagreed with the reference (or with the checked output)
+    max_abs_err: NonNegativeFloat | None  # null: not measured, or not finite (then `nonfinite`)
+    nonfinite: bool = False  # some checked output element was NaN or infinite
+    hazards: NonNegativeInt | None = None  # sanitizer: None = not measured (see detail)
     hang: bool = False
-    seconds: NonNegativeFloat = 0.0
+    seconds: NonNegativeFloat | None = None  # wall time of the check; None: nothing ran
     detail: str = ""
     counters: dict[str, float] = Field(default_factory=dict)  # profile: ncu counters or timings (see detail)
 
 
-Measurement = Annotated[Union[AllreduceLine, SdpaLine, StressLine], Field(discriminator="suite")]
+Measurement = Annotated[AllreduceLine | SdpaLine | StressLine, Field(discriminator="suite")]
 
 
 # ---------------------------------------------------------------- verdicts and archive
 
 
+Status = Literal["pass", "fail", "inconclusive", "not_measured"]
+# What outranks what when several verdicts describe one thing: a failure, then something that
+# was not measured (absence is never a pass), then a result inside the noise, then a pass.
+STATUS_ORDER: tuple[Status, ...] = ("fail", "not_measured", "inconclusive", "pass")
+
+
 class Verdict(Record):
-    status: Literal["pass", "fail", "inconclusive", "skip"]
+    status: Status
     reasons: list[str] = Field(default_factory=list)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _legacy_skip(cls, value: object) -> object:
+        return "not_measured" if value == "skip" else value  # schema 1 archives said "skip"
 
     @property
     def passed(self) -> bool:
@@ -233,12 +264,28 @@ class Verdict(Record):
 
     @classmethod
     def combine(cls, verdicts: list[Verdict]) -> Verdict:
-        """fail beats inconclusive beats pass; skips count only when nothing else ran."""
-        ran = [v for v in verdicts if v.status != "skip"] or verdicts
-        for status in ("fail", "inconclusive", "pass", "skip"):
-            if any(v.status == status for v in ran):
-                break
+        """The highest-ranked status of STATUS_ORDER, with every reason."""
+        status = min((v.status for v in verdicts), key=STATUS_ORDER.index, default="not_measured")
         return cls(status=status, reasons=list(dict.fromkeys(r for v in verdicts for r in v.reasons)))
+
+
+class GateResult(Record):
+    """One gate of one run: pass, fail, inconclusive (inside the noise), or not measured (with why).
+
+    `gate` is the id thresholds.toml's [[optional]] entries match, e.g.
+    `allreduce/speed/ours-vs-nccl/float32/2gpu/262144B` or `stress/sanitizer/memcheck/sdpa_fp8_cpasync/small`.
+    `kind` picks the exit code a failed or (required) unmeasured gate gives: correctness 7, speed 8."""
+
+    gate: str
+    kind: Literal["correctness", "speed"]
+    status: Status
+    optional: bool = False  # not measured, and thresholds.toml lets it go unmeasured on this host
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def blocking(self) -> bool:
+        """Fails the run: a failure, or an absence thresholds.toml does not allow here."""
+        return self.status == "fail" or (self.status == "not_measured" and not self.optional)
 
 
 class ArchivedRecord(Record):
@@ -249,19 +296,43 @@ class ArchivedRecord(Record):
     device: str
     git_sha: str
     seed: int | None = None
-    passed: bool
-    max_abs_err: NonNegativeFloat | None = None
+    passed: bool  # correctness.status == "pass"
+    max_abs_err: NonNegativeFloat | None = None  # null: not measured, or not finite (then `nonfinite`)
+    nonfinite: bool = False  # some checked output element was NaN or infinite
     bad_frac: NonNegativeFloat | None = None
     rel_l2: NonNegativeFloat | None = None
-    correctness: Verdict
-    performance: Verdict | None = None
+    correctness: Verdict  # a peer that is only timed: not_measured, and no gate reads it
+    performance: Verdict | None = None  # the speed gates that name this record, combined
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
     # allreduce: algbw over the link ceiling measured in the same run (p2p_copy); None when not measured
     link_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
+
+    @property
+    def timing_mode(self) -> str:
+        """`timing`; for a run archived before the modes existed, read from its line (allreduce: the
+        method's mode; SDPA: an event pair per launch, i.e. cold, without the L2 flush)."""
+        if self.timing:
+            return self.timing
+        m = self.measurement
+        return TIMING_METHOD_MODE.get(m.timing, "cold") if m.suite == "allreduce" else "cold"
+
+    @property
+    def timing_method(self) -> str:
+        """How the executable timed, in words (README "How we time"): two records are timed alike
+        only when their modes and methods agree."""
+        m = self.measurement
+        if m.suite == "allreduce":
+            return {"device": "events", "host": f"host batch x{m.batch}", "graph": f"graph x{m.batch}"}[m.timing]
+        if m.suite != "sdpa":
+            return ""
+        if self.timing_mode == "hot":
+            return f"graph x{m.batch}"
+        return "events, L2 flushed" if m.l2_flush_bytes else "events"
 
 
 class Skip(Record):
@@ -285,7 +356,78 @@ class RunArchive(Record):
     records: list[ArchivedRecord]
     skipped: list[Skip] = Field(default_factory=list)
     ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    gates: list[GateResult] = Field(default_factory=list)  # every gate of the run (empty in schema 1 archives)
 
+
+
+# ---------------------------------------------------------------- cluster runs (driver/cluster/)
+
+
+class ClusterTask(Record):
+    """One task of a Slurm job array: one suite on one GPU kind and count of one partition."""
+
+    index: NonNegativeInt  # SLURM_ARRAY_TASK_ID
+    suite: Literal["bench", "stress"]
+    partition: str
+    gpu_type: str  # the GRES type Slurm names the partition's GPUs by, e.g. h100
+    arch: str  # what the bundle was built for, from driver/cluster/gpus.py
+    gpus: int = Field(ge=1)
+    driver_args: list[str]  # `./bundle/run ARGS` on the node
+
+    @property
+    def gres(self) -> str:
+        """The GPU request in Slurm's own vocabulary (`--gres=gpu:h100:2`)."""
+        return f"gpu:{self.gpu_type}:{self.gpus}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.partition}/{self.gpus}x{self.gpu_type}/{self.suite}"
+
+
+class Submission(Record):
+    """`submission.json` in the shared folder: what was submitted, and where its tasks write."""
+
+    schema_version: int = SCHEMA_VERSION
+    submission_id: str
+    created_utc: str
+    command: list[str]
+    git_sha: str
+    git_dirty: bool
+    folder: str  # on the shared filesystem: bundle/, job.sh, logs/, results/, status/
+    job_id: str  # the array's Slurm job id
+    time_limit_min: int = Field(ge=1)
+    archs: list[str]
+    tasks: list[ClusterTask]
+
+
+class TaskState(Record):
+    """One array task as Slurm (or, once Slurm has forgotten it, the task itself) last reported it."""
+
+    index: NonNegativeInt
+    state: str  # Slurm's JobState: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    reason: str = ""
+    exit_code: int | None = None  # the batch script's exit status; None while it runs or when unknown
+    signal: int | None = None
+    elapsed_s: NonNegativeInt = 0
+    node: str = ""
+    source: Literal["scontrol", "sacct", "task"] = "scontrol"
+
+
+class TaskOutcome(Record):
+    task: ClusterTask
+    state: TaskState
+    collected: list[str] = Field(default_factory=list)  # run ids moved into bench_results/
+    problem: str | None = None  # None: the task completed with exit 0
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class ClusterReport(Record):
+    """`bench_results/cluster/<submission id>/cluster.json`: every task's end and what it archived."""
+
+    schema_version: int = SCHEMA_VERSION
+    collected_utc: str
+    submission: Submission
+    outcomes: list[TaskOutcome]
 
 SCHEMA_MODELS: dict[str, type[Record]] = {
     "build_meta": BuildMeta,
@@ -293,4 +435,5 @@ SCHEMA_MODELS: dict[str, type[Record]] = {
     "allreduce_line": AllreduceLine,
     "sdpa_line": SdpaLine,
     "stress_line": StressLine,
+    "cluster_report": ClusterReport,
 }

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, paths, plots
-from driver.records import BuildMeta, RunArchive
+from driver import archive, gates, paths, plots
+from driver.config import TIMING_MODES
+from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
 
 COMPARE_FILE = "COMPARE.md"
 INDEX_FILE = "README.md"
+
+
+def _modes(run: RunArchive) -> list[str]:
+    present = {r.timing_mode for r in run.records if r.suite != "stress" and r.round_p50_us}
+    return [m for m in TIMING_MODES if m in present]
 
 
 def _speed_table(run: RunArchive) -> list[str]:
@@ -25,21 +31,22 @@ def _speed_table(run: RunArchive) -> list[str]:
             continue
         # allreduce: link_frac, the share of the run's measured link ceiling (GPU0 -> GPU1 copy) reached
         link_col = suite == "allreduce"
-        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | " + ("link_frac | " if link_col else "")
-                  + "correct | gate |", "|---|---|---|---|---|---|---|---|" + ("---|" if link_col else "")]
+        lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | "
+                  + ("link_frac | " if link_col else "") + "correct | gate |",
+                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if link_col else "")]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
             link = ("- | " if r.link_frac is None else f"{r.link_frac:.2f} | ") if link_col else ""
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {link}{r.correctness.status} | "
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | - | not timed | {link}{r.correctness.status} | "
                              f"{gate} {why} |")
                 continue
             metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
-                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | {link}"
-                f"{r.correctness.status} | {gate} {why} |"
+                f"| {r.config} | {r.impl} | {r.kernel} | {r.timing_mode} ({r.timing_method}) | {m.p50_us:.2f} | "
+                f"{m.p90_us:.2f} | {metric} | {link}{r.correctness.status} | {gate} {why} |"
             )
         lines.append("")
     return lines
@@ -52,8 +59,9 @@ def reading(speedup: float) -> str:
 
 
 def _winner_table(run: RunArchive) -> list[str]:
-    """Ours against every other impl of the same config, on p50 (first seed for SDPA)."""
-    groups: dict[str, dict[str, object]] = {}
+    """Ours against every other impl of the same config on p50 (first seed for SDPA), every timing
+    mode of the run side by side: each mode has its own speedup, reading and winner."""
+    groups: dict[str, dict[str, dict[str, object]]] = {}
     first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
     for r in run.records:
         if r.suite == "stress":
@@ -61,39 +69,71 @@ def _winner_table(run: RunArchive) -> list[str]:
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
         if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
             continue
-        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
+        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, {}).setdefault(r.timing_mode, r.measurement)
+    modes = _modes(run)
+    head = "| config | candidate | other | " + " | ".join(
+        f"{m} p50 us (cand / other) | {m} speedup | {m} reading | {m} winner" for m in modes) + " |"
     rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
-            "| config | candidate | other | candidate p50 us | other p50 us | p90 us (cand / other) | mean us (cand / other) | speedup | reading | winner |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            ("cold: each launch timed alone (SDPA: L2 flushed first); hot: launches back to back (a CUDA graph, "
+             "or the host batch where the executable cannot capture one); README \"How we time\"."), "",
+            head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
         cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
         for cand in cands:
-            for other, m in by_impl.items():
+            for other in by_impl:
                 if other == cand or (cand == "baseline" and other == "cpasync"):
                     continue
-                c = by_impl[cand]
-                if c.p50_us <= 0 or m.p50_us <= 0:
-                    continue
-                sp = m.p50_us / c.p50_us
-                win = cand if sp > 1 else other
-                rows.append(f"| {cfg} | {cand} | {other} | {c.p50_us:.2f} | {m.p50_us:.2f} | {c.p90_us:.2f} / "
-                            f"{m.p90_us:.2f} | {c.mean_us:.2f} / {m.mean_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | "
-                            f"{reading(sp)} | {win if reading(sp) != 'negligible' else 'tie'} |")
-    return rows + [""] if len(rows) > 4 else []
+                cells = []
+                for mode in modes:
+                    c, o = by_impl[cand].get(mode), by_impl[other].get(mode)
+                    if c is None or o is None or c.p50_us <= 0 or o.p50_us <= 0:
+                        cells.append("- | - | - | -")
+                        continue
+                    sp = o.p50_us / c.p50_us
+                    win = cand if sp > 1 else other
+                    cells.append(f"{c.p50_us:.2f} / {o.p50_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | {reading(sp)} | "
+                                 f"{win if reading(sp) != 'negligible' else 'tie'}")
+                rows.append(f"| {cfg} | {cand} | {other} | " + " | ".join(cells) + " |")
+    return rows + [""] if len(rows) > 6 else []
 
 
 def _stress_table(run: RunArchive) -> list[str]:
     recs = [r for r in run.records if r.suite == "stress"]
     if not recs:
         return []
-    rows = ["## stress", "", "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | "
-            "verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["## stress", "",
+            "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         m = r.measurement
         why = "; ".join(r.correctness.reasons) or m.detail
-        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {m.iterations} | {m.checked} | {m.wrong} | "
-                    f"{m.max_abs_err} | {'-' if m.hazards is None else m.hazards} | {m.hang} | {m.seconds:.1f} | "
-                    f"{r.correctness.status} {why} |")
+        err = "NaN/inf" if m.nonfinite else _cell(m.max_abs_err)
+        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {_cell(m.iterations)} | {_cell(m.checked)} | "
+                    f"{_cell(m.wrong)} | {err} | {_cell(m.hazards)} | {m.hang} | {_cell(m.seconds)} | "
+                    f"{STATUS_TEXT[r.correctness.status]} {why} |")
+    return rows + [""]
+
+
+def _cell(value: float | None) -> str:
+    """A measured number, or "-" where the check measured nothing (never a made-up 0)."""
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+STATUS_TEXT = {"fail": "FAIL", "not_measured": "NOT MEASURED", "inconclusive": "inconclusive", "pass": "pass"}
+
+
+def _state(g: GateResult) -> str:
+    return "not measured (optional here)" if g.optional else STATUS_TEXT[g.status]
+
+
+def _gate_table(run: RunArchive) -> list[str]:
+    """Every gate of the run and its state: failed and not measured first."""
+    recorded = gates.recorded(run)
+    if not recorded:
+        return []
+    note = "" if run.gates else " (schema 1 run: read back from its records' verdicts)"
+    rows = [f"## Gates{note}", "", "| state | gate | kind | why |", "|---|---|---|---|"]
+    rows += [f"| {_state(g)} | {g.gate} | {g.kind} | {'; '.join(g.reasons)} |" for g in gates.ordered(recorded)]
     return rows + [""]
 
 
@@ -138,7 +178,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _gate_table(run) + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
@@ -157,13 +197,21 @@ def rerender_compare(folder: Path) -> None:
     paths.write_atomic(folder / COMPARE_FILE, compare_markdown(run, pngs or None))
 
 
-def _headline(run: RunArchive) -> str:
-    n_pass = sum(r.passed for r in run.records)
-    parts = [f"{n_pass}/{len(run.records)} correct"]
-    for r in run.records:
-        if r.suite != "stress" and r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
-            parts.append(f"{r.config} {r.performance.reasons[0].split(' (')[0]}")
-    return "; ".join(parts[:4])
+def headline(run: RunArchive) -> str:
+    """Every gate's state in one cell, failed and not measured first, naming the first of each."""
+    recorded = gates.ordered(gates.recorded(run))
+    if not recorded:
+        return "no gates"
+    parts = []
+    for state in dict.fromkeys(_state(g) for g in recorded):
+        group = [g for g in recorded if _state(g) == state]
+        text = f"{len(group)} {state}"
+        first = group[0]
+        if first.blocking:
+            why = "; ".join(first.reasons) or "no reason recorded"
+            text += f" (e.g. {first.gate}: {why[:160]})"
+        parts.append(text)
+    return "; ".join(parts).replace("|", "/")
 
 
 def index_markdown(root: Path) -> str:
@@ -175,10 +223,80 @@ def index_markdown(root: Path) -> str:
             run = archive.load_run(folder)
         except ValueError:
             continue
-        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {_headline(run)} |")
+        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {headline(run)} |")
     return "\n".join(rows) + "\n"
 
 
 def update_index(root: Path | None = None) -> None:
     root = root or paths.results_dir()
     paths.write_atomic(root / INDEX_FILE, index_markdown(root))
+
+
+def _column_names(runs: list[RunArchive]) -> list[str]:
+    """One column per run, named by its device kind (`2xH100`); a kind that appears twice gets its run id too."""
+    kinds = [r.device.kind for r in runs]
+    return [k if kinds.count(k) == 1 else f"{k} {r.run_id}" for k, r in zip(kinds, runs)]
+
+
+def _stress_cell(r: ArchivedRecord) -> str:
+    wrong = getattr(r.measurement, "wrong", None)
+    return r.correctness.status + (f" ({wrong} wrong)" if wrong is not None else "")
+
+
+def cross_device(runs: list[RunArchive]) -> list[str]:
+    """The same config, in the same timing mode, on each GPU kind side by side: p50 per run, and slowest
+    over fastest where two or more kinds ran it. Stress checks get their verdict per kind instead."""
+    names = _column_names(runs)
+    timed: dict[tuple[str, str, str, str], dict[str, ArchivedRecord]] = {}
+    checked: dict[tuple[str, str, str], dict[str, ArchivedRecord]] = {}
+    for name, run in zip(names, runs):
+        for r in run.records:
+            if r.suite == "stress":
+                checked.setdefault((r.measurement.check, r.kernel, r.config), {}).setdefault(name, r)
+            elif r.round_p50_us and r.measurement.p50_us > 0:
+                timed.setdefault((r.suite, r.config, r.impl, r.timing_mode), {}).setdefault(name, r)
+    out: list[str] = []
+    if timed:
+        out += ["## Timed configs, p50 us per device (kernel where ours chose one)", "",
+                "| suite | config | impl | mode | " + " | ".join(names) + " | slowest / fastest |",
+                "|---|---|---|---|" + "---|" * (len(names) + 1)]
+        for (suite, cfg, impl, mode), by in timed.items():
+            cells = []
+            for n in names:
+                r = by.get(n)
+                kernel = f" ({r.kernel})" if r and suite == "allreduce" and impl == "ours" else ""
+                cells.append(f"{r.measurement.p50_us:.2f}{kernel}" if r else "-")
+            p50s = [r.measurement.p50_us for r in by.values()]
+            spread = f"{max(p50s) / min(p50s):.2f}x" if len(p50s) > 1 else "-"
+            out.append(f"| {suite} | {cfg} | {impl} | {mode} | " + " | ".join(cells) + f" | {spread} |")
+        out.append("")
+    if checked:
+        out += ["## Stress checks per device", "", "| check | kernel | config | " + " | ".join(names) + " |",
+                "|---|---|---|" + "---|" * len(names)]
+        for (check, kernel, cfg), by in checked.items():
+            cells = [_stress_cell(by[n]) if n in by else "-" for n in names]
+            out.append(f"| {check} | {kernel} | {cfg} | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def cluster_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
+    """CLUSTER.md of a cluster run: every task's end, the cross-device table, each failed task's log tail."""
+    sub = report.submission
+    lines = [f"# Cluster run {sub.submission_id}", "",
+             f"- job array {sub.job_id}, {len(sub.tasks)} task(s), time limit {sub.time_limit_min} min",
+             f"- git: {sub.git_sha}{' (dirty)' if sub.git_dirty else ''}; built for {', '.join(sub.archs)}",
+             f"- command: `{' '.join(sub.command)}`", "",
+             "## Tasks", "", "| task | partition | GPUs | suite | node | Slurm state | exit | elapsed s | run folders |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for o in report.outcomes:
+        t, st = o.task, o.state
+        runs_cell = ", ".join(f"[{r}](../../{r}/COMPARE.md)" for r in o.collected) or "-"
+        lines.append(f"| {t.index} | {t.partition} | {t.gpus}x {t.gpu_type} ({t.arch}) | {t.suite} | {st.node or '-'} | "
+                     f"{st.state} | {'-' if st.exit_code is None else st.exit_code} | {st.elapsed_s} | {runs_cell} |")
+    lines.append("")
+    lines += cross_device(runs) if runs else ["(no task archived a run folder: nothing to compare)", ""]
+    for o in report.outcomes:
+        if o.problem:
+            lines += [f"## Task {o.task.index} {o.task.label}: {o.problem}", "", "```", *o.log_tail, "```", ""]
+    return "\n".join(lines) + "\n"

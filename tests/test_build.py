@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, gates, targets, thresholds
+from driver import build, gates, targets, thresholds, toolchain
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -43,7 +43,7 @@ def test_cache_key_follows_defines_and_sources(meta):
 
 def test_build_meta_records_provenance(meta):
     assert len(meta.git_sha) == 40
-    assert meta.toolchain.mojo and meta.toolchain.mojo.version == "1.2.0"
+    assert meta.toolchain.mojo and meta.toolchain.mojo.version == toolchain.pins()["mojo"]
     assert meta.toolchain.nvcc and meta.toolchain.nvcc.version.startswith("13.")
     assert meta.host.logical_cores > 0 and meta.host.ram_gib > 0
     cu = meta.target("sdpa_fp8_cpasync", "sm_90")
@@ -68,7 +68,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
 def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
     base = meta.target("sdpa_fp8_baseline", arch).ptx_kernels
     cp = meta.target("sdpa_fp8_cpasync", arch).ptx_kernels
-    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]  # noqa: E731
+    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]
     assert sdpa(base) and sdpa(cp)
     assert not any(k.has_cp_async for k in sdpa(base))
     assert all(k.has_cp_async for k in sdpa(cp))
@@ -112,3 +112,18 @@ def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
     assert sass["sdpa_fp8_cpasync"] == {"LDGSTS": True, "HMMA": True}
     assert sass["sdpa_fp8_baseline"] == {"LDGSTS": False, "HMMA": True}
     assert all(t.sass is None for t in meta.targets if t.lang == "mojo")
+
+
+@pytest.mark.parametrize("args, needle", [(["--timing", "warm"], "--timing must be cold or hot"),
+                                          (["--batch", "0"], "--batch must be an integer")])
+def test_sdpa_runner_rejects_bad_timing_flags(meta, args, needle):
+    """The flags are checked before any input or GPU is touched: one `error:` line, exit 2."""
+    import subprocess
+
+    from driver import paths
+
+    exe = paths.build_dir() / "sm_90" / "sdpa_fp8_cpasync"
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.stdout == "" and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), proc.stderr

@@ -49,14 +49,25 @@ def test_algbw_plot_carries_the_link_frac_axis():
 
 
 @pytest.mark.parametrize("impl", ["nccl", "torch_symm_oneshot", "torch_symm_twoshot"])
-@pytest.mark.parametrize("timing", ["device", "hot", "host"])
-def test_torch_peers_print_the_executables_line(impl, timing):
-    ns = argparse.Namespace(dtype="bfloat16", ngpus=2, iters=3, warmup=1, batch=4, timing=timing, check=1)
+@pytest.mark.parametrize("mode, method", [("cold", "device"), ("hot", "graph"), ("host", "host")])
+def test_torch_peers_print_the_executables_line(impl, mode, method):
+    ns = argparse.Namespace(dtype="bfloat16", ngpus=2, iters=3, warmup=1, batch=4, timing=mode, check=1)
     d = torch_allreduce.line(ns, impl, 16 << 20, 8 << 20, [60.0, 50.0, 55.0], 0.001, 0)
     (ln,) = parse_lines(json.dumps(d), AllreduceLine, what=impl)
     assert ln.impl == impl and ln.kernel_confirmed == impl and ln.p50_us == 55.0 and ln.min_us == 50.0
     assert ln.algbw_gbps == pytest.approx((16 << 20) / 55e-6 / 1e9)
-    assert ln.batch == (4 if timing == "host" else 1)
+    assert ln.timing == method and ln.batch == (1 if mode == "cold" else 4)
+
+
+def test_every_torch_peer_is_registered_and_launched_with_its_impl():
+    from driver import peers
+    from driver.suites import allreduce
+
+    assert set(peers.of_suite("allreduce")) == {"nccl", "torch_symm_oneshot", "torch_symm_twoshot"}
+    cmd = peers.command("torch_symm_twoshot", "--sizes", "1M")
+    assert cmd[1:] == ["-m", "driver.peers.symm_allreduce", "--impl", "torch_symm_twoshot", "--sizes", "1M"]
+    assert allreduce.timing_flags("torch_symm_oneshot", "hot", 10) == ["--timing", "hot", "--batch", "10"]
+    assert allreduce.timing_flags("torch_symm_oneshot", "cold", 10) == ["--timing", "device"]
 
 
 def test_symm_peer_names_are_the_records_impls():

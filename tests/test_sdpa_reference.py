@@ -124,3 +124,23 @@ def test_make_inputs_deterministic_and_seeded():
     assert not np.isin(k, list(NAN_CODES)).any() and not np.isin(v, list(NAN_CODES)).any()
     # the largest |K| maps to (about) the top code
     assert np.abs(decode_e4m3_sim(k)).max() >= 416.0
+
+
+def test_reference_blocks_and_threads_do_not_change_the_result(monkeypatch):
+    """Blocks of one query row and heads on several threads: the same numbers as one block, one thread."""
+    from driver.reference import sdpa as ref_mod
+
+    q, k_u8, v_u8, ks, vs = make_inputs((2, 3, 40, 16), seed=5)
+    whole = reference(q, k_u8, v_u8, ks, vs, workers=1)
+    monkeypatch.setattr(ref_mod, "_BLOCK_ELEMS", 40)  # 40 keys per block: one query row at a time
+    split = reference(q, k_u8, v_u8, ks, vs, workers=4)
+    np.testing.assert_allclose(split, whole, rtol=1e-13, atol=1e-15)
+    k = decode_e4m3_sim(k_u8) * ks
+    v = decode_e4m3_sim(v_u8) * vs
+    np.testing.assert_allclose(split, _naive(q.astype(np.float64), k, v), rtol=1e-12, atol=1e-12)
+
+
+def test_reference_rejects_shapes_that_disagree():
+    q, k_u8, v_u8, ks, vs = make_inputs((1, 2, 8, 16), seed=0)
+    with pytest.raises(ValueError, match="share one"):
+        reference(q, k_u8[:, :, :4], v_u8, ks, vs)

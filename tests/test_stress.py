@@ -7,8 +7,8 @@ from driver.config import ELEM_BYTES
 from driver.suites.stress import sanitizer, soak
 
 ROOT = Path(__file__).resolve().parent.parent
-# compute-sanitizer memcheck on upstream comm.allreduce, 2x H200, 2026-11-22 (kernels_mojo bring-up run 2).
-UPSTREAM_MEMCHECK = ROOT / "kernels_mojo" / "results" / "run2_h200x2_upstream_sanitizer.txt"
+# compute-sanitizer memcheck on upstream comm.allreduce, 2x H200, 2026-11-22 (provenance in tests/data/captured/README.md).
+UPSTREAM_MEMCHECK = ROOT / "tests" / "data" / "captured" / "upstream_memcheck_h200x2.txt"
 
 
 def test_parse_sanitizer_reads_the_summary_line_only():

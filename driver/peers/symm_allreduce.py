@@ -6,8 +6,8 @@ all-gather by stores into the peers). The input lives in a symmetric-memory buff
 per size (`torch.distributed._symmetric_memory.empty` + `rendezvous`), the output in a plain
 tensor: the ops' most favourable use, with no copy into the symmetric buffer timed. Multicast stays
 off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1, set before torch loads) and no multimem op is called; a
-rendezvous that reports multicast anyway is skipped with the reason, as is a dtype the op has no
-kernel for (PyTorch builds these for float32 and bfloat16). Everything else (flags, inputs, check,
+buffer that comes with a multicast mapping anyway is refused with the reason, as is a dtype the op
+has no kernel for (PyTorch builds these for float32 and bfloat16): one `error:` line, no number. Everything else (flags, inputs, check,
 timing, JSON line) is driver/peers/torch_allreduce.py, shared with the NCCL peer.
 Run on the GPU host: `python -m driver.peers.symm_allreduce --impl torch_symm_oneshot --sizes 16M`.
 """
@@ -18,7 +18,7 @@ import sys
 import warnings
 from functools import partial
 
-from driver.peers.torch_allreduce import Collective, PeerSkipped, main
+from driver.peers.torch_allreduce import Collective, PeerCannotRun, main
 
 OPS = {"torch_symm_oneshot": "one_shot_all_reduce_out", "torch_symm_twoshot": "two_shot_all_reduce_out"}
 
@@ -30,7 +30,7 @@ def setup(impl: str, torch, dist, elements: int, dtype, device) -> Collective:
 
         op = getattr(torch.ops.symm_mem, OPS[impl])
     except (ImportError, AttributeError, RuntimeError) as exc:
-        raise PeerSkipped(f"this torch ({torch.__version__}) has no symm_mem.{OPS[impl]}: {exc}") from exc
+        raise PeerCannotRun(f"this torch ({torch.__version__}) has no symm_mem.{OPS[impl]}: {exc}") from exc
     group = dist.group.WORLD.group_name
     if hasattr(symm_mem, "set_backend"):
         try:
@@ -46,7 +46,7 @@ def setup(impl: str, torch, dist, elements: int, dtype, device) -> Collective:
     # (`has_multicast_support` is a static query of the device, not of this buffer: read the buffer's own
     # multicast pointer, 0 when none was mapped.)
     if getattr(handle, "multicast_ptr", 0):
-        raise PeerSkipped("the symmetric buffer has a multicast mapping although multicast is disabled here")
+        raise PeerCannotRun("the symmetric buffer has a multicast mapping although multicast is disabled here")
     out = torch.empty_like(buf)
     buf.zero_()
 
@@ -55,7 +55,12 @@ def setup(impl: str, torch, dist, elements: int, dtype, device) -> Collective:
 
     def check(x):
         buf.copy_(x)
-        run()
+        try:
+            run()
+        except RuntimeError as exc:  # e.g. "not implemented for 'Half'": the op has no kernel for this dtype
+            if "not implemented" not in str(exc):
+                raise
+            raise PeerCannotRun(f"{OPS[impl]}: {str(exc).splitlines()[0][:200]}") from exc
         res = out.clone()
         buf.zero_()
         return res

@@ -1,23 +1,26 @@
 """What every torch-driven allreduce peer shares: the executables' vocabulary, one process per GPU,
-the inputs, the check against the float64 sum, the timing methods and the JSON line.
+the inputs, the check against the float64 sum, the timing modes and the JSON line.
 
-A peer module supplies only how to run its collective (a `Collective`: set up once per size, then a
-callable that runs one allreduce on the rank's current stream) and its impl name; `main` does the
+A peer module supplies only how to run its collective (`setup`, returning a `Collective`: the timed
+call on a zero-filled buffer, and the checked call on real inputs) and its impl name; `main` does the
 rest, so the NCCL peer and PyTorch's symmetric-memory peers print the same line, timed the same way
-as our executable:
-  device (also spelled cold): one sample per collective, CUDA events on rank 0's stream, which a
-    `torch.cuda._sleep` holds for HOLD_US first so every rank's launch is queued before the start
-    event fires; the other ranks are not held, so they wait inside the collective for rank 0 (as
-    our executable's peers wait at its barrier).
-  hot: `driver.peers.torch_timing.time_hot` on every rank: a CUDA graph of 20 collectives replayed,
-    total / 20 per sample, the ranks lined up by a host barrier before each replay; a collective that
-    cannot be captured is skipped with the reason.
-  host: wall clock around `batch` collectives launched back to back plus a device synchronize,
-    divided by `batch`; each sample is the slowest rank's.
+(--timing; the line's `timing` says which method ran):
+  cold (alias device; line "device"): one sample per collective, CUDA events on rank 0's stream, which a
+    `torch.cuda._sleep` holds for HOLD_US first so the host has queued the collective before the start
+    event fires; the other ranks are not held, so they wait inside the collective for rank 0 (as our
+    executable's peers wait at its barrier).
+  hot (line "graph"): `batch` collectives captured in a CUDA graph on every rank and replayed
+    (driver/peers/torch_timing.py), rank 0 held before each replay, replay time / batch per sample. If
+    any rank's capture fails, every rank says so and the peer exits 3: the driver records the mode as
+    skipped, never timed another way.
+  host (line "host"): nccl-tests' method, wall clock around `batch` collectives launched back to back
+    plus a device synchronize, divided by `batch`; each sample is the slowest rank's.
+`time_collective` is the cold/hot timing for any torch-driven collective.
 The checked run comes first, on the real inputs; the timed runs reduce a zero-filled buffer, so
-repeated sums never overflow. A peer that cannot run a config (an unsupported dtype, a missing
-feature) prints `skipped: <reason>` on stderr and exits 9 with no line, so nothing is recorded as
-measured; any other failure is one `error:` line and a non-zero exit.
+repeated sums never overflow. A peer that cannot run a config (a dtype its op has no kernel for, a
+buffer that came with multicast) raises `PeerCannotRun`: one `error:` line naming the impl and config,
+exit 3, no JSON line; multicast is off in every process (NCCL_NVLS_ENABLE=0,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, set before torch loads).
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-HOLD_US = 100.0  # device timing: how long rank 0's stream is held before each timed collective
-EXIT_SKIPPED = 9  # the peer cannot run this config; stderr says why (the driver records a skip)
-TIMINGS = ("device", "cold", "hot", "host")
+from driver.peers import torch_timing
+
+HOLD_US = 100.0  # cold: how long rank 0's stream is held before each timed collective
+EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4  # the kernel executables' codes
+LINE_METHOD = {"cold": "device", "hot": "graph", "host": "host"}  # --timing -> the line's `timing`
+ALIASES = {"device": "cold"}  # the executables' name for the same method
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 DTYPE_TOL = {  # (relative, absolute) tolerance against the float64 sum
     "float32": (1e-6, 1e-5),
@@ -43,17 +50,20 @@ DTYPE_TOL = {  # (relative, absolute) tolerance against the float64 sum
 }
 
 
-class PeerSkipped(RuntimeError):
-    """The peer cannot run this config; str() is the reason, one line."""
+class PeerCannotRun(RuntimeError):
+    """This peer cannot run this config; str() is the reason, one line."""
 
 
 @dataclass
 class Collective:
-    """One size's collective on one rank: `run()` reduces `work` (the timed runs), `check(x)` reduces a
-    copy of `x` and returns the result (the checked run)."""
+    """One size's collective on one rank: `run()` reduces the zero-filled work buffer (the timed calls),
+    `check(x)` reduces a copy of `x` and returns the result (the checked call)."""
 
     run: Callable[[], object]
     check: Callable[[object], object]
+
+
+Setup = Callable[..., Collective]  # setup(torch, dist, elements, dtype, device) -> Collective
 
 
 def fail(msg: str, code: int) -> None:
@@ -72,16 +82,18 @@ def parse_args(prog: str) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--timing", default="host", choices=TIMINGS)
+    p.add_argument("--timing", default="cold", choices=(*LINE_METHOD, *ALIASES),
+                   help="cold (alias device), hot (a CUDA graph of --batch collectives) or host (nccl-tests' wall clock)")
     p.add_argument("--check", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     ns = p.parse_args()
+    ns.timing = ALIASES.get(ns.timing, ns.timing)
+    if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
+        fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
     try:
         ns.sizes_bytes = parse_sizes(ns.sizes)
     except ConfigError as exc:  # one line, exit 2 like the executables
-        fail(str(exc), 2)
-    if ns.timing == "cold":
-        ns.timing = "device"
+        fail(str(exc), EXIT_BAD_INPUT)
     return ns
 
 
@@ -90,9 +102,9 @@ def inputs(torch, elements: int, rank: int, seed: int, dtype, device):
     return (torch.rand(elements, generator=g, device=device, dtype=torch.float32) * 2 - 1).to(dtype)
 
 
-def device_times(torch, fn: Callable[[], object], rank: int, iters: int) -> list[float]:
-    """Per-collective device time in us (see the module docstring); every rank runs the loop."""
-    cycles = int(HOLD_US * 1e-6 * 2e9)  # _sleep counts SM clock cycles; H100/H200 run at <= 2 GHz
+def _device_times(torch, fn: Callable[[], object], rank: int, iters: int) -> list[float]:
+    """Cold: per-collective device time in us (see the module docstring); every rank runs the loop."""
+    cycles = int(HOLD_US * 1e-6 * torch_timing.SPIN_CLOCK_HZ)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times: list[float] = []
     for _ in range(iters):
@@ -106,23 +118,38 @@ def device_times(torch, fn: Callable[[], object], rank: int, iters: int) -> list
     return times
 
 
-def _times(torch, dist, ns: argparse.Namespace, fn: Callable[[], object], rank: int) -> list[float]:
-    if ns.timing == "device":
-        return device_times(torch, fn, rank, ns.iters)
-    if ns.timing == "hot":
-        from driver.peers.torch_timing import GraphCaptureFailed, time_hot
+def time_collective(torch, dist, fn: Callable[[], object], *, mode: str, rank: int, iters: int, warmup: int,
+                    batch: int) -> list[float]:
+    """Per-collective time in us on this rank, one entry per sample; every rank calls it with the
+    same arguments. mode "cold": each collective timed alone behind rank 0's hold; "hot": `batch`
+    collectives in a CUDA graph per sample. Rank 0's times are the measurement (its events span
+    the collective; the other ranks' include waiting for rank 0). Raises GraphCaptureFailed on
+    every rank when any rank's capture failed (so no rank is left waiting in a replay)."""
+    if mode == "cold":
+        return _device_times(torch, fn, rank, iters)
+    if mode != "hot":
+        raise ValueError(f"unknown timing mode {mode!r}")
+    graph, why = None, ""
+    try:
+        graph = torch_timing.capture(torch, fn, batch)
+    except torch_timing.GraphCaptureFailed as exc:
+        why = f"rank {rank}: {exc}"
+    reasons: list = [None] * dist.get_world_size()
+    dist.all_gather_object(reasons, why)
+    failed = [r for r in reasons if r]
+    if failed:
+        raise torch_timing.GraphCaptureFailed("; ".join(failed))
+    return torch_timing.time_graph(torch, graph, launches=batch, iters=iters, warmup=warmup, hold=rank == 0)
 
-        try:
-            return time_hot(torch, fn, iters=ns.iters, warmup=ns.warmup, before_sample=dist.barrier)
-        except GraphCaptureFailed as exc:
-            raise PeerSkipped(str(exc)) from exc
-    times = []
-    for _ in range((ns.iters + ns.batch - 1) // ns.batch):
+
+def _host_times(torch, fn: Callable[[], object], iters: int, batch: int) -> list[float]:
+    times: list[float] = []
+    for _ in range((iters + batch - 1) // batch):
         t0 = time.perf_counter()
-        for _ in range(ns.batch):
+        for _ in range(batch):
             fn()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e6 / ns.batch)
+        times.append((time.perf_counter() - t0) * 1e6 / batch)
     return times
 
 
@@ -135,13 +162,73 @@ def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter
     return {
         "suite": "allreduce", "impl": impl, "kernel_requested": impl, "kernel_selected": impl,
         "kernel_confirmed": impl, "dtype": ns.dtype, "ngpus": ns.ngpus, "bytes": nbytes,
-        "elements": elements, "iters": ns.iters, "warmup": ns.warmup, "batch": ns.batch if ns.timing == "host" else 1,
-        "timing": ns.timing, "hold_overruns": 0, "p50_us": p50,
+        "elements": elements, "iters": ns.iters, "warmup": ns.warmup, "batch": 1 if ns.timing == "cold" else ns.batch,
+        "timing": LINE_METHOD[ns.timing], "hold_overruns": 0, "p50_us": p50,
         "p90_us": per_iter[min(len(per_iter) - 1, int(len(per_iter) * 0.9))], "min_us": per_iter[0],
         "mean_us": sum(per_iter) / len(per_iter), "algbw_gbps": algbw,
         "busbw_gbps": algbw * 2 * (ns.ngpus - 1) / ns.ngpus, "max_abs_err": max_err, "wrong": wrong,
         "checked": bool(ns.check),
     }
+
+
+def _one_size(torch, dist, ns, rank: int, setup: Setup, elements: int, dtype, device) -> tuple[list[float], float, int]:
+    coll = setup(torch, dist, elements, dtype, device)
+    max_err, wrong = 0.0, 0
+    if ns.check:
+        out = coll.check(inputs(torch, elements, rank, ns.seed, dtype, device))
+        ref = sum(inputs(torch, elements, r, ns.seed, dtype, device).double() for r in range(ns.ngpus))
+        err = (out.double() - ref).abs()
+        rtol, atol = DTYPE_TOL[ns.dtype]
+        wrong = int((err > atol + rtol * ref.abs()).sum().item() + (~torch.isfinite(out)).sum().item())
+        max_err = float(err.max().item())
+        del out, ref, err
+    for _ in range(ns.warmup):
+        coll.run()
+    torch.cuda.synchronize()
+    if ns.timing == "host":
+        return _host_times(torch, coll.run, ns.iters, ns.batch), max_err, wrong
+    return time_collective(torch, dist, coll.run, mode=ns.timing, rank=rank, iters=ns.iters, warmup=ns.warmup,
+                           batch=ns.batch), max_err, wrong
+
+
+def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setup) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **MULTICAST_OFF)
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=ns.ngpus, device_id=device)
+    dtype = getattr(torch, ns.dtype)
+    elem_bytes = torch.tensor([], dtype=dtype).element_size()
+    for nbytes in ns.sizes_bytes:
+        elements = nbytes // elem_bytes
+        times_us: list[float] = []
+        max_err, wrong, why = 0.0, 0, ""
+        if elements > 0:
+            try:
+                times_us, max_err, wrong = _one_size(torch, dist, ns, rank, setup, elements, dtype, device)
+            except torch_timing.GraphCaptureFailed as exc:
+                why = f"hot timing: {exc}"
+            except PeerCannotRun as exc:
+                why = str(exc)
+        gathered: list = [None] * ns.ngpus
+        dist.all_gather_object(gathered, (times_us, max_err, wrong, why))
+        failed = next((g[3] for g in gathered if g[3]), "")
+        if failed:  # every rank leaves together: one line, the config named, nothing printed as measured
+            if rank == 0:
+                print(f"error: {impl} {ns.dtype} x{ns.ngpus} {nbytes} B {ns.timing}: {failed}", file=sys.stderr,
+                      flush=True)
+            dist.destroy_process_group()
+            raise SystemExit(EXIT_CUDA_ERROR)
+        if rank == 0:
+            if ns.timing != "host":  # rank 0's events span the collective; the others' include the hold
+                per_iter = list(gathered[0][0])
+            else:
+                per_iter = [max(ts) for ts in zip(*(g[0] for g in gathered))]
+            print(json.dumps(line(ns, impl, nbytes, elements, per_iter, max(g[1] for g in gathered),
+                                  sum(g[2] for g in gathered))), flush=True)
+    dist.destroy_process_group()
 
 
 def worker_error(traceback_text: str) -> str:
@@ -154,85 +241,25 @@ def worker_error(traceback_text: str) -> str:
     return (lines[-1] if lines else "(no message)")[:300]
 
 
-Setup = Callable[..., Collective]  # setup(torch, dist, elements, dtype, device) -> Collective
-
-
-def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setup, env: dict[str, str]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **env)
-    import torch
-    import torch.distributed as dist
-
-    torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=ns.ngpus, device_id=device)
-    dtype = getattr(torch, ns.dtype)
-    elem_bytes = torch.tensor([], dtype=dtype).element_size()
-    for nbytes in ns.sizes_bytes:
-        elements = nbytes // elem_bytes
-        times_us: list[float] = []
-        max_err, wrong, skipped = 0.0, 0, ""
-        if elements > 0:
-            try:
-                coll = setup(torch, dist, elements, dtype, device)
-                if ns.check:
-                    out = coll.check(inputs(torch, elements, rank, ns.seed, dtype, device))
-                    ref = sum(inputs(torch, elements, r, ns.seed, dtype, device).double() for r in range(ns.ngpus))
-                    err = (out.double() - ref).abs()
-                    rtol, atol = DTYPE_TOL[ns.dtype]
-                    wrong = int((err > atol + rtol * ref.abs()).sum().item() + (~torch.isfinite(out)).sum().item())
-                    max_err = float(err.max().item())
-                    del out, ref, err
-                for _ in range(ns.warmup):
-                    coll.run()
-                torch.cuda.synchronize()
-                times_us = _times(torch, dist, ns, coll.run, rank)
-            except PeerSkipped as exc:
-                skipped = str(exc)
-            except (RuntimeError, NotImplementedError) as exc:  # an op the build does not have for this dtype, ...
-                text = str(exc).strip().splitlines()
-                skipped = f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-            torch.cuda.synchronize()
-        gathered: list = [None] * ns.ngpus
-        dist.all_gather_object(gathered, (times_us, max_err, wrong, skipped))
-        if rank == 0:
-            why = next((g[3] for g in gathered if g[3]), "")
-            if why:
-                print(f"skipped: {impl} {ns.dtype} x{ns.ngpus} {nbytes} B: {why}", file=sys.stderr, flush=True)
-                dist.destroy_process_group()
-                raise SystemExit(EXIT_SKIPPED)
-            if ns.timing == "device":  # rank 0's events span the collective; the others' include the hold
-                per_iter = list(gathered[0][0])
-            else:  # hot, host: each sample is the slowest rank's
-                per_iter = [max(ts) for ts in zip(*(g[0] for g in gathered))]
-            print(json.dumps(line(ns, impl, nbytes, elements, per_iter, max(g[1] for g in gathered),
-                                  sum(g[2] for g in gathered))), flush=True)
-        elif any(g[3] for g in gathered):
-            dist.destroy_process_group()
-            raise SystemExit(EXIT_SKIPPED)
-    dist.destroy_process_group()
-
-
-def main(prog: str, impl: str, setup: Setup, env: dict[str, str] | None = None) -> None:
+def main(prog: str, impl: str, setup: Setup) -> None:
     """Parse the executables' flags and run `setup`'s collective on one process per GPU."""
     ns = parse_args(prog)
-    env = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
-           **(env or {})}
-    os.environ.update(env)  # before torch loads; the spawned workers inherit it: multicast stays off everywhere
+    os.environ.update(MULTICAST_OFF)  # before torch loads; the spawned workers inherit it
     try:
         import torch
         import torch.multiprocessing as mp
     except ImportError:
-        fail("torch is not installed on this host", 2)
+        fail("torch is not installed on this host", EXIT_BAD_INPUT)
     if not torch.cuda.is_available():
-        fail("no GPU: torch sees no CUDA device", 4)
+        fail("no GPU: torch sees no CUDA device", EXIT_NO_GPU)
     if torch.cuda.device_count() < ns.ngpus:
-        fail(f"--ngpus {ns.ngpus} asked for, but this host has {torch.cuda.device_count()} GPU(s)", 2)
+        fail(f"--ngpus {ns.ngpus} asked for, but this host has {torch.cuda.device_count()} GPU(s)", EXIT_BAD_INPUT)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     try:
-        mp.spawn(_worker, args=(ns, port, impl, setup, env), nprocs=ns.ngpus, join=True)
-    except mp.ProcessExitedException as exc:
-        raise SystemExit(exc.exit_code if exc.exit_code else 1) from None
-    except mp.ProcessRaisedException as exc:  # a worker raised: the exception line of its traceback is the reason
-        fail(f"{impl} failed: {worker_error(str(exc))}", 1)
+        mp.spawn(_worker, args=(ns, port, impl, setup), nprocs=ns.ngpus, join=True)
+    except mp.ProcessExitedException as exc:  # a rank exited with its own code and `error:` line
+        raise SystemExit(exc.exit_code if exc.exit_code and exc.exit_code > 0 else EXIT_CUDA_ERROR) from None
+    except mp.ProcessRaisedException as exc:
+        fail(f"{impl}: a rank raised {worker_error(str(exc))}", EXIT_CUDA_ERROR)

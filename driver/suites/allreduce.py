@@ -4,65 +4,64 @@ link ceiling it reached (`link_frac`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import partial
 from pathlib import Path
 
-from driver import device
-from driver.config import SUPPORTED_NGPUS
+from driver import device, peers
+from driver.config import SUPPORTED_NGPUS, kernel_flags
 from driver.errors import NoGPU
-from driver.launch import launch
+from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
-from driver.parse import parse_lines
-from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.verify import allreduce_errors
-from driver.gates import allreduce_correctness, allreduce_speed
-from driver.suites.common import SuiteResult, interleaved, progress, telemetry_flags
+from driver.parse import launch_lines
+from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
+from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
+from driver.verify import allreduce_errors
 
 TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
 SYMM_PEERS = ("torch_symm_oneshot", "torch_symm_twoshot")
-PEERS = frozenset({"upstream", "nccl", *SYMM_PEERS})
+TORCH_PEERS = ("nccl", *SYMM_PEERS)  # the torch-driven peers: their hot mode is a CUDA graph
 LINK_CEILING = "p2p_copy_gpu0_gpu1"
 
 
-def kernel_flags(kernel: str) -> list[str]:
-    """The executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
-    if kernel.startswith("1stage_cpasync_s"):
-        return ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
-    return ["--kernel", kernel]
+def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
+    """Flags that make `impl` time in `mode` (README "How we time"): the Mojo executables cannot
+    capture a CUDA graph, so their hot is the host back-to-back batch; the NCCL peer's is a graph."""
+    if mode == "cold":
+        return ["--timing", "device"]
+    if impl in TORCH_PEERS:
+        return ["--timing", "hot", "--batch", str(batch)]
+    return ["--timing", "host", "--batch", str(batch)]
 
 
-def timing_flags(opts: RunOptions) -> list[str]:
-    """The timing method's flags, the same for ours, upstream and the NCCL peer."""
-    if opts.timing == "host":
-        return ["--timing", "host", "--batch", str(opts.batch)]
-    return ["--timing", "device"]
-
-
-def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
+def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
-    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(impl, mode, opts.batch),
+             "--check", "1"]
     if impl == "ours":
         args += kernel_flags(opts.kernel)
     return args
 
 
-def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[str, list[str]]:
-    exe = str(exe_dir / EXE)
-    cmds = {
-        "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
-        "upstream": [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream")],
-    }
-    if importlib.util.find_spec("torch") is not None:
-        cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]
-        for impl in SYMM_PEERS:
-            cmds[impl] = [sys.executable, "-m", "driver.peers.symm_allreduce", "--impl", impl,
-                          *_args(opts, dtype, ngpus, impl)]
+def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], list[str]]:
+    """Per (impl, mode), ours and the peers in the same mode one after the other; a peer this host
+    cannot run is left out (its gates are then not measured)."""
+    cmds: dict[tuple[str, str], list[str]] = {}
+    for mode in opts.modes("allreduce"):
+        cmds[("ours", mode)] = [str(exe_dir / EXE), *_args(opts, dtype, ngpus, "ours", mode)]
+        cmds[("upstream", mode)] = [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream", mode)]
+        for name in peers.of_suite("allreduce"):  # NCCL, then PyTorch symm_mem one-shot and two-shot
+            if peers.missing(name) is None:
+                cmds[(name, mode)] = peers.command(name, *_args(opts, dtype, ngpus, name, mode))
     return cmds
+
+
+def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, int]:
+    """(impl, mode, bytes); the line's method must serve the mode asked for."""
+    check_mode(f"allreduce {cmd_key[0]}", cmd_key[1], TIMING_METHOD_MODE.get(line.timing))
+    return (line.impl, cmd_key[1], line.bytes)
 
 
 def link_frac(line: AllreduceLine, ceilings_gbps: dict[str, float]) -> float | None:
@@ -73,57 +72,55 @@ def link_frac(line: AllreduceLine, ceilings_gbps: dict[str, float]) -> float | N
     return line.algbw_gbps / ceiling
 
 
+def measure_ceiling(opts: RunOptions) -> tuple[dict[str, float], list[Skip]]:
+    """The link ceiling of this run (GPU0 -> GPU1 copy-engine bandwidth), or why it cannot be measured."""
+    why = peers.missing("p2p_copy")
+    if why:
+        return {}, [Skip(suite="allreduce", impl="p2p_copy", reason=why)]
+    progress("link ceiling: GPU0 -> GPU1 copy")
+    (ceiling,) = launch_lines(peers.command("p2p_copy"), CeilingLine, what="p2p copy", timeout_s=opts.timeout_s)
+    return {LINK_CEILING: ceiling.p2p_copy_gbps}, []
+
+
 def _group(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int,
     ceilings_gbps: dict[str, float],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
+    """One (dtype, GPU count): ours and the peers interleaved per mode, records per size and mode."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
-    skipped = [] if "nccl" in cmds else [Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
+    modes = opts.modes("allreduce")
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
-        timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
-        peers=PEERS,
+        timeout_s=opts.timeout_s, key=line_key, label=f"allreduce {dtype} x{ngpus}",
+        peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
     )
     samples = run_rounds(rounds=opts.rounds)
-    for attempt in range(2):  # an inconclusive gate earns one more round, once
-        reps = {k: samples.representative(k) for k in samples.by_key}
-        peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
-        perf = {k: allreduce_speed(ln, peers, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
-        if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
-            break
-        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
+    if allreduce_inconclusive({k: samples.representative(k)[0] for k in samples.by_key}, gates):
+        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)  # an inconclusive gate earns one more round
+    reps = {k: samples.representative(k) for k in samples.by_key}
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
-    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
-                for impl, why in samples.peer_failures.items()]
+    skipped = [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus} {mode}: {why}")
+               for (impl, mode), why in samples.peer_failures.items()]
     records = []
-    for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    order = {m: i for i, m in enumerate(modes)}
+    for (impl, mode, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][2], order[kv[0][1]], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.
-        rounds = samples.by_key[(impl, nbytes)]
+        rounds = samples.by_key[(impl, mode, nbytes)]
         verdict = Verdict.combine([allreduce_correctness(x, gates) for x in rounds])
         errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
-                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
+                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=allreduce_config(dtype, ngpus, nbytes),
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
-                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s if ln.timed else [],
+                nonfinite=errs.nonfinite, correctness=verdict, measurement=ln,
+                round_p50_us=p50s if ln.timed else [], timing=mode if ln.timed else None,
                 link_frac=link_frac(ln, ceilings_gbps),
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )
     return records, skipped
-
-
-def measure_ceiling(opts: RunOptions) -> dict[str, float]:
-    """The link ceiling of this run (GPU0 -> GPU1 copy-engine bandwidth), when torch is here to measure it."""
-    if importlib.util.find_spec("torch") is None:
-        return {}
-    progress("link ceiling: GPU0 -> GPU1 copy")
-    cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
-    (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
-    return {LINK_CEILING: ceiling.p2p_copy_gbps}
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -136,7 +133,13 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     for n in counts:
         if n > present:
             raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
-    result.ceilings_gbps |= measure_ceiling(opts)
+    for name in peers.of_suite("allreduce"):
+        why = peers.missing(name)
+        if why:
+            result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
+    ceilings, ceiling_skips = measure_ceiling(opts)
+    result.ceilings_gbps |= ceilings
+    result.skipped += ceiling_skips
     for ngpus in counts:
         for dtype in opts.dtypes:
             records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps)

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from driver.errors import ConfigError, KernelFailed
-from driver.launch import launch
 from driver.options import RunOptions
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
 from driver.thresholds import Thresholds
 
 L = TypeVar("L")
+K = TypeVar("K", bound=Hashable)
 
 _T0 = time.perf_counter()
 
@@ -64,7 +64,7 @@ class Samples(Generic[L]):
     """Per config key, the line each interleaved round produced."""
 
     by_key: dict[Hashable, list[L]] = field(default_factory=dict)
-    peer_failures: dict[str, str] = field(default_factory=dict)  # impl -> the error, one line
+    peer_failures: dict[Hashable, str] = field(default_factory=dict)  # command key -> the error, one line
 
     def add(self, key: Hashable, line: L) -> None:
         self.by_key.setdefault(key, []).append(line)
@@ -80,46 +80,60 @@ class Samples(Generic[L]):
 
 
 def interleaved(
-    cmds: dict[str, list[str]],
+    cmds: dict[K, list[str]],
     model: type[L],
     *,
     rounds: int,
     min_rounds: int,
     target_spread: float,
     timeout_s: float,
-    key: Callable[[L], Hashable],
+    key: Callable[[K, L], Hashable],
     samples: Samples[L] | None = None,
-    on_line: Callable[[str, L], None] | None = None,
+    on_line: Callable[[K, L], None] | None = None,
     label: str = "",
-    peers: frozenset[str] = frozenset(),
+    peers: frozenset[K] = frozenset(),
 ) -> Samples[L]:
     """Run A B C A B C ... until every config's p50 spread across rounds is below
     `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop).
 
-    A peer (an impl in `peers`) that crashes, hangs or misprints is dropped and its
-    error kept in `peer_failures`; the same failure of ours raises."""
+    `cmds` is keyed by what a command measures (e.g. impl and timing mode); `key(cmd_key, line)`
+    gives the sample key of each line it prints. A peer's command (a key in `peers`) that crashes,
+    hangs or misprints is dropped and its error kept in `peer_failures`; the same failure of ours
+    raises."""
     samples = samples or Samples()
     for r in range(rounds):
-        for impl, cmd in cmds.items():
-            if impl in samples.peer_failures:
+        for cmd_key, cmd in cmds.items():
+            if cmd_key in samples.peer_failures:
                 continue
-            what = f"{label} {impl} (round {r + 1}/{rounds})".strip()
+            what = f"{label} {_name(cmd_key)} (round {r + 1}/{rounds})".strip()
             progress(what)
             try:
-                lines = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what)
+                lines = launch_lines(cmd, model, what=what, timeout_s=timeout_s)
+                keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
-                if impl not in peers:
+                if cmd_key not in peers:
                     raise
-                samples.peer_failures[impl] = exc.one_line()
-                progress(f"peer {impl} dropped: {exc.one_line()}")
+                samples.peer_failures[cmd_key] = exc.one_line()
+                progress(f"peer {_name(cmd_key)} dropped: {exc.one_line()}")
                 continue
-            for line in lines:
-                samples.add(key(line), line)
+            for sample_key, line in keyed:
+                samples.add(sample_key, line)
                 if on_line:
-                    on_line(impl, line)
+                    on_line(cmd_key, line)
         if r + 1 >= min_rounds and samples.settled(target_spread):
             break
     return samples
+
+
+def _name(cmd_key: Hashable) -> str:
+    return " ".join(map(str, cmd_key)) if isinstance(cmd_key, tuple) else str(cmd_key)
+
+
+def check_mode(what: str, asked: str, got: str | None) -> None:
+    """An executable must time in the mode it was asked for: never another one in its place."""
+    if got != asked:
+        raise KernelFailed(f"{what}: asked for timing {asked}, the line says {got}",
+                           "rebuild the executables (python -m driver build)")
 
 
 def telemetry_flags(before: list, after: list) -> list[str]:
@@ -134,11 +148,20 @@ def telemetry_flags(before: list, after: list) -> list[str]:
     return flags
 
 
-def stress_record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str],
-                  covered: bool = True) -> ArchivedRecord:
-    """`covered=False`: the tool could not follow the run. That is reported as a skip with
-    the tool's own words: neither clean nor a failure of the kernel."""
-    status = "skip" if not covered else "pass" if passed else "fail"
+def stress_record(dev: DeviceInfo, sha: str, line: StressLine, verdict: Verdict) -> ArchivedRecord:
+    """A stress check as an archived record: pass, fail, or not measured (the tool is missing or cannot
+    follow the run, the host is too small), with the reason. Not measured is never passed."""
     return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
-                          git_sha=sha, passed=passed or not covered, max_abs_err=line.max_abs_err,
-                          correctness=Verdict(status=status, reasons=reasons), measurement=line)
+                          git_sha=sha, passed=verdict.passed, max_abs_err=line.max_abs_err, nonfinite=line.nonfinite,
+                          correctness=verdict, measurement=line)
+
+
+def not_measured(dev: DeviceInfo, sha: str, check: str, kernel: str, config: str, why: str) -> ArchivedRecord:
+    """A stress check this run could not make: every measured field null, the reason kept."""
+    line = StressLine(suite="stress", check=check, kernel=kernel, config=config, iterations=None, checked=None,
+                      wrong=None, max_abs_err=None, detail=f"not measured: {why}")
+    return stress_record(dev, sha, line, Verdict(status="not_measured", reasons=[why]))
+
+
+def checked_verdict(reasons: list[str]) -> Verdict:
+    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
