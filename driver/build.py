@@ -44,9 +44,9 @@ def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> 
         cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
         return cmd + [t.entry, "-o", str(out)]
     assert tc.nvcc is not None
-    cc = arch.removeprefix("sm_")
+    cc = t.gencode_cc(arch)
     cmd = [tc.nvcc.path, *t.flags, "-gencode", f"arch=compute_{cc},code=[sm_{cc},compute_{cc}]", "-Xptxas", "-v"]
-    cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
+    cmd += [f"-D{k}={v}" for k, v in sorted(t.defines_for(arch).items())]
     return cmd + ["-keep", "-keep-dir", str(keep_dir), t.entry, "-o", str(out)]
 
 
@@ -103,7 +103,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
         arch=arch,
         source_hash=key,
         command=recorded,
-        defines=dict(t.defines),
+        defines=t.defines_for(arch),
         flags=list(t.flags),
         output=os.path.relpath(out, paths.ROOT),
         build_seconds=round(res.seconds, 2),
@@ -121,12 +121,13 @@ def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[st
     bad: list[str] = []
     where = f"{rec.target} {rec.arch}"
     for k in rec.ptxas:
-        if k.registers > gates.max_registers_per_thread:
-            bad.append(f"{where} {k.name}: {k.registers} registers > {gates.max_registers_per_thread}")
-        if k.smem_bytes > gates.max_smem_bytes_per_block:
-            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {gates.max_smem_bytes_per_block}")
+        g = gates.for_entry(k.name)
+        if k.registers > g.max_registers_per_thread:
+            bad.append(f"{where} {k.name}: {k.registers} registers > {g.max_registers_per_thread}")
+        if k.smem_bytes > g.max_smem_bytes_per_block:
+            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {g.max_smem_bytes_per_block}")
         spill = k.spill_store_bytes + k.spill_load_bytes
-        if spill > gates.max_spill_bytes:
+        if spill > g.max_spill_bytes:
             bad.append(f"{where} {k.name}: {k.spill_store_bytes} B spill stores, {k.spill_load_bytes} B spill loads")
     if t.lang == "cuda" and not rec.ptxas:
         bad.append(f"{where}: no ptxas report was parsed")
@@ -140,6 +141,17 @@ def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[st
                 bad.append(f"{where} {k.name}: cp.async {'missing' if exp.cp_async else 'present'} in PTX")
             if exp.mma is not None and k.has_mma != exp.mma:
                 bad.append(f"{where} {k.name}: mma {'missing' if exp.mma else 'present'} in PTX")
+    return bad + sass_violations(t, rec)
+
+
+def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
+    """The target's SASS expectations for this arch, where the SASS was read (cuobjdump present)."""
+    if rec.sass is None:
+        return []
+    bad = []
+    for exp in (e for e in t.sass if e.arch == rec.arch):
+        bad += [f"{rec.target} {rec.arch}: {ins} missing in SASS" for ins in exp.require if not rec.sass.get(ins)]
+        bad += [f"{rec.target} {rec.arch}: {ins} present in SASS" for ins in exp.forbid if rec.sass.get(ins)]
     return bad
 
 

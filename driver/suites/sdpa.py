@@ -152,9 +152,10 @@ def _shape(
             verdict = correctness(metrics, gates.sdpa)
             was_timed = seed == timed_seed and impl in timed_keys
             line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            if line.smem_bytes > gates.build.max_smem_bytes_per_block:  # dynamic smem: only the runner knows
+            smem_limit = gates.build.smem_limit(line.kernel)  # dynamic smem: only the runner knows
+            if line.smem_bytes > smem_limit:
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
-                                  f"per block > {gates.build.max_smem_bytes_per_block}"])
+                                  f"per block > {smem_limit} ({line.kernel or 'default'} gate)"])
             if seed == timed_seed and not was_timed:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
             records.append(
