@@ -105,6 +105,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--kernels", default="wgmma_sm90", help="comma list; mma_sync_sm80 adds the old kernel (timed only)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--runner-args", default="", help="extra runner arguments, e.g. '--split 1'")
+    ap.add_argument("--label", default="", help="tag for the records (a build variant)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per runner process")
     args = ap.parse_args()
     import torch
@@ -146,8 +148,10 @@ def main() -> int:
                     for impl in ("baseline", "cpasync"):
                         o = Path(tmp) / f"out_{impl}_{kern}.npy"
                         iters = ["--iters", str(args.iters), "--warmup", str(args.warmup)] if timed else ["--iters", "1", "--warmup", "0", "--no-spin"]
-                        cmd = [str(exe_dir / f"sdpa_fp8_{impl}"), *fargs, "--out", str(o), *iters, "--kernel", kern]
-                        rec = {"shape": list(shape), "seed": seed, "impl": impl, "kernel_req": kern}
+                        cmd = [str(exe_dir / f"sdpa_fp8_{impl}"), *fargs, "--out", str(o), *iters, "--kernel", kern,
+                               *args.runner_args.split()]
+                        rec = {"shape": list(shape), "seed": seed, "impl": impl, "kernel_req": kern, "label": args.label,
+                               "runner_args": args.runner_args}
                         if (impl, kern) in hung:
                             continue
                         try:
@@ -194,7 +198,8 @@ def main() -> int:
             print(f"  ({time.time() - t0:.1f} s)", flush=True)
 
     # ---- summary table (last) ----
-    print("\n| shape | kernel | baseline p50 us (TF/s) | cpasync p50 us (TF/s) | cpasync/baseline | torch flash p50 us (TF/s) | torch default | ours best / torch flash | correct |")
+    print(f"\n{args.label} {args.runner_args}")
+    print("| shape | kernel | baseline p50 us (TF/s) | cpasync p50 us (TF/s) | cpasync/baseline | torch flash p50 us (TF/s) | torch default | ours best / torch flash | correct |")
     print("|---|---|---|---|---|---|---|---|---|")
     all_ok = True
     for shape_s in args.shapes.split(","):

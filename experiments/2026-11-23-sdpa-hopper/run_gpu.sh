@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# One GPU call: layout probe, then every variant checked and timed against torch SDPA (see README.md).
+# One GPU call (see README.md): layout probe; every variant checked and timed against torch SDPA;
+# A/B of build variants and of the split configuration; ablations; the GPU tests.
 # Runs from the repo root of the device machine's checkout with the carried folder .gpu/sdpa-kernel:
-#   bin/ (sdpa_fp8_baseline, sdpa_fp8_cpasync, wgmma_probe), repo/ (driver reference, thresholds, this folder).
+#   bin/ (sdpa_fp8_baseline, sdpa_fp8_cpasync, wgmma_probe), bin-NAME/ (variants), repo/ (driver
+#   reference, thresholds, this folder), tb/ (driver, tests, executables, site packages for the GPU tests).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 G=.gpu/sdpa-kernel
 OUT=${OUT:-/tmp/out}
+CT="python3 $G/repo/experiments/2026-11-23-sdpa-hopper/check_and_time.py --out $OUT"
+KEY=2x16x2048x64,8x8x1024x64,4x32x4096x64,2x16x2048x128,1x16x8192x128
+SMALL=1x8x512x64,1x8x1000x64,2x2x1000x128
 mkdir -p "$OUT"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv
   echo "== wgmma layout probe"
   $G/bin/wgmma_probe
-  echo "== check and time"
-  python3 $G/repo/experiments/2026-11-23-sdpa-hopper/check_and_time.py --exe-dir $G/bin --out "$OUT" "$@"
-  echo "== ablations (cpasync, wgmma_sm90): full / loads+decode only / math only"
-  for sh in 2x16x2048x64 2x16x2048x128; do
+  echo "== main build: every shape, seeds 0,1,2, torch"
+  $CT --exe-dir $G/bin --label main --seeds 0,1,2 --iters 200 "$@"
+  echo "== main build, unsplit forced on the small shapes (split A/B)"
+  $CT --exe-dir $G/bin --label main --runner-args "--split 1" --shapes $SMALL --no-torch --iters 300
+  for d in $G/bin-*; do
+    echo "== variant $(basename $d)"
+    $CT --exe-dir $d --label "$(basename $d)" --shapes $KEY,$SMALL --no-torch --iters 200
+  done
+  echo "== ablations (wgmma_sm90): full / loads+decode only (no_compute) / math only (no_loads)"
+  for sh in 2x16x2048x64 2x16x2048x128 1x8x512x64; do
     python3 - "$sh" <<'PY'
 import sys, subprocess, json, tempfile, numpy as np
 sys.path.insert(0, ".gpu/sdpa-kernel/repo")
@@ -27,10 +38,12 @@ with tempfile.TemporaryDirectory() as t:
     for impl in ("cpasync", "baseline"):
         for ab in ("none", "no_compute", "no_loads"):
             r = subprocess.run([f".gpu/sdpa-kernel/bin/sdpa_fp8_{impl}", "--q", f"{t}/q.npy", "--k", f"{t}/k.npy", "--v", f"{t}/v.npy",
-                                "--scales", f"{t}/scales.npy", "--out", f"{t}/o.npy", "--iters", "100", "--ablate", ab],
-                               capture_output=True, text=True)
+                                "--scales", f"{t}/scales.npy", "--out", f"{t}/o.npy", "--iters", "200", "--ablate", ab],
+                               capture_output=True, text=True, timeout=60)
             line = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr[-200:]}
-            print(sys.argv[1], impl, ab, line.get("p50_us"), line.get("tflops"), line.get("error", ""))
+            print(sys.argv[1], impl, ab, line.get("p50_us"), line.get("tflops"), line.get("split"), line.get("error", ""))
 PY
   done
+  echo "== GPU tests (tests/gpu/test_sdpa_gpu.py)"
+  (cd $G/tb && PYTHONPATH=.:site/py312 timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_sdpa_gpu.py 2>&1 | tail -15)
 } 2>&1 | tee "$OUT/log.txt"

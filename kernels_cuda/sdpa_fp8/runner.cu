@@ -10,7 +10,9 @@
 //                  in builds for sm_90a (the build defines SDPA_SM90A);
 //   mma_sync_sm80  kernels_cuda/sdpa_fp8/sdpa_fp8.cuh (mma.sync), everywhere else (sm_80/sm_89).
 // --kernel forces one (an error where it cannot run).  The JSON line names the kernel that ran
-// ("kernel"); --warps and --split apply to mma_sync_sm80 only.
+// ("kernel"); --warps applies to mma_sync_sm80 only (and makes auto pick it); --split 0|1|2|4
+// picks mma_sync_sm80's split-KV config, --split 0|1|2 wgmma_sm90's (1 = unsplit, 2 = both consumer
+// warpgroups on the same query rows, alternate K/V tiles; 0 = by grid size).
 //
 // q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
 // [k_scale, v_scale], finite and > 0.  Writes out.npy fp16 [B,H,S,D] from one launch, then times `iters`
@@ -118,7 +120,7 @@ int main(int argc, char** argv) {
     long soak = 0, streams = 1;  // soak: launches after the output run, each checked bitwise against it
     bool debug_hang = false;     // watchdog tests: a kernel that never finishes, before the output run
     std::string kernel_req = "auto";
-    bool tuned = false;          // --warps / --split given (mma_sync_sm80 only)
+    bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto need = [&](const char* name) -> const char* {
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
         else if (a == "--split") {
             if (!parse_int(need("--split"), &split) || (split != 0 && split != 1 && split != 2 && split != 4))
                 die(2, "--split must be 0, 1, 2 or 4");
-            extra_keys = tuned = true;
+            extra_keys = true;
         }
         else if (a == "--ablate") {
             const std::string m = need("--ablate");
@@ -190,17 +192,21 @@ int main(int argc, char** argv) {
     if (!std::isfinite(k_scale) || !std::isfinite(v_scale) || !(k_scale > 0.f) || !(v_scale > 0.f))
         die(2, "scales must be finite and > 0");
 
-    {   // flag combinations (--warps / --split / --kernel / head dim) are checked before the GPU is touched
-        sdpa_fp8::LaunchInfo probe;
+    {   // flag combinations (--warps / --split / --kernel / head dim) are checked before the GPU is touched,
+        // against the kernel that will run where that is known without the GPU
         const char* why = nullptr;
-        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
-        if (kernel_req == "wgmma_sm90" && tuned)
-            die(2, "--warps and --split apply to the mma_sync_sm80 kernel only");
+        if (kernel_req == "wgmma_sm90" && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
+        if (!SDPA_SM90A && kernel_req == "wgmma_sm90")
+            die(2, "the wgmma_sm90 kernel is not in this build (it is built for sm_90a only)");
+        if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
+            sdpa_fp8::LaunchInfo probe;
+            if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
+        }
 #if SDPA_SM90A
-        sdpa_sm90::LaunchInfo p90;
-        if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, ablate, &p90, &why)) die(2, why);
-#else
-        if (kernel_req == "wgmma_sm90") die(2, "the wgmma_sm90 kernel is not in this build (it is built for sm_90a only)");
+        if (kernel_req == "wgmma_sm90") {
+            sdpa_sm90::LaunchInfo p90;
+            if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
+        }
 #endif
     }
 
@@ -223,7 +229,7 @@ int main(int argc, char** argv) {
     if (kernel_req == "wgmma_sm90" && !sm90_possible)
         die(2, "the wgmma_sm90 kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
     const bool use_sm90 = kernel_req == "wgmma_sm90" || (kernel_req == "auto" && sm90_possible && !tuned);
-    if (use_sm90 && tuned) die(2, "--warps and --split apply to the mma_sync_sm80 kernel only");
+
     const char* kernel_name = use_sm90 ? "wgmma_sm90" : "mma_sync_sm80";
 
     const char* why = nullptr;
@@ -236,8 +242,8 @@ int main(int argc, char** argv) {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
-        if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, ablate, &l90, &why)) die(2, why);
-        func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn;
+        if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
+        func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
 #endif
     } else {
         if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);

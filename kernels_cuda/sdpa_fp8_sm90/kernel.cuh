@@ -4,7 +4,7 @@
 //   O = softmax(Q K^T / sqrt(D)) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
 //   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
 //
-// One block = 128 query rows of one (b, h), three warpgroups:
+// One block = 128 query rows of one (b, h) (64 in the split configuration), three warpgroups:
 //   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys in and decodes them
 //     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
 //     synchronous global loads), two fp16 buffers deep; gives back registers (setmaxnreg).
@@ -83,13 +83,16 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
         const int cw = threadIdx.x / 128 - 1;
         if constexpr (T::ASYNC) {
             mbar_wait(bar(T::BAR_Q), 0);
+        } else if constexpr (T::SPLIT) {
+            load_q_rows_global<T>(Q + head, S, m0, smem, 0, threadIdx.x - 128, 256);
+            consumers_barrier();
         } else {
-            load_q_rows_global<T>(Q + head, S, m0 + cw * 64, smem, cw);
+            load_q_rows_global<T>(Q + head, S, m0, smem, cw * 64, threadIdx.x % 128, 128);
             consumer_wg_barrier(cw);
         }
         ConsumerState<T> st;
         consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
-        epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
+        if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
     }
 #endif
 }
@@ -105,12 +108,13 @@ struct LaunchInfo {
     int smem = 0;
     int bm = 0;
     int bn = 0;
+    int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
     int ablate = kAblNone;
 };
 
-template <int D, int ABL>
+template <int D, int ABL, bool SPLIT>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = Traits<D, kAsync, ABL>;
+    using T = Traits<D, kAsync, ABL, SPLIT>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -119,26 +123,35 @@ inline LaunchInfo info_for(int BH, int S) {
     li.smem = T::SMEM;
     li.bm = T::BM;
     li.bn = T::BN;
+    li.split = SPLIT ? 2 : 1;
     li.ablate = ABL;
     return li;
 }
 
-template <int D>
+template <int D, bool SPLIT>
 inline LaunchInfo info_for(int BH, int S, int ablate) {
     switch (ablate) {
-        case kAblNoCompute: return info_for<D, kAblNoCompute>(BH, S);
-        case kAblNoLoads: return info_for<D, kAblNoLoads>(BH, S);
-        default: return info_for<D, kAblNone>(BH, S);
+        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT>(BH, S);
+        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT>(BH, S);
+        default: return info_for<D, kAblNone, SPLIT>(BH, S);
     }
 }
 
-// Returns false (reason in *err) for an unsupported head dim or a grid too large.
-inline bool select_config(int BH, int S, int D, int ablate, LaunchInfo* li, const char** err) {
+// Split (both consumer warpgroups on the same 64 rows, alternate K/V tiles) when the unsplit grid
+// would fill at most half of the SMs and there are at least two K/V tiles: twice the blocks,
+// half the tiles per warpgroup.  split_override: 0 = that rule, 1 = unsplit, 2 = split.
+// Returns false (reason in *err) for an unsupported head dim or override, or a grid too large.
+inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
+                          const char** err) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
-    const long long blocks = ((long long)S + 127) / 128 * BH;
-    if (blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
-    *li = D == 64 ? info_for<64>(BH, S, ablate) : info_for<128>(BH, S, ablate);
+    if (split_override < 0 || split_override > 2) { *err = "--split for wgmma_sm90 must be 0, 1 or 2"; return false; }
+    const long long blocks = ((long long)S + 127) / 128 * BH;  // unsplit: 128 rows per block
+    if (2 * blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
+    const int ntiles = (S + (D == 64 ? SDPA_SM90_BN64 : 128) - 1) / (D == 64 ? SDPA_SM90_BN64 : 128);
+    const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * blocks <= num_sms);
+    if (D == 64) *li = split ? info_for<64, true>(BH, S, ablate) : info_for<64, false>(BH, S, ablate);
+    else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
     return true;
 }
 

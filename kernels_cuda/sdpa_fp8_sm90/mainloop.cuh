@@ -24,6 +24,12 @@ struct SSOp<128> {
         wgmma::ss_m64n128k16(d, a, b, acc);
     }
 };
+template <>
+struct SSOp<192> {
+    __device__ __forceinline__ static void run(float (&d)[96], uint64_t a, uint64_t b, int acc) {
+        wgmma::ss_m64n192k16(d, a, b, acc);
+    }
+};
 
 template <int N>
 struct RSOp;
@@ -73,47 +79,64 @@ struct ConsumerState {
     OnlineSoftmax<T::BN> sm;
 };
 
+// Consumer barriers (ids 1 is the producer's, 2 and 3 the consumer warpgroups' own):
+//   4, 5: ping-pong turn of consumer warpgroup 0, 1 (256 threads: one bar.sync, one bar.arrive)
+//   6:    both consumer warpgroups (256 threads: Q load and merge of the split configuration)
+__device__ __forceinline__ void pingpong_wait_turn(int cw) {
+    if (cw == 0) named_barrier<4, 256>();
+    else named_barrier<5, 256>();
+}
+__device__ __forceinline__ void pingpong_pass_turn(int cw) {
+    if (cw == 0) named_barrier_arrive<5, 256>();
+    else named_barrier_arrive<4, 256>();
+}
+__device__ __forceinline__ void consumers_barrier() { named_barrier<6, 256>(); }
+
 template <class T>
-__device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int wg,
+__device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
                                                   int S, int ntiles, float scale_log2) {
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
-    const uint32_t q_rows = smem_u32(smem + T::OFF_Q) + wg * 64 * 128;
+    // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile, as for warpgroup 0.
+    const uint32_t q_rows = smem_u32(smem + T::OFF_Q) + (T::SPLIT ? 0 : cw) * 64 * 128;
     const uint32_t f16 = smem_u32(smem + T::OFF_F16);
-    const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(wg * 128 + ctid);
+    const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(cw * 128 + ctid);
     constexpr bool kNoLoads = T::ABL == kAblNoLoads;
-    auto kbuf = [&](int t) { return f16 + (kNoLoads ? 0 : t % T::NF16) * 2 * T::T16_BYTES; };
-    auto parity = [&](int t) { return (uint32_t)(t / T::NF16) & 1u; };
-    // One arrival per warp, after the warp's wgmma reading the buffer completed.
-    auto release = [&](int i) {
-        if (!kNoLoads && lane == 0) mbar_arrive(bar(i));
+    constexpr int step = T::SPLIT ? 2 : 1;  // this warpgroup's tiles: first, first + step, ...
+    const int first = T::SPLIT ? cw : 0;
+    // no_loads: the first tile's buffer is reused for every tile
+    auto kbuf = [&](int t) { return f16 + (kNoLoads ? first : t) % T::NF16 * 2 * T::T16_BYTES; };
+    auto wait_full = [&](int base, int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(base + t % T::NF16), (uint32_t)(t / T::NF16) & 1u);
     };
-    auto wait_full = [&](int i, int t) {
-        if (!kNoLoads || t == 0) mbar_wait(bar(i), parity(t));
+    // One arrival per warp, after the warp's wgmma reading the buffer completed.
+    auto release = [&](int base, int t) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(base + t % T::NF16));
     };
 
 #pragma unroll
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
+    if (first >= ntiles) return;  // (split with one tile: not selected; m = -inf, l = 0, O = 0)
 
     if constexpr (T::ABL == kAblNoCompute) {
-        // Loads and decode only: take every tile and hand it back; one Q K^T on tile 0 keeps
-        // the tensor-core path in the binary and feeds the (meaningless) output.
+        // Loads and decode only: take every tile and hand it back; one Q K^T on the first tile
+        // keeps the tensor-core path in the binary and feeds the (meaningless) output.
         float s[T::BN / 2];
-        for (int t = 0; t < ntiles; ++t) {
-            wait_full(T::BAR_KFULL + t % T::NF16, t);
-            if (t == 0) {
+        for (int t = first; t < ntiles; t += step) {
+            wait_full(T::BAR_KFULL, t);
+            if (t == first) {
                 wgmma_fence();
-                issue_qk<T>(s, q_rows, kbuf(0));
+                issue_qk<T>(s, q_rows, kbuf(t));
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(s);
 #pragma unroll
                 for (int i = 0; i < T::D / 2; ++i) st.o[i] = s[i];
             }
-            release(T::BAR_KEMPTY + t % T::NF16);
-            wait_full(T::BAR_VFULL + t % T::NF16, t);
-            release(T::BAR_VEMPTY + t % T::NF16);
+            release(T::BAR_KEMPTY, t);
+            wait_full(T::BAR_VFULL, t);
+            release(T::BAR_VEMPTY, t);
         }
         st.sm.m[0] = st.sm.m[1] = 0.f;
         st.sm.l[0] = st.sm.l[1] = 1.f;
@@ -123,58 +146,109 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     float s[T::BN / 2];
     uint32_t p[T::BN / 16][4];
     float alpha[2];
+    if (T::PINGPONG && cw == 1) pingpong_pass_turn(cw);  // warpgroup 0 issues first
 
-    // ---- tile 0: S_0, softmax, P_0 -------------------------------------------------------
-    wait_full(T::BAR_KFULL + 0, 0);
+    // ---- first tile: S, softmax, P ---------------------------------------------------------
+    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    wait_full(T::BAR_KFULL, first);
     wgmma_fence();
-    issue_qk<T>(s, q_rows, kbuf(0));
+    issue_qk<T>(s, q_rows, kbuf(first));
     wgmma_commit();
+    if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
     wgmma_wait<0>();
     fence_regs(s);
-    release(T::BAR_KEMPTY + 0);
-    if (T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, 0, S, lane);
+    release(T::BAR_KEMPTY, first);
+    if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
     st.sm.step(s, scale_log2, alpha);
     pack_p<T::BN>(s, p);
 
-    // ---- tiles 1 .. ntiles-1 ---------------------------------------------------------------
-    for (int t = 1; t < ntiles; ++t) {
-        const int b = t % T::NF16, bp = (t - 1) % T::NF16;
-        wait_full(T::BAR_KFULL + b, t);
+    // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
+    int tp = first;  // the tile whose P is in p
+    for (int t = first + step; t < ntiles; t += step) {
         fence_regs(s);
         fence_regs(st.o);
         fence_regs(p);
+        if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+        wait_full(T::BAR_KFULL, t);
         wgmma_fence();
         issue_qk<T>(s, q_rows, kbuf(t));
         wgmma_commit();
-        wait_full(T::BAR_VFULL + bp, t - 1);
-        issue_pv<T>(st.o, p, kbuf(t - 1) + T::T16_BYTES);
+        wait_full(T::BAR_VFULL, tp);
+        issue_pv<T>(st.o, p, kbuf(tp) + T::T16_BYTES);
         wgmma_commit();
-        wgmma_wait<1>();  // S_t done; P V of tile t-1 may still run
+        if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
+        wgmma_wait<1>();  // S_t done; P V of the previous tile may still run
         fence_regs(s);
-        release(T::BAR_KEMPTY + b);
+        release(T::BAR_KEMPTY, t);
         const int n0 = t * T::BN;
         if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
         st.sm.step(s, scale_log2, alpha);
         keep_above_wait(scratch, st.sm.l[0] + st.sm.l[1]);  // the exponentials run while P V does
-        wgmma_wait<0>();  // P V of tile t-1 done: O and P are free
+        wgmma_wait<0>();  // P V done: O and P are free
         fence_regs(st.o);
         fence_regs(p);
-        release(T::BAR_VEMPTY + bp);
+        release(T::BAR_VEMPTY, tp);
         rescale_o<T::D>(st.o, alpha);
         pack_p<T::BN>(s, p);
+        tp = t;
     }
 
-    // ---- last P V ----------------------------------------------------------------------------
-    const int last = ntiles - 1;
-    wait_full(T::BAR_VFULL + last % T::NF16, last);
+    // ---- last P V ------------------------------------------------------------------------------
     fence_regs(st.o);
     fence_regs(p);
+    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    wait_full(T::BAR_VFULL, tp);
     wgmma_fence();
-    issue_pv<T>(st.o, p, kbuf(last) + T::T16_BYTES);
+    issue_pv<T>(st.o, p, kbuf(tp) + T::T16_BYTES);
     wgmma_commit();
+    // Every turn passed is taken: warpgroup 1 started by passing one, so it skips its last.
+    if (T::PINGPONG && cw == 0) pingpong_pass_turn(cw);
     wgmma_wait<0>();
     fence_regs(st.o);
-    release(T::BAR_VEMPTY + last % T::NF16);
+    release(T::BAR_VEMPTY, tp);
+}
+
+// Split configuration: warpgroup 1 hands its softmax state (m, per-lane l, O) to warpgroup 0
+// through shared memory (the fp16 K/V buffers, free once both are done), which merges it into
+// its own: m = max(m0, m1), w_i = 2^(m_i - m), l = w0 l0 + w1 l1, O = w0 O0 + w1 O1.  The lanes
+// of both warpgroups hold the same rows and columns.  Returns true for the warpgroup that goes
+// on to the epilogue.
+template <class T>
+__device__ __forceinline__ bool split_merge(ConsumerState<T>& st, uint8_t* smem, int cw) {
+    if constexpr (!T::SPLIT) {
+        return true;
+    } else {
+        constexpr int NO = T::D / 2;
+        const int ctid = threadIdx.x % 128;
+        float* red = reinterpret_cast<float*>(smem + T::OFF_F16) + ctid;  // [NO + 4][128], element-major
+        consumers_barrier();  // both warpgroups are done with the fp16 buffers
+        if (cw == 1) {
+#pragma unroll
+            for (int i = 0; i < NO; ++i) red[i * 128] = st.o[i];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                red[(NO + r) * 128] = st.sm.m[r];
+                red[(NO + 2 + r) * 128] = st.sm.l[r];
+            }
+        }
+        consumers_barrier();
+        if (cw == 1) return false;
+        float w0[2], w1[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m1 = red[(NO + r) * 128];
+            const float m = fmaxf(st.sm.m[r], m1);
+            w0[r] = fast_exp2(st.sm.m[r] - m);
+            w1[r] = fast_exp2(m1 - m);
+            st.sm.m[r] = m;
+            st.sm.l[r] = st.sm.l[r] * w0[r] + red[(NO + 2 + r) * 128] * w1[r];
+        }
+#pragma unroll
+        for (int j = 0; j < T::D / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st.o[4 * j + e] = st.o[4 * j + e] * w0[e >> 1] + red[(4 * j + e) * 128] * w1[e >> 1];
+        return true;
+    }
 }
 
 }  // namespace sdpa_sm90

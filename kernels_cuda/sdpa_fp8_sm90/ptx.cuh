@@ -151,6 +151,13 @@ __device__ __forceinline__ void named_barrier() {
     asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
 }
 
+// bar.arrive: counts toward the barrier's NTHREADS without waiting for it.
+template <int ID, int NTHREADS>
+__device__ __forceinline__ void named_barrier_arrive() {
+    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

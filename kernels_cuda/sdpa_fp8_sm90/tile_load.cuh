@@ -48,13 +48,22 @@ template <class T>
 __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16, int ptid) {
     const DecodeMap<T> map(ptid);
     const uint8_t* src = u8 + ptid * 16;
+    // All loads of a batch first: the compiler may not move a shared load above a shared store
+    // (they might alias), so a load-decode-store loop would wait out every load's latency.
+    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;
+    static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
 #pragma unroll
-    for (int i = 0; i < T::CHUNKS_PER_THREAD; ++i) {
-        const uint4 w = *reinterpret_cast<const uint4*>(src + i * 2048);
-        uint4 lo, hi;
-        decode16(w, lo, hi);
-        *reinterpret_cast<uint4*>(t16 + map.lo + i * DecodeMap<T>::ROW_STEP * 128) = lo;
-        *reinterpret_cast<uint4*>(t16 + map.hi + i * DecodeMap<T>::ROW_STEP * 128) = hi;
+    for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {
+        uint4 w[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) w[i] = *reinterpret_cast<const uint4*>(src + (i0 + i) * 2048);
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            uint4 lo, hi;
+            decode16(w[i], lo, hi);
+            *reinterpret_cast<uint4*>(t16 + map.lo + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = lo;
+            *reinterpret_cast<uint4*>(t16 + map.hi + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = hi;
+        }
     }
 }
 
@@ -63,7 +72,7 @@ __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16
 template <class T>
 __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restrict__ g, int n0, int S, uint8_t* t16,
                                                         int ptid) {
-    constexpr int BATCH = 4;  // loads in flight per thread (more spill at 64 registers)
+    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // loads in flight per thread (more spill at 64 registers)
     static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
     constexpr int ROW_STEP = DecodeMap<T>::ROW_STEP;
     const DecodeMap<T> map(ptid);
@@ -87,20 +96,18 @@ __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restric
     }
 }
 
-// baseline: consumer warpgroup wg loads its 64 rows of Q (fp16) with 16-byte global loads
-// into Q's 128-byte-swizzled panels (rows past S as zero), for its own wgmma.
+// baseline: the consumers load the 64 Q rows r0 .. r0+63 of the block's tile (fp16) with 16-byte
+// global loads into Q's 128-byte-swizzled panels (rows past S as zero), `nthreads` threads
+// together (one warpgroup for its own rows; both, for the split configuration's shared rows).
 template <class T>
-__device__ __forceinline__ void load_q_rows_global(const __half* __restrict__ Qg, int S, int row0, uint8_t* smem, int wg) {
+__device__ __forceinline__ void load_q_rows_global(const __half* __restrict__ Qg, int S, int m0, uint8_t* smem, int r0,
+                                                   int tid, int nthreads) {
     constexpr int CHUNKS_PER_ROW = T::D / 8;
-    const int ctid = threadIdx.x % 128;
-    uint8_t* rows = smem + T::OFF_Q + wg * 64 * 128;
-#pragma unroll
-    for (int i = 0; i < 64 * CHUNKS_PER_ROW / 128; ++i) {
-        const int c = ctid + i * 128;
-        const int r = c / CHUNKS_PER_ROW, col = c % CHUNKS_PER_ROW;
+    for (int c = tid; c < 64 * CHUNKS_PER_ROW; c += nthreads) {
+        const int r = r0 + c / CHUNKS_PER_ROW, col = c % CHUNKS_PER_ROW;
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < S) w = __ldg(reinterpret_cast<const uint4*>(Qg + (size_t)(row0 + r) * T::D) + col);
-        *reinterpret_cast<uint4*>(rows + (col >> 3) * (T::BM * 128) + swz128(r, col & 7)) = w;
+        if (m0 + r < S) w = __ldg(reinterpret_cast<const uint4*>(Qg + (size_t)(m0 + r) * T::D) + col);
+        *reinterpret_cast<uint4*>(smem + T::OFF_Q + (col >> 3) * (T::BM * 128) + swz128(r, col & 7)) = w;
     }
     fence_proxy_async();
 }
@@ -118,8 +125,9 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
     const int ptid = threadIdx.x;  // 0..127
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
     uint8_t* f16 = smem + T::OFF_F16;
-    // no_loads: the first tile only (the consumers reuse buffer 0 for every tile).
-    const int nload = T::ABL == kAblNoLoads ? 1 : ntiles;
+    // no_loads: the first tile of each consumer warpgroup only (tile 0; split: tiles 0 and 1), which
+    // the consumers then reuse for every tile.
+    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1)) : ntiles;
 
     [[maybe_unused]] uint8_t* u8 = smem + T::OFF_U8;
     if constexpr (T::ASYNC) {

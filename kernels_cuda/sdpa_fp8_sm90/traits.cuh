@@ -17,14 +17,29 @@ constexpr bool kAsync = (USE_CP_ASYNC != 0);
 // math for every tile on it.  Same values as the mma.sync kernel's.
 enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 
-template <int D_, bool ASYNC_, int ABL_>
+// Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
+// their matrix products, so that one's softmax runs while the other's products do.
+#ifndef SDPA_SM90_PINGPONG
+#define SDPA_SM90_PINGPONG 1
+#endif
+// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more):
+// 192 amortises the per-tile softmax bookkeeping over more keys (S 96, P 48, O 32 registers).
+#ifndef SDPA_SM90_BN64
+#define SDPA_SM90_BN64 192
+#endif
+
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Traits {
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;   // TMA pipeline (cpasync) or synchronous loads (baseline)
     static constexpr int ABL = ABL_;
-    static constexpr int BN = 128;          // keys per K/V tile
+    // SPLIT (for grids of less than half a wave): both consumer warpgroups own the same 64 query
+    // rows and take alternate K/V tiles (even / odd); their softmax states are merged at the end.
+    static constexpr bool SPLIT = SPLIT_;
+    static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
+    static constexpr int BN = D == 64 ? SDPA_SM90_BN64 : 128;  // keys per K/V tile
     static constexpr int NCWG = 2;          // consumer warpgroups, 64 query rows each
-    static constexpr int BM = 64 * NCWG;    // query rows per block
+    static constexpr int BM = SPLIT ? 64 : 64 * NCWG;  // query rows per block
     static constexpr int THREADS = 128 * (1 + NCWG);  // warpgroup 0 = producer
     static constexpr int PANELS = D / 64;   // 64-column (128-byte) swizzle panels per row
     // Register split after setmaxnreg: 168 per thread at launch (65536 / 384, rounded down to 8);
@@ -55,7 +70,10 @@ struct Traits {
     static constexpr int NBARS = BAR_VEMPTY + NF16;
     static constexpr int SMEM_USED = OFF_BAR + NBARS * 8;
     static constexpr int SMEM = SMEM_USED + 1024;      // + slack to align the base to 1024
-    static constexpr int CONSUMER_WARPS = 4 * NCWG;
+    // Consumer warps that read each fp16 buffer (one arrival each on its "empty" barrier): split,
+    // a buffer belongs to one warpgroup (tile t lives in buffer t % 2 and goes to warpgroup t % 2).
+    static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
+    static_assert(!SPLIT || NF16 == NCWG, "split: one fp16 buffer per consumer warpgroup");
 
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(OFF_F16 % 1024 == 0 && T16_BYTES % 1024 == 0 && OFF_U8 % 1024 == 0, "swizzle atoms");
@@ -63,6 +81,7 @@ struct Traits {
     static constexpr int CHUNKS = BN * D / 16;          // 16-byte uint8 chunks per K or V tile
     static constexpr int CHUNKS_PER_THREAD = CHUNKS / 128;
     static_assert(CHUNKS % 128 == 0, "decode work divides over the producer warpgroup");
+    static_assert(BN % 64 == 0 && BN <= 256, "a multiple of 64 keys (4 partial softmax reductions), one TMA box");
 };
 
 }  // namespace sdpa_sm90
