@@ -73,7 +73,7 @@ def scan_binary_ptx(path: Path) -> list[PtxKernel]:
 # Instructions looked for in machine code: cp.async (LDGSTS), mma.sync (HMMA), warpgroup MMA
 # (HGMMA; QGMMA for fp8 operands), the copy engine's tensor and plain bulk loads (UTMALDG, UBLKCP).
 SASS_INSTRUCTIONS = ("LDGSTS", "HMMA", "HGMMA", "QGMMA", "UTMALDG", "UBLKCP")
-_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", re.M)
+_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", re.MULTILINE)
 
 
 def sass_opcodes(text: str) -> set[str]:
@@ -85,7 +85,8 @@ def sass_check(cuobjdump: str, exe: Path) -> dict[str, bool]:
     """Where cuobjdump exists: which of SASS_INSTRUCTIONS the machine code holds."""
     # cuobjdump runs nvdisasm, found on PATH: the one beside it first (the wheels put both in one folder).
     env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    res = subprocess.run([cuobjdump, "--dump-sass", str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    res = subprocess.run([cuobjdump, "--dump-sass", str(exe)], capture_output=True, text=True, timeout=300, env=env,
+                         check=False)
     if res.returncode != 0:
         raise BuildFailed(f"cuobjdump --dump-sass {exe} failed: {res.stderr.strip().splitlines()[-1:]}")
     ops = sass_opcodes(res.stdout)

@@ -22,10 +22,11 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 #ifndef SDPA_SM90_PINGPONG
 #define SDPA_SM90_PINGPONG 1
 #endif
-// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more):
-// 192 amortises the per-tile softmax bookkeeping over more keys (S 96, P 48, O 32 registers).
+// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more).
+// 192 (S 96, P 48, O 32 registers) was measured on H100 against 128 (experiments/2026-11-23-sdpa-hopper,
+// run 3): 3% faster at (4,32,4096,64), 1-10% slower at every other head-dim-64 shape, so 128.
 #ifndef SDPA_SM90_BN64
-#define SDPA_SM90_BN64 192
+#define SDPA_SM90_BN64 128
 #endif
 
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
