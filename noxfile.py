@@ -4,7 +4,9 @@
     nox -s test
     nox -s bench  -- --sizes 256K,16M
     nox -s stress
+    nox -s sweep  -- --write
     nox -s bundle -- --out bundle
+    nox -s submit -- --suite bench --partitions h100,h200 --gpus 2,8
 """
 
 from __future__ import annotations
@@ -70,8 +72,22 @@ def stress(session: nox.Session) -> None:
 
 
 @nox.session
+def sweep(session: nox.Session) -> None:
+    """Time every allreduce kernel at every size; `-- --write` also writes kernels_mojo/dispatch_windows.json."""
+    _install(session)
+    session.run("python", "-m", "driver", "sweep", *session.posargs)
+
+
+@nox.session
 def bundle(session: nox.Session) -> None:
     """Build and pack a folder a GPU host runs with only the NVIDIA driver and Python."""
     _install(session)
     session.run("python", "-m", "driver", "build", "--arch", "sm_90")
     session.run("python", "-m", "driver", "bundle", *session.posargs)
+
+
+@nox.session
+def submit(session: nox.Session) -> None:
+    """Build once, submit the bench or stress matrix to Slurm as one job array, watch, collect, compare."""
+    _install(session)
+    session.run("python", "-m", "driver", "submit", *session.posargs)

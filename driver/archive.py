@@ -1,7 +1,8 @@
-"""Archive: one run folder in bench_results/, written whole or not at all.
+"""Archive: one run folder in bench_results/, written whole or not at all, and read back.
 
 Everything is written into `bench_results/.tmp-<run id>/` and renamed into place
-at the end, so an interrupted run leaves nothing that looks like a result.
+at the end, so an interrupted run leaves nothing that looks like a result. What the
+files say (COMPARE.md, the index) is rendered by driver/report.py.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-from driver import paths, plots
+from driver import paths
 from driver.records import BuildMeta, RunArchive
-from driver.suites.profile import METRIC_COLUMNS
 
 RESULTS_FILE = "results.json"
 
@@ -23,128 +23,8 @@ def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
     return f"{stamp}-{git_sha[:8]}-{device_kind}"
 
 
-def _speed_table(run: RunArchive) -> list[str]:
-    lines = []
-    for suite in ("allreduce", "sdpa"):
-        recs = [r for r in run.records if r.suite == suite]
-        if not recs:
-            continue
-        lines += [f"## {suite}", "", "| config | impl | kernel | p50 us | p90 us | metric | correct | gate |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in recs:
-            m = r.measurement
-            gate = r.performance.status if r.performance else ""
-            why = "; ".join(r.performance.reasons) if r.performance else ""
-            if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | not timed | {r.correctness.status} | "
-                             f"{gate} {why} |")
-                continue
-            metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
-            lines.append(
-                f"| {r.config} | {r.impl} | {r.kernel} | {m.p50_us:.2f} | {m.p90_us:.2f} | {metric} | "
-                f"{r.correctness.status} | {gate} {why} |"
-            )
-        lines.append("")
-    return lines
-
-
-def reading(speedup: float) -> str:
-    """The seeds' reading of a difference: <5% negligible, 5-10% noticeable, >10% significant."""
-    change = abs(speedup - 1)
-    return "negligible" if change < 0.05 else "noticeable" if change <= 0.10 else "significant"
-
-
-def _winner_table(run: RunArchive) -> list[str]:
-    """Ours against every other impl of the same config, on p50 (first seed for SDPA)."""
-    groups: dict[str, dict[str, object]] = {}
-    first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
-    for r in run.records:
-        if r.suite == "stress":
-            continue
-        cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
-        if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
-            continue
-        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, r.measurement)
-    rows = ["## Side by side (p50; speedup = other / candidate, >1 means the candidate is faster)", "",
-            "| config | candidate | other | candidate p50 us | other p50 us | p90 us (cand / other) | mean us (cand / other) | speedup | reading | winner |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    for cfg, by_impl in groups.items():
-        cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
-        for cand in cands:
-            for other, m in by_impl.items():
-                if other == cand or (cand == "baseline" and other == "cpasync"):
-                    continue
-                c = by_impl[cand]
-                if c.p50_us <= 0 or m.p50_us <= 0:
-                    continue
-                sp = m.p50_us / c.p50_us
-                win = cand if sp > 1 else other
-                rows.append(f"| {cfg} | {cand} | {other} | {c.p50_us:.2f} | {m.p50_us:.2f} | {c.p90_us:.2f} / "
-                            f"{m.p90_us:.2f} | {c.mean_us:.2f} / {m.mean_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | "
-                            f"{reading(sp)} | {win if reading(sp) != 'negligible' else 'tie'} |")
-    return rows + [""] if len(rows) > 4 else []
-
-
-def _stress_table(run: RunArchive) -> list[str]:
-    recs = [r for r in run.records if r.suite == "stress"]
-    if not recs:
-        return []
-    rows = ["## stress", "", "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | "
-            "verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in recs:
-        m = r.measurement
-        why = "; ".join(r.correctness.reasons) or m.detail
-        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {m.iterations} | {m.checked} | {m.wrong} | "
-                    f"{m.max_abs_err} | {'-' if m.hazards is None else m.hazards} | {m.hang} | {m.seconds:.1f} | "
-                    f"{r.correctness.status} {why} |")
-    return rows + [""]
-
-
-def _number(v: float) -> str:
-    return f"{v:.0f}" if float(v).is_integer() else f"{v:.3g}"
-
-
-def _profile_table(run: RunArchive) -> list[str]:
-    """The profile stage's counters, one table per kind of record (ncu, overlap, prefetch), so the
-    numbers can be read side by side instead of inside the verdict column."""
-    recs = [r for r in run.records if r.suite == "stress" and r.measurement.check == "profile"]
-    out: list[str] = []
-    for kind in dict.fromkeys(r.measurement.config.split("/")[0] for r in recs):
-        group = [r for r in recs if r.measurement.config.split("/")[0] == kind]
-        names = list(dict.fromkeys(k for r in group for k in r.measurement.counters))
-        out += [f"### profile: {kind}", "", "| kernel | config | " + " | ".join(METRIC_COLUMNS.get(n, n) for n in names)
-                + " | note |", "|---|---|" + "---|" * (len(names) + 1)]
-        for r in group:
-            c = r.measurement.counters
-            cells = [_number(c[n]) if n in c else "-" for n in names]
-            note = "; ".join(r.correctness.reasons) if r.correctness.status != "pass" else ""
-            out.append(f"| {r.measurement.kernel} | {r.measurement.config} | " + " | ".join(cells) + f" | {note} |")
-        out.append("")
-    return out
-
-
-def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
-    gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
-    head = [
-        f"# Run {run.run_id}",
-        "",
-        f"- device: {run.device.kind} ({gpus}), driver {run.device.driver_version}",
-        f"- git: {run.git_sha}{' (dirty)' if run.git_dirty else ''}",
-        f"- command: `{' '.join(run.command)}`",
-        "",
-    ]
-    ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]
-    skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
-    if images:
-        pics = [f"![{name}]({name})" for name in images]
-    elif images is not None and plots.plottable(run):
-        pics = ["(no plots: matplotlib is not installed on this host)"]
-    else:
-        pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
-
-
-def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
+def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dict[str, bytes] | None = None) -> Path:
+    """results.json, build_meta.json, the thresholds used and `files` (name -> bytes), as one folder."""
     root = paths.results_dir()
     root.mkdir(parents=True, exist_ok=True)
     final = root / run.run_id
@@ -155,14 +35,12 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dic
         (tmp / RESULTS_FILE).write_text(run.model_dump_json(indent=1))
         (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
         (tmp / "thresholds.toml").write_text(thresholds_text)
-        (tmp / "COMPARE.md").write_text(compare_markdown(run, sorted(n for n in extra or {} if n.endswith(".png"))))
-        for name, data in (extra or {}).items():
+        for name, data in ({} if files is None else files).items():
             (tmp / name).write_bytes(data)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    update_index(root)
     return final
 
 
@@ -170,39 +48,6 @@ def load_run(folder: Path) -> RunArchive:
     return RunArchive.model_validate_json((folder / RESULTS_FILE).read_text())
 
 
-def rerender_compare(folder: Path) -> None:
-    """COMPARE.md is derived from results.json (and the plots beside it): write it again, whole."""
-    run = load_run(folder)
-    pngs = sorted(p.name for p in folder.glob("*.png"))
-    tmp = folder / ".COMPARE.md.tmp"
-    tmp.write_text(compare_markdown(run, pngs or None))
-    os.replace(tmp, folder / "COMPARE.md")
-
-
 def archived_runs(root: Path | None = None) -> list[Path]:
     root = root or paths.results_dir()
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / RESULTS_FILE).is_file()) if root.is_dir() else []
-
-
-def _headline(run: RunArchive) -> str:
-    n_pass = sum(r.passed for r in run.records)
-    parts = [f"{n_pass}/{len(run.records)} correct"]
-    for r in run.records:
-        if r.suite != "stress" and r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
-            parts.append(f"{r.config} {r.performance.reasons[0].split(' (')[0]}")
-    return "; ".join(parts[:4])
-
-
-def update_index(root: Path) -> None:
-    rows = ["# bench_results", "", "Archived runs, newest first. Each folder holds results.json (schema in schema/),",
-            "build_meta.json, the thresholds used and COMPARE.md.", "",
-            "| run | device | git | headline |", "|---|---|---|---|"]
-    for folder in reversed(archived_runs(root)):
-        try:
-            run = load_run(folder)
-        except ValueError:
-            continue
-        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {_headline(run)} |")
-    tmp = root / ".README.md.tmp"
-    tmp.write_text("\n".join(rows) + "\n")
-    os.replace(tmp, root / "README.md")

@@ -1,20 +1,20 @@
-"""The bench and stress pipelines: configure -> build -> launch -> verify -> gate -> archive."""
+"""The bench, stress and sweep pipelines: configure -> build -> launch -> verify -> gate -> archive -> report."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from driver import archive, build, device, paths, plots, targets, thresholds
+from driver import archive, build, device, gates, paths, plots, report, targets, thresholds
 from driver.config import DEFAULT_ARCH
-from driver.errors import BuildFailed, PerfGateFailed, WrongResults
+from driver.errors import BuildFailed
 from driver.host import git_state, host_info, utc_now
 from driver.options import RunOptions
 from driver.records import BuildMeta, RunArchive
 from driver.suites import allreduce, sdpa, stress, sweep
-from driver.suites.common import SuiteResult, progress
+from driver.suites.common import Suite, SuiteResult, progress
 
-SUITES = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep, "stress": stress}
+SUITES: dict[str, Suite] = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep, "stress": stress}
 
 
 def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
@@ -22,32 +22,31 @@ def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
 
     Builds before asking for a GPU, so a CPU box still compiles and checks.
     """
-    gates = thresholds.load(opts.thresholds)
-    wanted = targets.select("all" if "stress" in opts.suites else
-                            ",".join("allreduce" if s == "sweep" else s for s in opts.suites))
+    limits = thresholds.load(opts.thresholds)
+    wanted = targets.select(",".join(SUITES[s].TARGETS for s in opts.suites))
     can_build = opts.build and not paths.is_bundle()
     if can_build:
-        build.build_all(wanted, (opts.arch or DEFAULT_ARCH,), gates.build)
+        build.build_all(wanted, (opts.arch or DEFAULT_ARCH,), limits.build)
     meta = build.load_meta()
     arch = opts.arch or device.arch_of(0)  # raises NoGPU on a CPU box, after the build
     if arch not in meta.archs:
         if not can_build:
             raise BuildFailed(f"this build has no executables for {arch} (it has {', '.join(meta.archs)})",
                               f"rebuild with --arch {arch}")
-        build.build_all(wanted, (arch,), gates.build)
+        build.build_all(wanted, (arch,), limits.build)
         meta = build.load_meta()
-    return gates, build.with_sass(meta), arch
+    return limits, build.with_sass(meta), arch
 
 
 def run(opts: RunOptions, argv: list[str]) -> Path:
-    gates, meta, arch = prepare(opts)
+    limits, meta, arch = prepare(opts)
     dev = device.probe()
     sha, dirty = git_state()
     exe_dir = paths.build_dir() / arch
     results = SuiteResult()
     for suite in opts.suites:
         progress(f"suite {suite} on {dev.kind} ({arch})")
-        results.extend(SUITES[suite].run(opts, exe_dir, dev, gates, sha))
+        results.extend(SUITES[suite].run(opts, exe_dir, dev, limits, sha))
     created = utc_now()
     run_rec = RunArchive(
         run_id=archive.run_id(created, sha, dev.kind),
@@ -63,15 +62,10 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         ceilings_gbps=results.ceilings_gbps,
     )
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
-    folder = archive.write_run(run_rec, meta, thresholds_text, {**plots.render(run_rec), **results.extra_files})
-    print(archive.compare_markdown(run_rec))
+    folder = report.publish(run_rec, meta, thresholds_text, {**plots.render(run_rec), **results.extra_files})
+    print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
-    wrong = [r for r in run_rec.records if not r.passed]
-    if wrong:
-        raise WrongResults(f"{len(wrong)} record(s) failed correctness, e.g. {wrong[0].config} {wrong[0].impl}: "
-                           + "; ".join(wrong[0].correctness.reasons), f"archived in {folder}")
-    slow = [r for r in run_rec.records if r.performance and r.performance.status == "fail"]
-    if slow:
-        raise PerfGateFailed(f"{len(slow)} gate(s) failed, e.g. {slow[0].config} {slow[0].impl}: "
-                             + "; ".join(slow[0].performance.reasons), f"archived in {folder}")
+    failure = gates.exit_decision(run_rec, folder)
+    if failure:
+        raise failure
     return folder

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from driver import inspect_ptx, paths, toolchain
+from driver import gates, inspect_ptx, paths, toolchain
 from driver.errors import BuildFailed
 from driver.host import git_state, host_info, utc_now
 from driver.launch import run_process
@@ -29,14 +29,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> list[str]:
     if t.lang == "mojo":
         assert tc.mojo is not None
@@ -44,7 +36,7 @@ def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> 
         cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
         return cmd + [t.entry, "-o", str(out)]
     assert tc.nvcc is not None
-    cc = t.gencode_cc(arch)
+    cc = t.gencode_cc(arch)  # sm_90 -> 90a for the targets that hold the Hopper kernel
     cmd = [tc.nvcc.path, *t.flags, "-gencode", f"arch=compute_{cc},code=[sm_{cc},compute_{cc}]", "-Xptxas", "-v"]
     cmd += [f"-D{k}={v}" for k, v in sorted(t.defines_for(arch).items())]
     return cmd + ["-keep", "-keep-dir", str(keep_dir), t.entry, "-o", str(out)]
@@ -85,7 +77,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
         log(f"[build] {arch} {t.name}: compiling ...")
         res = run_process(cmd, timeout_s=BUILD_TIMEOUT_S, cwd=paths.ROOT)
         log_path = out_dir / f"{t.name}.log"
-        write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
+        paths.write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
         if res.timed_out or res.returncode != 0:
             first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()), res.last_error_line())
             raise BuildFailed(f"{t.name} for {arch}: {first.strip()}", f"full log: {log_path}")
@@ -111,52 +103,13 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
         ptx_kernels=kernels,
         sass=inspect_ptx.sass_check(cuobjdump, out) if cuobjdump else None,
     )
-    write_atomic(stamp, record.model_dump_json(indent=1))
+    paths.write_atomic(stamp, record.model_dump_json(indent=1))
     log(f"[build] {arch} {t.name}: compiled in {res.seconds:.1f} s")
     return record, True
 
 
-def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[str]:
-    """Resource gates (ptxas) and instruction expectations (PTX) for one built target."""
-    bad: list[str] = []
-    where = f"{rec.target} {rec.arch}"
-    for k in rec.ptxas:
-        g = gates.for_entry(k.name)
-        if k.registers > g.max_registers_per_thread:
-            bad.append(f"{where} {k.name}: {k.registers} registers > {g.max_registers_per_thread}")
-        if k.smem_bytes > g.max_smem_bytes_per_block:
-            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {g.max_smem_bytes_per_block}")
-        spill = k.spill_store_bytes + k.spill_load_bytes
-        if spill > g.max_spill_bytes:
-            bad.append(f"{where} {k.name}: {k.spill_store_bytes} B spill stores, {k.spill_load_bytes} B spill loads")
-    if t.lang == "cuda" and not rec.ptxas:
-        bad.append(f"{where}: no ptxas report was parsed")
-    for exp in t.ptx:
-        hits = [k for k in rec.ptx_kernels if exp.pattern in k.name]
-        if not hits:
-            bad.append(f"{where}: no PTX kernel matches {exp.pattern!r}")
-            continue
-        for k in hits:
-            if exp.cp_async is not None and k.has_cp_async != exp.cp_async:
-                bad.append(f"{where} {k.name}: cp.async {'missing' if exp.cp_async else 'present'} in PTX")
-            if exp.mma is not None and k.has_mma != exp.mma:
-                bad.append(f"{where} {k.name}: mma {'missing' if exp.mma else 'present'} in PTX")
-    return bad + sass_violations(t, rec)
-
-
-def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
-    """The target's SASS expectations for this arch, where the SASS was read (cuobjdump present)."""
-    if rec.sass is None:
-        return []
-    bad = []
-    for exp in (e for e in t.sass if e.arch == rec.arch):
-        bad += [f"{rec.target} {rec.arch}: {ins} missing in SASS" for ins in exp.require if not rec.sass.get(ins)]
-        bad += [f"{rec.target} {rec.arch}: {ins} present in SASS" for ins in exp.forbid if rec.sass.get(ins)]
-    return bad
-
-
 def build_all(
-    targets: tuple[Target, ...], archs: tuple[str, ...], gates: BuildGates, *, force: bool = False
+    targets: tuple[Target, ...], archs: tuple[str, ...], build_gates: BuildGates, *, force: bool = False
 ) -> tuple[BuildMeta, int]:
     """Build everything, write build/build_meta.json, enforce static gates.
 
@@ -176,7 +129,7 @@ def build_all(
             rec, did = build_target(t, arch, tc, force=force)
             compiled += did
             records.append(rec)
-            violations += static_violations(t, rec, gates)
+            violations += gates.static_violations(t, rec, build_gates)
     sha, dirty = git_state()
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
@@ -192,7 +145,7 @@ def build_all(
         created_utc=utc_now(), git_sha=sha, git_dirty=dirty, toolchain=tc, host=host_info(),
         archs=sorted({r.arch for r in all_records}), targets=all_records,
     )
-    write_atomic(paths.build_dir() / "build_meta.json", meta.model_dump_json(indent=1))
+    paths.write_atomic(paths.build_dir() / "build_meta.json", meta.model_dump_json(indent=1))
     if violations:
         raise BuildFailed(f"{len(violations)} static gate(s) failed: " + "; ".join(violations))
     return meta, compiled

@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -29,7 +30,9 @@ MOJO_RUNTIME_LIBS = (
     "libMSupportGlobals.so",
 )
 # What the driver imports beyond numpy and the standard library, pinned to the
-# versions this machine runs so the GPU host behaves the same.
+# versions this machine runs so the GPU host behaves the same. The peers' packages
+# (pyproject.toml's `peers` group, e.g. cudnn-frontend) travel too, per Python version
+# where PyPI has a binary wheel for it.
 BUNDLED_PACKAGES = ("pydantic", "psutil", "nvidia-ml-py")
 MANYLINUX = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
@@ -45,6 +48,9 @@ if [ ! -d "$site" ]; then
   exit 3
 fi
 export PYTHONPATH="$here:$site${PYTHONPATH:+:$PYTHONPATH}"
+# `python -m` puts the working directory first on sys.path: run from a source checkout, that
+# checkout's driver (and its peers, started with -m too) would shadow this bundle's. Python >= 3.11.
+export PYTHONSAFEPATH=1
 export NCCL_NVLS_ENABLE=0
 exec "$py" -m driver "$@"
 """
@@ -53,16 +59,41 @@ RUN_TESTS_SCRIPT = RUN_SCRIPT.replace("# Run the driver from this bundle: ./run 
 RUN_TESTS_SCRIPT = RUN_TESTS_SCRIPT.replace('exec "$py" -m driver "$@"', 'cd "$here" && exec "$py" -m pytest tests/gpu "$@"')
 
 
-def _pip_target(site: Path, py: str) -> None:
-    pins = [f"{name}=={metadata.version(name)}" for name in BUNDLED_PACKAGES]
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", "--target", str(site),
-           "--python-version", py, "--implementation", "cp", "--only-binary=:all:"]
+def peer_pins() -> list[str]:
+    """The peers' pinned packages: pyproject.toml's `peers` optional dependencies."""
+    data = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())
+    return list(data["project"]["optional-dependencies"].get("peers", []))
+
+
+def _pip_target(site: Path, py: str, pins: list[str], *, deps: bool = True) -> str | None:
+    """Install `pins` (binary wheels for CPython `py` on manylinux x86-64) into `site`; pip's last error line."""
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-compile", *(() if deps else ("--no-deps",)),
+           "--target", str(site), "--python-version", py, "--implementation", "cp", "--only-binary=:all:"]
     cmd += [a for plat in MANYLINUX for a in ("--platform", plat)] + pins
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if res.returncode != 0:
-        tail = (res.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise ToolchainMissing(f"cannot fetch {', '.join(pins)} for Python {py}: {tail}",
+    if res.returncode == 0:
+        return None
+    return (res.stderr.strip().splitlines() or ["pip failed"])[-1]
+
+
+def _site(site: Path, py: str) -> dict[str, str]:
+    """The driver's dependencies (required) and the peers' wheels (where PyPI has one for `py`) into
+    `site`; returns {pin: why it is missing} for the peers' that could not be packed."""
+    pins = [f"{name}=={metadata.version(name)}" for name in BUNDLED_PACKAGES]
+    err = _pip_target(site, py, pins)
+    if err:
+        raise ToolchainMissing(f"cannot fetch {', '.join(pins)} for Python {py}: {err}",
                                "the bundle step needs the package index; the GPU host does not")
+    missing = {}
+    # One at a time, without dependencies (torch and its cuDNN are the host's own; an optional extra
+    # such as cudnn-frontend's cutedsl is not used): a peer without a wheel for this Python leaves the others.
+    for pin in peer_pins():
+        err = _pip_target(site, py, [pin], deps=False)
+        if err:
+            missing[pin] = err
+            print(f"bundle: no {pin} for Python {py} ({err}); that peer will be recorded as skipped there",
+                  file=sys.stderr)
+    return missing
 
 
 def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
@@ -99,13 +130,13 @@ def make(out: Path, archs: tuple[str, ...], pythons: tuple[str, ...]) -> Path:
     (tmp / "lib").mkdir()
     for name in MOJO_RUNTIME_LIBS:
         shutil.copy2(lib_dir / name, tmp / "lib" / name)
-    for py in pythons:
-        _pip_target(tmp / "site" / f"py{py.replace('.', '')}", py)
+    peers_missing = {py: m for py in pythons if (m := _site(tmp / "site" / f"py{py.replace('.', '')}", py))}
     for name, text in (("run", RUN_SCRIPT), ("run-tests", RUN_TESTS_SCRIPT)):
         (tmp / name).write_text(text)
         (tmp / name).chmod(0o755)
     sha, dirty = git_state()
-    marker = {"git_sha": sha, "git_dirty": dirty, "created_utc": utc_now(), "archs": list(archs), "pythons": list(pythons)}
+    marker = {"git_sha": sha, "git_dirty": dirty, "created_utc": utc_now(), "archs": list(archs),
+              "pythons": list(pythons), "peer_packages": peer_pins(), "peer_packages_missing": peers_missing}
     (tmp / paths.BUNDLE_MARKER.name).write_text(json.dumps(marker, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

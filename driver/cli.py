@@ -9,65 +9,78 @@ import time
 from pathlib import Path
 
 from driver import build, config, paths, targets, thresholds
-from driver.errors import DriverError
-from driver.options import RunOptions
+from driver.errors import ConfigError, DriverError
+from driver.options import RunOptions, SubmitOptions
 from driver.records import SCHEMA_MODELS
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors become ConfigError
-        from driver.errors import ConfigError
-
-        raise ConfigError(message, f"see `python -m driver {self.prog.split()[-1]} --help`")
+        raise ConfigError(message, f"see `python -m {' '.join(['driver', *self.prog.split()[1:]])} --help`")
 
 
-def _add_run_args(p: argparse.ArgumentParser, *, iters: int, seeds: str, shapes: str, dtypes: str) -> None:
-    p.add_argument("--suite", default="all", help="allreduce, sdpa or all")
-    p.add_argument("--sizes", default=None, help="allreduce sizes in bytes, K/M/G suffixes (default 256K,16M)")
+def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes: str = "256K,16M") -> None:
+    """What every GPU command takes: sizes, dtypes, GPU counts, timing, rounds, build and gates."""
+    p.add_argument("--sizes", default=None, help=f"allreduce sizes in bytes, K/M/G suffixes (default {sizes})")
     p.add_argument("--dtype", default=dtypes, help="float32, bfloat16, float16 (comma list)")
     p.add_argument("--ngpus", default=None, help="GPU counts for allreduce (default: every supported count present)")
-    p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
-                   f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
-    p.add_argument("--shapes", default=shapes, help="SDPA shapes: small, mission, tail, large or BxHxSxD")
-    p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--iters", default=str(iters), help="timed iterations per launch")
     p.add_argument("--warmup", default="10", help="warm-up iterations per launch")
-    p.add_argument("--timing", default="device", choices=("device", "host"),
-                   help="allreduce: device = every iteration timed alone with CUDA events on a held stream "
-                        "(default); host = wall clock around --batch back-to-back iterations (nccl-tests' method)")
-    p.add_argument("--batch", default="10", help="allreduce, --timing host: iterations launched back to back per "
-                   "timing sample")
+    p.add_argument("--timing", default=None,
+                   help="timing modes, comma list: cold = every launch timed alone with CUDA events behind a held "
+                        "stream (SDPA: L2 flushed first); hot = --batch launches back to back (a CUDA graph where "
+                        "the API allows it, else the host batch). device = cold, host = hot. Default: cold,hot "
+                        "for SDPA, cold for allreduce (README: How we time)")
+    p.add_argument("--batch", default="10", help="hot: launches back to back per timing sample")
     p.add_argument("--rounds", default="3", help="at most this many interleaved rounds of ours and the peers")
     p.add_argument("--arch", default=None, help="GPU architecture (default: GPU 0's)")
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
     p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")
     p.add_argument("--no-build", action="store_true", help="use the existing build as it is")
-    p.add_argument("--sweep-windows", action="store_true",
-                   help="time every allreduce kernel at every size (default 8K..1G) and write the measured "
-                        "dispatch windows to kernels_mojo/dispatch_windows.json")
+
+
+def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> None:
+    """bench and stress: which suites, kernels, SDPA shapes and seeds."""
+    p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
+    p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
+                   f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
+    p.add_argument("--shapes", default=shapes, help=f"SDPA shapes: {', '.join(config.SDPA_SHAPES)} or BxHxSxD "
+                   f"(default {shapes})")
+    p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
+
+
+def _suites(ns: argparse.Namespace) -> tuple[str, ...]:
+    if ns.cmd == "sweep":
+        return ("sweep",)
+    return ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite)
 
 
 def _run_options(ns: argparse.Namespace) -> RunOptions:
     """Every string is validated here, before any build or GPU work starts."""
     tpath = Path(ns.thresholds) if ns.thresholds else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
+    write = getattr(ns, "write", False)
+    if write and paths.is_bundle():
+        raise ConfigError("a bundle has no source tree to write the dispatch windows into",
+                          "run the sweep without --write; copy dispatch_windows.json from its run folder")
+    suite = getattr(ns, "suite", "all")
     return RunOptions(
-        suites=("sweep",) if ns.sweep_windows else ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite),
-        stress_parts=(*config.parse_suite(ns.suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
+        suites=_suites(ns),
+        stress_parts=(*config.parse_suite(suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
                       *(() if getattr(ns, "no_profile", False) else ("profile",))),
         sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
         sizes_given=ns.sizes is not None,
-        sweep_windows=ns.sweep_windows,
+        write_windows=write,
         dtypes=config.parse_dtypes(ns.dtype),
         ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
-        shapes=config.parse_shapes(ns.shapes),
-        seeds=config.parse_seeds(ns.seeds),
+        shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
+        seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
         batch=config.parse_positive_int(ns.batch, "--batch"),
-        timing=ns.timing,
+        timing=config.parse_timing(ns.timing) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
-        kernel=config.parse_kernel(ns.kernel),
+        kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
         arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
         rounds=config.parse_positive_int(ns.rounds, "--rounds"),
         timeout_s=float(config.parse_positive_int(ns.timeout, "--timeout")),
@@ -125,13 +138,38 @@ def cmd_schema(ns: argparse.Namespace) -> int:
 
 
 def cmd_index(ns: argparse.Namespace) -> int:
-    from driver import archive
+    from driver import archive, report
 
     if ns.rerender:
         for folder in archive.archived_runs():
-            archive.rerender_compare(folder)
-    archive.update_index(paths.results_dir())
+            report.rerender_compare(folder)
+    report.update_index(paths.results_dir())
     print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+    _write_limits()
+    return 0
+
+
+def _write_limits() -> bool:
+    from driver import archive, limits
+
+    table = limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates()))
+    written = limits.write_readme(table)
+    if written:
+        print(f"limits: known limits in {limits.README_FILE} refreshed from {paths.results_dir()}")
+    return written
+
+
+def cmd_limits(ns: argparse.Namespace) -> int:
+    from driver import archive, limits
+
+    if ns.write:
+        if not _write_limits():
+            from driver.errors import ConfigError
+
+            raise ConfigError(f"{limits.README_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
+                              f"{limits.END!r} where the table belongs")
+        return 0
+    print(limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates())), end="")
     return 0
 
 
@@ -139,6 +177,73 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     from driver import compare
 
     return compare.main(ns.runs)
+
+
+def _limits_gates() -> tuple[float, thresholds.Thresholds]:
+    """The noise band and the gates the known-limits table is read against: today's thresholds.toml."""
+    gates = thresholds.load()
+    return gates.noise.min_rel_noise, gates
+
+
+DEFAULT_TASK_TIMEOUT_S = {"bench": 3600, "stress": 4 * 3600}
+
+
+def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOptions:
+    """Every submit argument, the forwarded bench/stress ones included, validated before Slurm is asked."""
+    import os
+
+
+    suites = _parse_suites(ns.suite)
+    for suite in suites:  # the tasks' own arguments fail here, not on the nodes an hour later
+        _run_options(build_parser().parse_args([suite, *driver_args]))
+    partitions = tuple(dict.fromkeys(p.strip() for p in ns.partitions.split(",")))
+    if not all(partitions):
+        raise ConfigError(f"malformed partition list {ns.partitions!r}", "e.g. --partitions h100,h200")
+    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in ns.gpus.split(","))) if ns.gpus else None
+    timeout = ns.timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
+    shared = ns.shared or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
+    return SubmitOptions(
+        suites=suites, partitions=partitions, gpus=gpus,
+        time_limit_s=config.parse_positive_int(timeout, "--timeout"), shared_dir=Path(shared),
+        pythons=tuple(ns.python.split(",")), node_python=ns.node_python, sbatch_args=tuple(ns.sbatch),
+        driver_args=tuple(driver_args), poll_s=float(config.parse_positive_int(ns.poll, "--poll")),
+        watch=not ns.no_watch,
+    )
+
+
+def _parse_suites(text: str) -> tuple[str, ...]:
+    suites = tuple(dict.fromkeys(s.strip() for s in text.split(",")))
+    for s in suites:
+        if s not in DEFAULT_TASK_TIMEOUT_S:
+            raise ConfigError(f"unknown cluster suite {s!r}", "submit takes --suite bench, stress or bench,stress; "
+                              "the kernels' --suite goes after `--`")
+    return suites
+
+
+def cmd_submit(ns: argparse.Namespace) -> int:
+    from driver.cluster import collect, submit, watch
+
+    opts = _submit_options(ns, ns.driver_args)
+    tasks = submit.plan(opts)
+    submit.preflight(tasks, opts)
+    for t in tasks:
+        print(f"plan: task {t.index} {t.label}: --partition={t.partition} --gres={t.gres} ({t.arch}), "
+              f"./bundle/run {' '.join(t.driver_args)}", file=sys.stderr)
+    sub = submit.submit(opts, tasks, ["python", "-m", "driver", *sys.argv[1:]])
+    print(f"submitted: job array {sub.job_id}, {len(tasks)} task(s), folder {sub.folder}", file=sys.stderr)
+    if not opts.watch:
+        print(f"collect it later: python -m driver collect {sub.folder}", file=sys.stderr)
+        return 0
+    collect.collect(sub, watch.watch(sub, opts.poll_s))
+    return 0
+
+
+def cmd_collect(ns: argparse.Namespace) -> int:
+    from driver.cluster import collect, submit, watch
+
+    sub = submit.load(Path(ns.folder))
+    collect.collect(sub, watch.watch(sub, float(config.parse_positive_int(ns.poll, "--poll"))))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,12 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_build)
 
     for name, iters, seeds, shapes, dtypes, helptext in (
-        ("bench", 100, "0", "mission,large", "float32", "build, check correctness, time ours against the peers, archive"),
+        ("bench", 100, ",".join(map(str, config.BENCH_SDPA_SEEDS)), ",".join(config.BENCH_SDPA_SHAPES), "float32",
+         "build, check correctness, time ours against the peers, archive"),
         ("stress", 1000, "0,1,2", "small,mission,tail,large", "float32,bfloat16,float16",
          "long soak of every kernel with every result checked, archived"),
     ):
         s = sub.add_parser(name, help=helptext)
-        _add_run_args(s, iters=iters, seeds=seeds, shapes=shapes, dtypes=dtypes)
+        _add_run_args(s, iters=iters, dtypes=dtypes)
+        _add_suite_args(s, seeds=seeds, shapes=shapes)
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
             s.add_argument("--no-profile", action="store_true",
@@ -166,6 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--minutes", default="0", help="soak each config for at least this many minutes "
                            "(on top of --iters launches; default 0: by count only)")
         s.set_defaults(func=cmd_bench)
+
+    w = sub.add_parser("sweep", help="time every allreduce kernel at every size and find the dispatch windows")
+    _add_run_args(w, iters=100, dtypes="float32", sizes="8K,16K,...,1G")
+    w.add_argument("--write", action="store_true",
+                   help=f"write the measured windows to {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)} "
+                        "(without it they are only archived with the run)")
+    w.set_defaults(func=cmd_bench)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")
     u.add_argument("--out", default="bundle")
@@ -177,10 +291,39 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("runs", nargs="*", help="two run folders (default: the newest two on one device kind)")
     c.set_defaults(func=cmd_compare)
 
-    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders")
+    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders (and README.md's known "
+                        "limits, see `limits`)")
     ix.add_argument("--rerender", action="store_true",
                     help="also re-render every run's COMPARE.md from its results.json (after a report change)")
     ix.set_defaults(func=cmd_index)
+
+    lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")
+    lm.add_argument("--write", action="store_true", help="write the table into README.md between its limits markers")
+    lm.set_defaults(func=cmd_limits)
+
+    sm = sub.add_parser("submit", help="build once, submit the bench or stress matrix as one Slurm job array, "
+                        "watch it, collect the run folders and compare the GPU kinds")
+    sm.add_argument("--suite", default="bench", help="bench, stress or bench,stress (one task each)")
+    sm.add_argument("--partitions", required=True, help="Slurm partitions (comma list); each one's GPU type is read "
+                    "from its nodes' GRES (gpu:h100:8)")
+    sm.add_argument("--gpus", default=None, help="GPUs per task (comma list, one task each; default: all of a node's)")
+    sm.add_argument("--timeout", default=None, help="each task's time limit in seconds, sbatch --time rounded up to "
+                    f"minutes (default {DEFAULT_TASK_TIMEOUT_S['bench']} for bench, {DEFAULT_TASK_TIMEOUT_S['stress']} "
+                    "with stress); the kernels' per-launch --timeout goes after `--`")
+    sm.add_argument("--shared", default=None, help="folder the nodes see at the same path (default $DRIVER_CLUSTER_DIR, "
+                    "else cluster_runs/ in this checkout)")
+    sm.add_argument("--python", default="3.10,3.11,3.12,3.13", help="the nodes' python3 versions the bundle carries")
+    sm.add_argument("--node-python", default="python3", help="the Python (with numpy) the nodes run the bundle with")
+    sm.add_argument("--sbatch", action="append", default=[], help="an sbatch option for this site, as is "
+                    "(repeatable): --sbatch=--account=abc --sbatch=--qos=high")
+    sm.add_argument("--poll", default="10", help="seconds between state queries while watching")
+    sm.add_argument("--no-watch", action="store_true", help="submit and return; `driver collect FOLDER` later")
+    sm.set_defaults(func=cmd_submit, driver_args=[])
+
+    co = sub.add_parser("collect", help="watch an earlier submission until its tasks end, then collect it")
+    co.add_argument("folder", help="the submission folder `driver submit` printed")
+    co.add_argument("--poll", default="10")
+    co.set_defaults(func=cmd_collect)
 
     sc = sub.add_parser("schema", help="write the JSON Schemas of every record")
     sc.add_argument("--out", default=None)
@@ -190,7 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        ns = build_parser().parse_args(argv)
+        ns, extra = build_parser().parse_known_args(argv)
+        if ns.cmd == "submit":  # what submit does not know is the tasks' bench/stress arguments
+            if "--" in extra:
+                extra.remove("--")
+            ns.driver_args = extra
+        elif extra:
+            build_parser().parse_args(argv)  # argparse's own "unrecognized arguments" error
         return ns.func(ns)
     except DriverError as exc:
         print(exc.one_line(), file=sys.stderr)

@@ -15,8 +15,10 @@ from driver.errors import ConfigError, PerfGateFailed
 from driver.records import ArchivedRecord, RunArchive
 
 
-def _key(r: ArchivedRecord) -> tuple[str, str, str, str]:
-    return (r.suite, r.impl, r.kernel, r.config)
+def _key(r: ArchivedRecord) -> tuple[str, ...]:
+    """Two records compare only when they time the same config the same way (mode and method: a
+    cold SDPA number with the L2 flush is not compared with one from before the flush)."""
+    return (r.suite, r.impl, r.kernel, r.config, r.timing_mode, r.timing_method)
 
 
 def _spread(r: ArchivedRecord) -> float:
@@ -44,8 +46,8 @@ def _resolve(text: str) -> Path:
 def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[str], int]:
     """Markdown rows and the number of regressions."""
     old_by = {_key(r): r for r in old.records if r.round_p50_us}  # records with timings only
-    rows = ["| suite | impl | kernel | config | old p50 us | new p50 us | change | noise | verdict |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| suite | impl | kernel | config | timing | old p50 us | new p50 us | change | noise | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     regressions = 0
     for r in (r for r in new.records if r.round_p50_us):
         if r.suite == "stress":
@@ -61,7 +63,8 @@ def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[st
             verdict, regressions = "REGRESSION", regressions + 1
         else:
             verdict = "faster"
-        rows.append(f"| {r.suite} | {r.impl} | {r.kernel} | {r.config} | {o.measurement.p50_us:.2f} | "
+        rows.append(f"| {r.suite} | {r.impl} | {r.kernel} | {r.config} | {r.timing_mode} ({r.timing_method}) | "
+                    f"{o.measurement.p50_us:.2f} | "
                     f"{r.measurement.p50_us:.2f} | {change:+.1%} | {noise:.1%} | {verdict} |")
     return rows, regressions
 
@@ -79,3 +82,4 @@ def main(run_args: list[str]) -> int:
     if regressions:
         raise PerfGateFailed(f"{regressions} config(s) slower than {old.run_id} by more than the noise")
     return 0
+

@@ -13,19 +13,35 @@ from driver.errors import ConfigError
 SUPPORTED_ARCHS = ("sm_90", "sm_89", "sm_80")
 DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
 ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
 SUITES = ("allreduce", "sdpa", "all")
+TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
+TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
+# Modes a suite runs when --timing is not given. Allreduce: cold only, because the Mojo executables
+# cannot be graph-timed (their hot is the host back-to-back batch, a measurement of the host launch
+# path, not of the kernel) and cold NCCL already agrees with a CUDA-graph timing of NCCL.
+DEFAULT_TIMING: dict[str, tuple[str, ...]] = {"sdpa": ("cold", "hot"), "allreduce": ("cold",), "sweep": ("cold",)}
 
-# (B, H, S, D) of the named SDPA shapes the seeds and issue 4 use.
+# (B, H, S, D) of the named SDPA shapes: the seeds' and issue 4's, then issue 13's (odd sizes with
+# tails, many heads, a batch, head dim 128 at 2K and 8K keys).
 SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "small": (1, 2, 128, 64),
     "mission": (1, 8, 512, 64),
     "tail": (1, 8, 1000, 64),
     "large": (2, 16, 2048, 64),
+    "odd": (3, 5, 777, 64),
+    "heads32": (4, 32, 4096, 64),
+    "batch8": (8, 8, 1024, 64),
+    "large_d128": (2, 16, 2048, 128),
+    "long_d128": (1, 16, 8192, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
+# What `bench` times and checks by default: every shape above but the seeds' small and tail.
+BENCH_SDPA_SHAPES = ("mission", "large", "odd", "heads32", "batch8", "large_d128", "long_d128")
+BENCH_SDPA_SEEDS = (0, 1, 2)
 
 _SIZE_RE = re.compile(r"^(\d+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -86,6 +102,13 @@ def parse_suite(text: str) -> tuple[str, ...]:
     return ("allreduce", "sdpa") if suite == "all" else (suite,)
 
 
+def parse_timing(text: str) -> tuple[str, ...]:
+    """`--timing cold,hot` -> ("cold", "hot"); `device` and `host` are aliases of cold and hot."""
+    allowed = (*TIMING_MODES, *TIMING_ALIASES)
+    items = _parse_choice_list(text, allowed, "timing mode")
+    return tuple(dict.fromkeys(TIMING_ALIASES.get(i, i) for i in items))
+
+
 def parse_kernel(text: str) -> str:
     """An allreduce kernel name: auto, 1stage, 2stage, 1stage_push, 1stage_cpasync or 1stage_cpasync_sN."""
     name = text.strip()
@@ -123,6 +146,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
             f"use a name ({', '.join(SDPA_SHAPES)}) or BxHxSxD, e.g. 1x8x512x64",
         )
     b, h, s, d = (int(p) for p in parts)
+    if s == 0:
+        raise ConfigError(f"shape {text!r} has S = 0: there is no sequence to attend over", "S must be at least 1")
     if min(b, h, s, d) <= 0:
         raise ConfigError(f"shape {text!r} has a zero dimension", "B, H, S and D must be at least 1")
     if d not in SDPA_HEAD_DIMS:

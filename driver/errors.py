@@ -74,6 +74,20 @@ class PerfGateFailed(DriverError):
     label = "performance gate failed"
 
 
+class ClusterFailed(DriverError):
+    """A Slurm command failed or did not answer, or cluster tasks failed, timed out or were cancelled."""
+
+    exit_code = 9
+    label = "cluster run failed"
+
+
+class Interrupted(DriverError):
+    """Ctrl-C: what was running was stopped (a Slurm job array cancelled); the message says what is left."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
 ALL_ERRORS: tuple[type[DriverError], ...] = (
     ConfigError,
     ToolchainMissing,
@@ -82,4 +96,5 @@ ALL_ERRORS: tuple[type[DriverError], ...] = (
     KernelFailed,
     WrongResults,
     PerfGateFailed,
+    ClusterFailed,
 )

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from driver.config import SDPA_SHAPES
-from driver.records import Record
+from driver.config import BENCH_SDPA_SEEDS, BENCH_SDPA_SHAPES, DEFAULT_TIMING, SDPA_SHAPES
+from driver.records import Record, TimingMode
 
 
 class RunOptions(Record):
@@ -16,15 +16,12 @@ class RunOptions(Record):
     sizes_bytes: tuple[int, ...] = (256 << 10, 16 << 20)
     dtypes: tuple[str, ...] = ("float32",)
     ngpus: tuple[int, ...] | None = None  # None: every supported count the host has
-    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = (
-        ("mission", SDPA_SHAPES["mission"]),
-        ("large", SDPA_SHAPES["large"]),
-    )
-    seeds: tuple[int, ...] = (0,)
+    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = tuple((n, SDPA_SHAPES[n]) for n in BENCH_SDPA_SHAPES)
+    seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)
-    timing: Literal["device", "host"] = "device"
+    timing: tuple[TimingMode, ...] | None = None  # None: each suite's default (config.DEFAULT_TIMING)
     kernel: str = "auto"
     arch: str | None = None  # None: the arch of GPU 0
     rounds: int = Field(default=3, gt=0)
@@ -32,6 +29,26 @@ class RunOptions(Record):
     thresholds: Path | None = None
     build: bool = True
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
-    sweep_windows: bool = False
+    write_windows: bool = False  # sweep --write: the measured windows go to kernels_mojo/dispatch_windows.json
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
+
+    def modes(self, suite: str) -> tuple[str, ...]:
+        """The timing modes `suite` runs, in order: --timing if given, else the suite's default."""
+        return self.timing or DEFAULT_TIMING.get(suite, ("cold",))
+
+
+class SubmitOptions(Record):
+    """`python -m driver submit`: the Slurm job array to make, parsed once from the CLI."""
+
+    suites: tuple[Literal["bench", "stress"], ...]
+    partitions: tuple[str, ...]
+    gpus: tuple[int, ...] | None = None  # None: every GPU of a node of each partition's GPU type
+    time_limit_s: int = Field(gt=0)  # each task's Slurm time limit (sbatch --time, whole minutes)
+    shared_dir: Path  # a folder the nodes see at the same path: bundle, job script, logs, run folders
+    pythons: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13")  # the nodes' python3 versions the bundle carries
+    node_python: str = "python3"
+    sbatch_args: tuple[str, ...] = ()  # site options passed to sbatch as they are (--account, --qos, ...)
+    driver_args: tuple[str, ...] = ()  # bench/stress arguments every task runs with
+    poll_s: float = Field(default=10.0, gt=0)
+    watch: bool = True

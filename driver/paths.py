@@ -8,6 +8,7 @@ know which of the two it runs from.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,3 +45,17 @@ def mojo_runtime_lib_dir() -> Path | None:
     for cand in sorted(venv.glob("lib/python3*/site-packages/modular/lib")):
         return cand
     return None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` whole (a stamp, build_meta.json, a re-rendered COMPARE.md, the index): a reader
+    sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -11,6 +11,9 @@ from collections import defaultdict
 
 from driver.records import ArchivedRecord, RunArchive
 
+MODE_STYLE = {"cold": "-", "hot": "--"}
+MODE_NOTE = "cold: each launch alone; hot: back to back, hatched / dashed"
+
 
 def _figure_bytes(fig) -> bytes:
     buf = io.BytesIO()
@@ -42,17 +45,18 @@ def render(run: RunArchive) -> dict[str, bytes]:
         for r in ar:
             m = r.measurement
             label = f"{r.impl}" if r.impl != "ours" else f"ours {r.kernel}"
-            series[f"{label} {m.dtype} x{m.ngpus}"].append((m.bytes, m.algbw_gbps))
+            series[(r.timing_mode, f"{label} {m.dtype} x{m.ngpus} {r.timing_mode}")].append((m.bytes, m.algbw_gbps))
         fig, ax = plt.subplots(figsize=(8, 5))
-        for label, pts in sorted(series.items()):
+        for (mode, label), pts in sorted(series.items()):
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if mode == "cold" else "s",
+                    linestyle=MODE_STYLE[mode], label=label)
         for name, gbps in run.ceilings_gbps.items():
             ax.axhline(gbps, linestyle="--", color="gray", label=f"ceiling: {name} {gbps:.0f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("algbw (GB/s, from p50)")
-        ax.set_title(f"allreduce on {run.device.kind} @ {run.git_sha[:8]}")
+        ax.set_title(f"allreduce on {run.device.kind} @ {run.git_sha[:8]} ({MODE_NOTE})")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
         out["allreduce_algbw.png"] = _figure_bytes(fig)
@@ -60,19 +64,21 @@ def render(run: RunArchive) -> dict[str, bytes]:
     sd = timed(run, "sdpa")  # the timed (first) seed per shape
     if sd:
         shapes = sorted({r.config.split("/")[0] for r in sd})
-        impls = sorted({r.impl for r in sd})
-        fig, ax = plt.subplots(figsize=(8, 5))
-        width = 0.8 / len(impls)
-        for i, impl in enumerate(impls):
+        bars = sorted({(r.impl, r.timing_mode) for r in sd}, key=lambda b: (b[1] != "cold", b[0]))
+        fig, ax = plt.subplots(figsize=(9, 5))
+        width = 0.8 / len(bars)
+        for i, (impl, mode) in enumerate(bars):
             vals = []
             for shape in shapes:
-                hits = [r.measurement.p50_us for r in sd if r.impl == impl and r.config.startswith(shape + "/")]
+                hits = [r.measurement.p50_us for r in sd
+                        if (r.impl, r.timing_mode) == (impl, mode) and r.config.startswith(shape + "/")]
                 vals.append(hits[0] if hits else 0.0)
-            ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=impl)
-        ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(shapes))], shapes)
+            ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=f"{impl} {mode}",
+                   hatch=None if mode == "cold" else "//", edgecolor="black", linewidth=0.5)
+        ax.set_xticks([x + width * (len(bars) - 1) / 2 for x in range(len(shapes))], shapes)
         ax.set_ylabel("p50 (us, lower is better)")
-        ax.set_title(f"SDPA forward on {run.device.kind} @ {run.git_sha[:8]}")
-        ax.legend()
+        ax.set_title(f"SDPA forward on {run.device.kind} @ {run.git_sha[:8]} ({MODE_NOTE})", fontsize=9)
+        ax.legend(fontsize=7)
         out["sdpa_p50.png"] = _figure_bytes(fig)
         plt.close(fig)
     return out

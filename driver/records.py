@@ -128,6 +128,12 @@ class BuildMeta(Record):
 
 # ---------------------------------------------------------------- kernel output lines
 
+# The two timing modes every suite reports (README "How we time"): cold = each launch timed alone
+# (SDPA: L2 flushed first), hot = many launches back to back (a CUDA graph where the API allows it).
+TimingMode = Literal["cold", "hot"]
+# An allreduce line's method -> the mode it serves.
+TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
+
 
 class AllreduceLine(Record):
     """One line printed by an allreduce executable (ours, upstream, or the NCCL peer)."""
@@ -143,10 +149,12 @@ class AllreduceLine(Record):
     elements: NonNegativeInt
     iters: NonNegativeInt
     warmup: NonNegativeInt
-    batch: int = Field(default=1, ge=1)  # iterations launched back to back per timing sample (timing "host")
+    batch: int = Field(default=1, ge=1)  # iterations per timing sample (timing "host" or "graph")
+    # How the executable timed (the mode it serves: TIMING_METHOD_MODE):
     # "device": one sample per iteration, CUDA events on a held stream (host launch latency not timed);
-    # "host": wall clock around `batch` back-to-back iterations plus a synchronize.
-    timing: Literal["device", "host"] = "host"
+    # "host": wall clock around `batch` back-to-back iterations plus a synchronize;
+    # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the NCCL peer).
+    timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
     timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
     p50_us: NonNegativeFloat
@@ -162,10 +170,10 @@ class AllreduceLine(Record):
 
 
 class SdpaLine(Record):
-    """One line printed by an SDPA runner (ours) or the PyTorch peer."""
+    """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
-    impl: Literal["baseline", "cpasync", "torch_sdpa"]
+    impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
     # Which of our kernels ran (chosen by the GPU's architecture): the Hopper warpgroup-MMA kernel or
     # the mma.sync kernel of sm_80/sm_89. Our runners always print it; peers leave it out.
     kernel: Literal["wgmma_sm90", "mma_sync_sm80"] | None = None
@@ -189,6 +197,15 @@ class SdpaLine(Record):
     block: list[int] = Field(default_factory=list)
     smem_bytes: NonNegativeInt = 0
     regs_per_thread: NonNegativeInt = 0
+    # The timing mode (README "How we time"); None: a line from before the modes existed.
+    timing: TimingMode | None = None
+    batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
+    l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
+    hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
+    # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
+    # E4M3), and the library versions that ran.
+    precision: str = ""
+    peer_version: str = ""
 
 
 class CeilingLine(Record):
@@ -258,9 +275,32 @@ class ArchivedRecord(Record):
     performance: Verdict | None = None
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
+    timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
+
+    @property
+    def timing_mode(self) -> str:
+        """`timing`; for a run archived before the modes existed, read from its line (allreduce: the
+        method's mode; SDPA: an event pair per launch, i.e. cold, without the L2 flush)."""
+        if self.timing:
+            return self.timing
+        m = self.measurement
+        return TIMING_METHOD_MODE.get(m.timing, "cold") if m.suite == "allreduce" else "cold"
+
+    @property
+    def timing_method(self) -> str:
+        """How the executable timed, in words (README "How we time"): two records are timed alike
+        only when their modes and methods agree."""
+        m = self.measurement
+        if m.suite == "allreduce":
+            return {"device": "events", "host": f"host batch x{m.batch}", "graph": f"graph x{m.batch}"}[m.timing]
+        if m.suite != "sdpa":
+            return ""
+        if self.timing_mode == "hot":
+            return f"graph x{m.batch}"
+        return "events, L2 flushed" if m.l2_flush_bytes else "events"
 
 
 class Skip(Record):
@@ -286,10 +326,81 @@ class RunArchive(Record):
     ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
 
 
+
+# ---------------------------------------------------------------- cluster runs (driver/cluster/)
+
+
+class ClusterTask(Record):
+    """One task of a Slurm job array: one suite on one GPU kind and count of one partition."""
+
+    index: NonNegativeInt  # SLURM_ARRAY_TASK_ID
+    suite: Literal["bench", "stress"]
+    partition: str
+    gpu_type: str  # the GRES type Slurm names the partition's GPUs by, e.g. h100
+    arch: str  # what the bundle was built for, from driver/cluster/gpus.py
+    gpus: int = Field(ge=1)
+    driver_args: list[str]  # `./bundle/run ARGS` on the node
+
+    @property
+    def gres(self) -> str:
+        """The GPU request in Slurm's own vocabulary (`--gres=gpu:h100:2`)."""
+        return f"gpu:{self.gpu_type}:{self.gpus}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.partition}/{self.gpus}x{self.gpu_type}/{self.suite}"
+
+
+class Submission(Record):
+    """`submission.json` in the shared folder: what was submitted, and where its tasks write."""
+
+    schema_version: int = SCHEMA_VERSION
+    submission_id: str
+    created_utc: str
+    command: list[str]
+    git_sha: str
+    git_dirty: bool
+    folder: str  # on the shared filesystem: bundle/, job.sh, logs/, results/, status/
+    job_id: str  # the array's Slurm job id
+    time_limit_min: int = Field(ge=1)
+    archs: list[str]
+    tasks: list[ClusterTask]
+
+
+class TaskState(Record):
+    """One array task as Slurm (or, once Slurm has forgotten it, the task itself) last reported it."""
+
+    index: NonNegativeInt
+    state: str  # Slurm's JobState: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    reason: str = ""
+    exit_code: int | None = None  # the batch script's exit status; None while it runs or when unknown
+    signal: int | None = None
+    elapsed_s: NonNegativeInt = 0
+    node: str = ""
+    source: Literal["scontrol", "sacct", "task"] = "scontrol"
+
+
+class TaskOutcome(Record):
+    task: ClusterTask
+    state: TaskState
+    collected: list[str] = Field(default_factory=list)  # run ids moved into bench_results/
+    problem: str | None = None  # None: the task completed with exit 0
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class ClusterReport(Record):
+    """`bench_results/cluster/<submission id>/cluster.json`: every task's end and what it archived."""
+
+    schema_version: int = SCHEMA_VERSION
+    collected_utc: str
+    submission: Submission
+    outcomes: list[TaskOutcome]
+
 SCHEMA_MODELS: dict[str, type[Record]] = {
     "build_meta": BuildMeta,
     "results": RunArchive,
     "allreduce_line": AllreduceLine,
     "sdpa_line": SdpaLine,
     "stress_line": StressLine,
+    "cluster_report": ClusterReport,
 }

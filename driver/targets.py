@@ -14,8 +14,8 @@ from typing import Literal
 from driver import paths
 from driver.errors import ConfigError
 
-# Measured (or provisional) allreduce dispatch windows, written by the sweep in
-# `python -m driver bench --sweep-windows` and read here as Mojo -D defines.
+# Measured (or provisional) allreduce dispatch windows, written by `python -m driver sweep --write`
+# and read here as Mojo -D defines.
 DISPATCH_WINDOWS_FILE = paths.ROOT / "kernels_mojo" / "dispatch_windows.json"
 
 

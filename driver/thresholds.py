@@ -10,7 +10,7 @@ from pydantic import Field, PositiveFloat, ValidationError
 
 from driver import paths
 from driver.errors import ConfigError
-from driver.records import Record
+from driver.records import Record, TimingMode
 
 
 class KernelGates(Record):
@@ -45,6 +45,7 @@ class BuildGates(Record):
 
 class AllreduceSpeedup(Record):
     peer: Literal["upstream", "nccl"]
+    timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     bytes: int = Field(ge=0)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     ngpus: int = 2
@@ -58,7 +59,8 @@ class AllreduceGates(Record):
 
 class SdpaSpeedup(Record):
     impl: Literal["baseline", "cpasync", "best"]
-    peer: Literal["baseline", "cpasync", "torch_sdpa"]
+    peer: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
+    timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     shape: str
     min_ratio: PositiveFloat
 
@@ -86,9 +88,12 @@ class Thresholds(Record):
 def load(path: Path | None = None) -> Thresholds:
     path = path or paths.thresholds_file()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a binary file, or text in another encoding
+        raise ConfigError(f"thresholds file {path} is not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})", "TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
     try:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, inspect_ptx, targets, thresholds
+from driver import build, gates, inspect_ptx, targets, thresholds
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -89,7 +89,7 @@ def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
 def test_mojo_binary_embeds_cp_async_only_in_cpasync_kernels(meta):
     rec = meta.target("allreduce_bench", "sm_90")
     t = targets.select("allreduce_bench")[0]
-    assert build.static_violations(t, rec, GATES) == []
+    assert gates.static_violations(t, rec, GATES) == []
     ours = [k for k in rec.ptx_kernels if any(e.pattern in k.name for e in t.ptx)]
     with_cp = [k for k in ours if k.has_cp_async]
     # 3 dtypes x 3 GPU counts x 3 stage counts of the cp.async kernel.
@@ -122,19 +122,19 @@ def test_sass_gates_on_the_real_machine_code(meta):
     assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not base89["LDGSTS"]
     for t in targets.select("sdpa"):
         for arch in ("sm_90", "sm_89"):
-            assert build.sass_violations(t, meta.target(t.name, arch)) == []
+            assert gates.sass_violations(t, meta.target(t.name, arch)) == []
 
 
 def test_sass_violations_name_the_missing_and_forbidden_instructions(meta):
     t = targets.select("sdpa_fp8_cpasync")[0]
     rec = meta.target("sdpa_fp8_cpasync", "sm_90")
     no_tma = rec.model_copy(update={"sass": {**dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True), "UTMALDG": False}})
-    assert build.sass_violations(t, no_tma) == ["sdpa_fp8_cpasync sm_90: UTMALDG missing in SASS"]
+    assert gates.sass_violations(t, no_tma) == ["sdpa_fp8_cpasync sm_90: UTMALDG missing in SASS"]
     base = targets.select("sdpa_fp8_baseline")[0]
     with_tma = no_tma.model_copy(update={"target": "sdpa_fp8_baseline", "sass": dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True)})
-    assert set(build.sass_violations(base, with_tma)) == {
+    assert set(gates.sass_violations(base, with_tma)) == {
         "sdpa_fp8_baseline sm_90: UTMALDG present in SASS", "sdpa_fp8_baseline sm_90: LDGSTS present in SASS"}
-    assert build.sass_violations(t, rec.model_copy(update={"sass": None})) == []  # not read: nothing to gate
+    assert gates.sass_violations(t, rec.model_copy(update={"sass": None})) == []  # not read: nothing to gate
 
 
 def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
@@ -157,3 +157,18 @@ def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
     assert sass["sdpa_fp8_cpasync"] == expect | {"LDGSTS": True}
     assert sass["sdpa_fp8_baseline"] == expect
     assert all(t.sass is None for t in meta.targets if t.lang == "mojo")
+
+
+@pytest.mark.parametrize("args, needle", [(["--timing", "warm"], "--timing must be cold or hot"),
+                                          (["--batch", "0"], "--batch must be an integer")])
+def test_sdpa_runner_rejects_bad_timing_flags(meta, args, needle):
+    """The flags are checked before any input or GPU is touched: one `error:` line, exit 2."""
+    import subprocess
+
+    from driver import paths
+
+    exe = paths.build_dir() / "sm_90" / "sdpa_fp8_cpasync"
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.stdout == "" and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), proc.stderr

@@ -137,8 +137,33 @@ def test_sdpa_runner_kernel_choice_errors_before_touching_a_gpu(tmp_path, arch, 
         pytest.fail(f"{exe} is not built: run `python -m driver build --arch {arch} --targets sdpa` (nox -s test does)")
     files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
     proc = subprocess.run([str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()  # one clear error line
     assert line.startswith("error: ") and message in line
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("shape, needle", [("1x8x0x64", "S = 0"), ("1x8x512x96", "unsupported head dim 96"),
+                                           ("0x8x512x64", "zero dimension")])
+def test_bad_sdpa_shape_is_one_line_before_anything_builds(shape, needle, results_dir):
+    proc = run_driver("bench", "--suite", "sdpa", "--shapes", shape)
+    _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
+    assert not results_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (bytes(range(256)) * 4, "is not UTF-8 text"),  # a binary file (every byte value, NUL included)
+        ("version = 1\n# caf\u00e9\n".encode("latin-1"), "is not UTF-8 text"),  # text in another encoding
+        (b"version = 1\x00\n", "is not valid TOML"),  # valid UTF-8, but a control character TOML forbids
+    ],
+)
+def test_thresholds_not_text(tmp_path, results_dir, content, needle):
+    bad = tmp_path / "thresholds.toml"
+    bad.write_bytes(content)
+    for args in (["bench", "--thresholds", str(bad)], ["build", "--thresholds", str(bad)]):
+        proc = run_driver(*args)
+        _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
+    assert not results_dir.exists()

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from driver.options import RunOptions
 from driver.records import DeviceInfo, GpuInfo
-from driver.suites import profile, sdpa
+from driver.suites import sdpa
+from driver.suites.stress import profile
 
 DEV = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
 SHA = "0" * 40

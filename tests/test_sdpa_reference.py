@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from driver.reference.sdpa import (
-    compare,
     decode_e4m3_sim,
     encode_e4m3_sim,
     make_inputs,
@@ -127,17 +126,21 @@ def test_make_inputs_deterministic_and_seeded():
     assert np.abs(decode_e4m3_sim(k)).max() >= 416.0
 
 
-def test_compare():
-    ref = np.zeros((1, 1, 4, 4))
-    out = np.zeros((1, 1, 4, 4), dtype=np.float16)
-    assert compare(out, ref) == {"max_abs_err": 0.0, "bad_frac": 0.0, "rel_l2": 0.0}
-    ref = np.ones((1, 1, 2, 2))
-    out = np.ones((1, 1, 2, 2), dtype=np.float16)
-    out[0, 0, 0, 0] = 1.5
-    r = compare(out, ref)
-    assert r["max_abs_err"] == pytest.approx(0.5)
-    assert r["bad_frac"] == pytest.approx(0.25)
-    assert r["rel_l2"] == pytest.approx(0.5 / 2.0)
-    out[0, 0, 1, 1] = np.nan
-    r = compare(out, ref)
-    assert r["max_abs_err"] == math.inf and r["bad_frac"] == pytest.approx(0.5) and r["rel_l2"] == math.inf
+def test_reference_blocks_and_threads_do_not_change_the_result(monkeypatch):
+    """Blocks of one query row and heads on several threads: the same numbers as one block, one thread."""
+    from driver.reference import sdpa as ref_mod
+
+    q, k_u8, v_u8, ks, vs = make_inputs((2, 3, 40, 16), seed=5)
+    whole = reference(q, k_u8, v_u8, ks, vs, workers=1)
+    monkeypatch.setattr(ref_mod, "_BLOCK_ELEMS", 40)  # 40 keys per block: one query row at a time
+    split = reference(q, k_u8, v_u8, ks, vs, workers=4)
+    np.testing.assert_allclose(split, whole, rtol=1e-13, atol=1e-15)
+    k = decode_e4m3_sim(k_u8) * ks
+    v = decode_e4m3_sim(v_u8) * vs
+    np.testing.assert_allclose(split, _naive(q.astype(np.float64), k, v), rtol=1e-12, atol=1e-12)
+
+
+def test_reference_rejects_shapes_that_disagree():
+    q, k_u8, v_u8, ks, vs = make_inputs((1, 2, 8, 16), seed=0)
+    with pytest.raises(ValueError, match="share one"):
+        reference(q, k_u8[:, :, :4], v_u8, ks, vs)

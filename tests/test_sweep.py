@@ -1,8 +1,8 @@
 """Dispatch-window crossovers, on per-kernel timings measured on 2x H200.
 
 The timings are the `tim_1stage`, `tim_2stage` and `tim_cpasync_s{2,3,4}` lines of
-kernels_mojo/results/run2_h200x2_results.jsonl (2026-11-22, nvidia-h200-x2, each
-kernel forced, fp32, sizes 256K..256M).
+tests/data/captured/allreduce_run2_kernels_h200x2.jsonl (2026-11-22, nvidia-h200-x2, each
+kernel forced, fp32, sizes 256K..256M; provenance in tests/data/captured/README.md).
 """
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from driver.suites import sweep
 
-RUN2 = Path(__file__).resolve().parent.parent / "kernels_mojo" / "results" / "run2_h200x2_results.jsonl"
+RUN2 = Path(__file__).resolve().parent / "data" / "captured" / "allreduce_run2_kernels_h200x2.jsonl"
 TAGS = {"tim_1stage": "1stage", "tim_2stage": "2stage", **{f"tim_cpasync_s{s}": f"1stage_cpasync_s{s}" for s in (2, 3, 4)}}
 
 

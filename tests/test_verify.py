@@ -1,15 +1,19 @@
 """Verify and gate stages on captured H200 output: what passes, what fails, and why."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from driver import thresholds
+from driver.errors import KernelFailed
+from driver.gates import allreduce_correctness, ratio_verdict, sdpa_correctness
 from driver.parse import parse_lines
 from driver.records import AllreduceLine
-from driver.suites import allreduce, sdpa
-from driver.suites.common import ratio_verdict, spread
+from driver.suites.common import spread
+from driver.verify import allreduce_errors, sdpa_errors
 
 GATES = thresholds.load()
 CAPTURED = Path(__file__).parent / "data" / "captured" / "allreduce_h200x2.jsonl"
@@ -18,20 +22,20 @@ LINES = parse_lines(CAPTURED.read_text(), AllreduceLine, what="captured")
 
 def test_captured_allreduce_lines_pass_correctness():
     for ln in LINES:
-        assert allreduce.correctness(ln, GATES).passed, ln
+        assert allreduce_correctness(ln, GATES).passed, ln
 
 
 def test_gpu_confirmation_mismatch_fails():
     ln = next(x for x in LINES if x.impl == "ours" and x.elements > 0)
     bad = ln.model_copy(update={"kernel_confirmed": "2stage" if ln.kernel_selected != "2stage" else "1stage"})
-    v = allreduce.correctness(bad, GATES)
+    v = allreduce_correctness(bad, GATES)
     assert v.status == "fail" and "GPU ran" in v.reasons[0]
 
 
 def test_ignored_override_and_wrong_elements_fail():
     ln = next(x for x in LINES if x.impl == "ours" and x.elements > 0 and x.kernel_selected == "1stage")
-    assert not allreduce.correctness(ln.model_copy(update={"kernel_requested": "2stage"}), GATES).passed
-    assert not allreduce.correctness(ln.model_copy(update={"wrong": 3}), GATES).passed
+    assert not allreduce_correctness(ln.model_copy(update={"kernel_requested": "2stage"}), GATES).passed
+    assert not allreduce_correctness(ln.model_copy(update={"wrong": 3}), GATES).passed
 
 
 def test_ratio_verdict_reads_noise_as_inconclusive():
@@ -44,15 +48,55 @@ def test_ratio_verdict_reads_noise_as_inconclusive():
 def test_sdpa_error_metrics_and_gates():
     expected = np.linspace(-1, 1, 1000).reshape(1, 1, 10, 100)
     good = expected.astype(np.float16)
-    m = sdpa.error_metrics(good, expected, GATES.sdpa)
-    assert m["max_abs_err"] < 1e-3 and m["bad_frac"] == 0 and sdpa.correctness(m, GATES.sdpa).passed
+    m = sdpa_errors(good, expected, bad_err=GATES.sdpa.bad_err)
+    assert m.max_abs_err < 1e-3 and m.bad_frac == 0 and sdpa_correctness(m, GATES.sdpa).passed
     off = good.copy()
     off.flat[:20] += np.float16(0.5)  # 2% of elements far off
-    assert not sdpa.correctness(sdpa.error_metrics(off, expected, GATES.sdpa), GATES.sdpa).passed
+    assert not sdpa_correctness(sdpa_errors(off, expected, bad_err=GATES.sdpa.bad_err), GATES.sdpa).passed
     nan = good.copy()
     nan.flat[0] = np.nan
-    v = sdpa.correctness(sdpa.error_metrics(nan, expected, GATES.sdpa), GATES.sdpa)
+    m = sdpa_errors(nan, expected, bad_err=GATES.sdpa.bad_err)
+    assert m.max_abs_err is None and m.rel_l2 is None and m.nonfinite == 1
+    v = sdpa_correctness(m, GATES.sdpa)
     assert not v.passed and "NaN" in v.reasons[0]
+
+
+def test_sdpa_error_values():
+    ref = np.zeros((1, 1, 4, 4))
+    m = sdpa_errors(np.zeros((1, 1, 4, 4), dtype=np.float16), ref, bad_err=0.06)
+    assert (m.max_abs_err, m.bad_frac, m.rel_l2, m.nonfinite) == (0.0, 0.0, 0.0, 0)
+    ref = np.ones((1, 1, 2, 2))
+    out = np.ones((1, 1, 2, 2), dtype=np.float16)
+    out[0, 0, 0, 0] = 1.5
+    m = sdpa_errors(out, ref, bad_err=0.06)
+    assert m.max_abs_err == pytest.approx(0.5) and m.bad_frac == pytest.approx(0.25)
+    assert m.rel_l2 == pytest.approx(0.5 / 2.0)
+    out[0, 0, 1, 1] = np.inf
+    m = sdpa_errors(out, ref, bad_err=0.06)
+    assert m.max_abs_err is None and m.bad_frac == pytest.approx(0.5) and m.rel_l2 is None
+    assert not math.isnan(m.bad_frac)
+
+
+def test_sdpa_errors_refuse_a_wrong_shape_or_dtype():
+    """A wrong-shaped output must not broadcast against the reference into a small error."""
+    ref = np.ones((1, 2, 8, 64))
+    with pytest.raises(KernelFailed, match="shape"):
+        sdpa_errors(np.ones((1, 1, 8, 64), dtype=np.float16), ref, bad_err=0.06)  # broadcasts in numpy
+    with pytest.raises(KernelFailed, match="shape"):
+        sdpa_errors(np.ones((2, 8, 64), dtype=np.float16), ref, bad_err=0.06)
+    with pytest.raises(KernelFailed, match="float32"):
+        sdpa_errors(np.ones((1, 2, 8, 64), dtype=np.float32), ref, bad_err=0.06)
+
+
+def test_allreduce_errors_check_what_the_line_reports():
+    ln = next(x for x in LINES if x.impl == "ours" and x.elements > 0)
+    assert allreduce_errors([ln], dtype=ln.dtype, ngpus=ln.ngpus).max_abs_err == ln.max_abs_err
+    with pytest.raises(KernelFailed, match="not bfloat16"):
+        allreduce_errors([ln], dtype="bfloat16", ngpus=ln.ngpus)
+    with pytest.raises(KernelFailed, match="do not make"):
+        allreduce_errors([ln.model_copy(update={"elements": ln.elements - 1})], dtype=ln.dtype, ngpus=ln.ngpus)
+    nonfinite = ln.model_copy(update={"max_abs_err": None})
+    assert allreduce_errors([ln, nonfinite], dtype=ln.dtype, ngpus=ln.ngpus).max_abs_err is None
 
 
 def test_captured_lines_round_trip_through_json():

@@ -1,70 +1,46 @@
 """PyTorch peer: scaled_dot_product_attention on fp16 Q and the dequantized fp16 K/V.
 
-Reads the same .npy inputs as our runners, decodes K/V with exactly the kernels'
-simulated-E4M3 decode, times each launch with its own CUDA event pair after a
-warm-up, the launches queued behind a spin kernel as our runners do, and prints
-one SdpaLine (impl "torch_sdpa").
+Reads the same .npy inputs as our runners (checked by driver/peers/sdpa_io.py: a missing file,
+shapes that disagree, S = 0 or an unsupported head dim is one `error:` line and exit 2), decodes
+K/V with exactly the kernels' simulated-E4M3 decode, times it in the mode asked for (`--timing`,
+see driver/peers/torch_timing.py; the same two modes as our runners):
+  cold: each launch alone by its own event pair, queued behind a spin kernel, an L2
+    flush (a write of max(2 x L2, 64 MiB)) before each, outside the timed interval;
+  hot: `--batch` launches captured in a CUDA graph and replayed, replay time / batch.
+Prints one SdpaLine (impl "torch_sdpa"); `--out` writes its output for the driver to check. A mode
+it cannot do (the graph capture failed) is one `error:` line and exit 3; the driver records that
+mode as skipped with the reason and never times it another way.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
-
 import numpy as np
 
+from driver.peers import sdpa_io
+from driver.reference.sdpa import decode_e4m3_sim
 
-def main() -> None:
-    p = argparse.ArgumentParser(prog="torch_sdpa")
-    for name in ("q", "k", "v", "scales"):
-        p.add_argument(f"--{name}", required=True)
-    p.add_argument("--iters", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=10)
-    ns = p.parse_args()
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        print("error: torch is not installed on this host", file=sys.stderr)
-        raise SystemExit(2)
-    if not torch.cuda.is_available():
-        print("error: no GPU: torch sees no CUDA device", file=sys.stderr)
-        raise SystemExit(4)
-    from driver.reference.sdpa import decode_e4m3_sim
+IMPL = "torch_sdpa"
 
-    q_np, k_u8, v_u8, scales = (np.load(getattr(ns, n)) for n in ("q", "k", "v", "scales"))
+
+def main(argv: list[str] | None = None) -> None:
+    ns, case = sdpa_io.args_and_case("torch_sdpa", argv)
+    torch = sdpa_io.import_torch()
+    import torch.nn.functional as F
+
     dev = torch.device("cuda", 0)
-    q = torch.from_numpy(q_np).to(dev)
-    k = torch.from_numpy((decode_e4m3_sim(k_u8) * float(scales[0])).astype(np.float16)).to(dev)
-    v = torch.from_numpy((decode_e4m3_sim(v_u8) * float(scales[1])).astype(np.float16)).to(dev)
-    host_s = []
-    for _ in range(max(ns.warmup, 3)):
-        t0 = time.perf_counter()
-        F.scaled_dot_product_attention(q, k, v)
-        host_s.append(time.perf_counter() - t0)
-        torch.cuda.synchronize()
-    # Like our runners: hold the GPU with a spin kernel long enough for the host to
-    # queue every timed launch (twice the measured Python dispatch time), so each
-    # event pair times the device, not Python dispatch.
-    per_launch_s = max(sorted(host_s)[len(host_s) // 2], 10e-6)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ns.iters)]
-    torch.cuda._sleep(int(min(2 * per_launch_s * ns.iters, 0.5) * 2e9))
-    for start, end in events:
-        start.record()
-        F.scaled_dot_product_attention(q, k, v)
-        end.record()
-    torch.cuda.synchronize()
-    times = [start.elapsed_time(end) * 1e3 for start, end in events]
-    t = np.sort(np.array(times))
-    b, h, s, d = q.shape
-    p50 = float(np.percentile(t, 50))
-    print(json.dumps({
-        "suite": "sdpa", "impl": "torch_sdpa", "shape": [b, h, s, d], "iters": ns.iters, "warmup": ns.warmup,
-        "p50_us": p50, "p90_us": float(np.percentile(t, 90)), "mean_us": float(t.mean()), "std_us": float(t.std()),
-        "min_us": float(t[0]), "tflops": 4 * b * h * s * s * d / (p50 * 1e-6) / 1e12,
-    }), flush=True)
+    q = torch.from_numpy(case.q).to(dev)
+    k = torch.from_numpy((decode_e4m3_sim(case.k_u8) * case.k_scale).astype(np.float16)).to(dev)
+    v = torch.from_numpy((decode_e4m3_sim(case.v_u8) * case.v_scale).astype(np.float16)).to(dev)
+
+    def sdpa() -> object:
+        return F.scaled_dot_product_attention(q, k, v)
+
+    out = sdpa().cpu().numpy()
+    times, batch, flush = sdpa_io.time_mode(torch, sdpa, ns)
+    sdpa_io.write_out(ns.out, out)
+    sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush,
+                 precision="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute",
+                 version=f"torch {torch.__version__}")
 
 
 if __name__ == "__main__":

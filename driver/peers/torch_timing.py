@@ -16,10 +16,12 @@ module imports nothing heavy at import time (the driver imports it on CPU boxes)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 HOLD_CHUNK = 20  # cold: samples queued behind one spin kernel
 SPIN_CLOCK_HZ = 2e9  # _sleep counts SM clock cycles; H100/H200 run at <= 2 GHz, so this over-holds
+HOT_HOLD_S = 50e-6  # hot: spin before each replay (the SDPA runners' timing.cuh holds as long)
 
 
 class GraphCaptureFailed(RuntimeError):
@@ -91,10 +93,11 @@ def capture(torch, fn: Callable[[], object], launches: int):
         with torch.cuda.graph(graph):
             for _ in range(launches):
                 fn()
-    except Exception as exc:  # noqa: BLE001 - any capture failure is a reason to report, not a crash
-        torch.cuda.synchronize()
-        raise GraphCaptureFailed(f"CUDA graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") \
-            from exc
+    except Exception as exc:  # any capture failure is a reason to report, not a crash
+        with contextlib.suppress(Exception):  # the capture's own error is the one to report
+            torch.cuda.synchronize()
+        first = (str(exc).strip().splitlines() or ["(no message)"])[0]
+        raise GraphCaptureFailed(f"CUDA graph capture failed: {type(exc).__name__}: {first}") from exc
     torch.cuda.synchronize()
     return graph
 
@@ -104,7 +107,14 @@ def time_hot(torch, fn: Callable[[], object], *, iters: int, warmup: int, launch
     """Per-launch time in us from graph replays of `launches` back-to-back calls, one sample per
     replay, `max(iters // launches, 5)` samples. `before_sample` (e.g. a cross-rank barrier) runs
     on the host before each sample is queued."""
-    graph = capture(torch, fn, launches)
+    return time_graph(torch, capture(torch, fn, launches), launches=launches, iters=iters, warmup=warmup,
+                      hold=hold, before_sample=before_sample)
+
+
+def time_graph(torch, graph, *, launches: int, iters: int, warmup: int, hold: bool = True,
+               before_sample: Callable[[], object] | None = None) -> list[float]:
+    """time_hot's replay loop for a graph already captured (by `capture`): for callers that must
+    agree on the capture first, e.g. every rank of a collective."""
     for _ in range(max(warmup // launches, 1)):
         graph.replay()
     torch.cuda.synchronize()
@@ -114,7 +124,7 @@ def time_hot(torch, fn: Callable[[], object], *, iters: int, warmup: int, launch
         if before_sample is not None:
             before_sample()
         if hold:  # the replay's own launch latency is not timed
-            torch.cuda._sleep(int(50e-6 * SPIN_CLOCK_HZ))
+            torch.cuda._sleep(int(HOT_HOLD_S * SPIN_CLOCK_HZ))
         start.record()
         graph.replay()
         end.record()

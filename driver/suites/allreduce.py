@@ -13,10 +13,13 @@ from driver.errors import NoGPU
 from driver.launch import launch
 from driver.options import RunOptions
 from driver.parse import parse_lines
-from driver.records import AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
+from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
+from driver.verify import allreduce_errors
+from driver.gates import allreduce_correctness, allreduce_speed
+from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
 
+TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
 
@@ -28,71 +31,42 @@ def kernel_flags(kernel: str) -> list[str]:
     return ["--kernel", kernel]
 
 
-def timing_flags(opts: RunOptions) -> list[str]:
-    """The timing method's flags, the same for ours, upstream and the NCCL peer."""
-    if opts.timing == "host":
-        return ["--timing", "host", "--batch", str(opts.batch)]
-    return ["--timing", "device"]
+def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
+    """Flags that make `impl` time in `mode` (README "How we time"): the Mojo executables cannot
+    capture a CUDA graph, so their hot is the host back-to-back batch; the NCCL peer's is a graph."""
+    if mode == "cold":
+        return ["--timing", "device"]
+    if impl == "nccl":
+        return ["--timing", "hot", "--batch", str(batch)]
+    return ["--timing", "host", "--batch", str(batch)]
 
 
-def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str) -> list[str]:
+def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> list[str]:
     args = ["--sizes", ",".join(str(s) for s in opts.sizes_bytes), "--dtype", dtype, "--ngpus", str(ngpus)]
-    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
+    args += ["--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(impl, mode, opts.batch),
+             "--check", "1"]
     if impl == "ours":
         args += kernel_flags(opts.kernel)
     return args
 
 
-def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[str, list[str]]:
-    exe = str(exe_dir / EXE)
-    cmds = {
-        "ours": [exe, *_args(opts, dtype, ngpus, "ours")],
-        "upstream": [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream")],
-    }
-    if importlib.util.find_spec("torch") is not None:
-        cmds["nccl"] = [sys.executable, "-m", "driver.peers.nccl_allreduce", *_args(opts, dtype, ngpus, "nccl")]
+def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], list[str]]:
+    """Per (impl, mode), ours and the peers in the same mode one after the other."""
+    cmds: dict[tuple[str, str], list[str]] = {}
+    have_torch = importlib.util.find_spec("torch") is not None
+    for mode in opts.modes("allreduce"):
+        cmds[("ours", mode)] = [str(exe_dir / EXE), *_args(opts, dtype, ngpus, "ours", mode)]
+        cmds[("upstream", mode)] = [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream", mode)]
+        if have_torch:
+            cmds[("nccl", mode)] = [sys.executable, "-m", "driver.peers.nccl_allreduce",
+                                    *_args(opts, dtype, ngpus, "nccl", mode)]
     return cmds
 
 
-def correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
-    reasons = []
-    if not line.checked and line.elements > 0:
-        reasons.append("result was not checked")
-    if line.max_abs_err is None:
-        reasons.append("some output is NaN or infinite")
-    if line.wrong > gates.allreduce.max_wrong:
-        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err})")
-    if line.impl == "ours" and line.elements > 0:  # nothing is launched for 0 elements
-        if line.kernel_confirmed != line.kernel_selected:
-            reasons.append(f"host selected {line.kernel_selected} but the GPU ran {line.kernel_confirmed}")
-        req = line.kernel_requested
-        if req != "auto" and not line.kernel_selected.startswith(req):
-            reasons.append(f"override {req} was not honoured: {line.kernel_selected} selected")
-    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
-
-
-def _performance(line: AllreduceLine, peers: dict[tuple[str, int], AllreduceLine], gates: Thresholds) -> Verdict | None:
-    verdicts = []
-    for g in gates.allreduce.speedup:
-        if (g.bytes, g.dtype, g.ngpus) != (line.bytes, line.dtype, line.ngpus):
-            continue
-        peer = peers.get((g.peer, line.bytes))
-        if peer is None:
-            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured"]))
-            continue
-        verdicts.append(
-            ratio_verdict(
-                f"p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us, min_ratio=g.min_ratio,
-                noise=gates.noise.min_rel_noise,
-            )
-        )
-    return Verdict.combine(verdicts) if verdicts else None
-
-
-def worst_err(lines: list[AllreduceLine]) -> float | None:
-    """The largest error over rounds; None when any round saw a non-finite output."""
-    errs = [x.max_abs_err for x in lines]
-    return None if None in errs else max(errs, default=0.0)
+def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, int]:
+    """(impl, mode, bytes); the line's method must serve the mode asked for."""
+    check_mode(f"allreduce {cmd_key[0]}", cmd_key[1], TIMING_METHOD_MODE.get(line.timing))
+    return (line.impl, cmd_key[1], line.bytes)
 
 
 def _group(
@@ -100,35 +74,40 @@ def _group(
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
-    skipped = [] if "nccl" in cmds else [Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
+    modes = opts.modes("allreduce")
+    skipped = [] if any(k[0] == "nccl" for k in cmds) else [
+        Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
-        timeout_s=opts.timeout_s, key=lambda ln: (ln.impl, ln.bytes), label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset({"upstream", "nccl"}),
+        timeout_s=opts.timeout_s, key=line_key, label=f"allreduce {dtype} x{ngpus}",
+        peers=frozenset(k for k in cmds if k[0] != "ours"),
     )
     samples = run_rounds(rounds=opts.rounds)
     for attempt in range(2):  # an inconclusive gate earns one more round, once
         reps = {k: samples.representative(k) for k in samples.by_key}
         peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
-        perf = {k: _performance(ln, peers, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
+        perf = {k: allreduce_speed(ln, k[1], peers, modes, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
         if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
             break
         samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
-    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus}: {why}")
-                for impl, why in samples.peer_failures.items()]
+    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus} {mode}: {why}")
+                for (impl, mode), why in samples.peer_failures.items()]
     records = []
-    for (impl, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    order = {m: i for i, m in enumerate(modes)}
+    for (impl, mode, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][2], order[kv[0][1]], kv[0][0])):
         # Correctness counts in every round, not only in the representative one.
-        rounds = samples.by_key[(impl, nbytes)]
-        verdict = Verdict.combine([correctness(x, gates) for x in rounds])
+        rounds = samples.by_key[(impl, mode, nbytes)]
+        verdict = Verdict.combine([allreduce_correctness(x, gates) for x in rounds])
+        errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
                 suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
-                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=worst_err(rounds),
-                correctness=verdict, performance=perf.get((impl, nbytes)), measurement=ln, round_p50_us=p50s if ln.timed else [],
+                device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
+                correctness=verdict, performance=perf.get((impl, mode, nbytes)), measurement=ln,
+                round_p50_us=p50s if ln.timed else [], timing=mode if ln.timed else None,
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
         )

@@ -1,4 +1,5 @@
-"""What every suite shares: its result container, progress lines, ratio verdicts."""
+"""What every suite shares: the Protocol the pipeline runs it through, its result container,
+progress lines, interleaved rounds."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import sys
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from driver.errors import ConfigError, KernelFailed
 from driver.launch import launch
+from driver.options import RunOptions
 from driver.parse import parse_lines
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
+from driver.thresholds import Thresholds
 
 L = TypeVar("L")
+K = TypeVar("K", bound=Hashable)
 
 _T0 = time.perf_counter()
 
@@ -32,19 +37,18 @@ class SuiteResult:
         self.extra_files.update(other.extra_files)
 
 
+class Suite(Protocol):
+    """What the pipeline needs of a suite (each is a module under driver/suites/): the build
+    targets it launches and one run that turns options into archived records."""
+
+    TARGETS: str  # build target names or suites, comma list (driver.targets.select)
+
+    def run(self, opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+        ...
+
+
 def progress(what: str) -> None:
     print(f"[{time.perf_counter() - _T0:7.1f} s] {what}", file=sys.stderr, flush=True)
-
-
-def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: float, noise: float) -> Verdict:
-    """Speedup = peer time / our time. Within `noise` of the floor is inconclusive."""
-    if ours_us <= 0:
-        return Verdict(status="inconclusive", reasons=[f"{label}: our time is 0"])
-    ratio = peer_us / ours_us
-    text = f"{label}: {ratio:.2f}x (ours {ours_us:.2f} us, peer {peer_us:.2f} us, floor {min_ratio:.2f}x)"
-    if abs(ratio - min_ratio) <= noise * min_ratio:
-        return Verdict(status="inconclusive", reasons=[text])
-    return Verdict(status="pass" if ratio >= min_ratio else "fail", reasons=[text])
 
 
 def spread(p50s: list[float]) -> float:
@@ -61,7 +65,7 @@ class Samples(Generic[L]):
     """Per config key, the line each interleaved round produced."""
 
     by_key: dict[Hashable, list[L]] = field(default_factory=dict)
-    peer_failures: dict[str, str] = field(default_factory=dict)  # impl -> the error, one line
+    peer_failures: dict[Hashable, str] = field(default_factory=dict)  # command key -> the error, one line
 
     def add(self, key: Hashable, line: L) -> None:
         self.by_key.setdefault(key, []).append(line)
@@ -77,46 +81,60 @@ class Samples(Generic[L]):
 
 
 def interleaved(
-    cmds: dict[str, list[str]],
+    cmds: dict[K, list[str]],
     model: type[L],
     *,
     rounds: int,
     min_rounds: int,
     target_spread: float,
     timeout_s: float,
-    key: Callable[[L], Hashable],
+    key: Callable[[K, L], Hashable],
     samples: Samples[L] | None = None,
-    on_line: Callable[[str, L], None] | None = None,
+    on_line: Callable[[K, L], None] | None = None,
     label: str = "",
-    peers: frozenset[str] = frozenset(),
+    peers: frozenset[K] = frozenset(),
 ) -> Samples[L]:
     """Run A B C A B C ... until every config's p50 spread across rounds is below
     `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop).
 
-    A peer (an impl in `peers`) that crashes, hangs or misprints is dropped and its
-    error kept in `peer_failures`; the same failure of ours raises."""
+    `cmds` is keyed by what a command measures (e.g. impl and timing mode); `key(cmd_key, line)`
+    gives the sample key of each line it prints. A peer's command (a key in `peers`) that crashes,
+    hangs or misprints is dropped and its error kept in `peer_failures`; the same failure of ours
+    raises."""
     samples = samples or Samples()
     for r in range(rounds):
-        for impl, cmd in cmds.items():
-            if impl in samples.peer_failures:
+        for cmd_key, cmd in cmds.items():
+            if cmd_key in samples.peer_failures:
                 continue
-            what = f"{label} {impl} (round {r + 1}/{rounds})".strip()
+            what = f"{label} {_name(cmd_key)} (round {r + 1}/{rounds})".strip()
             progress(what)
             try:
                 lines = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what)
+                keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
-                if impl not in peers:
+                if cmd_key not in peers:
                     raise
-                samples.peer_failures[impl] = exc.one_line()
-                progress(f"peer {impl} dropped: {exc.one_line()}")
+                samples.peer_failures[cmd_key] = exc.one_line()
+                progress(f"peer {_name(cmd_key)} dropped: {exc.one_line()}")
                 continue
-            for line in lines:
-                samples.add(key(line), line)
+            for sample_key, line in keyed:
+                samples.add(sample_key, line)
                 if on_line:
-                    on_line(impl, line)
+                    on_line(cmd_key, line)
         if r + 1 >= min_rounds and samples.settled(target_spread):
             break
     return samples
+
+
+def _name(cmd_key: Hashable) -> str:
+    return " ".join(map(str, cmd_key)) if isinstance(cmd_key, tuple) else str(cmd_key)
+
+
+def check_mode(what: str, asked: str, got: str | None) -> None:
+    """An executable must time in the mode it was asked for: never another one in its place."""
+    if got != asked:
+        raise KernelFailed(f"{what}: asked for timing {asked}, the line says {got}",
+                           "rebuild the executables (python -m driver build)")
 
 
 def telemetry_flags(before: list, after: list) -> list[str]:

@@ -1,4 +1,5 @@
-"""The SDPA suite: both FP8 variants against a float64 reference, PyTorch as the peer."""
+"""The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
+as the peers, in the same rounds and timing modes, their outputs checked against the same reference."""
 
 from __future__ import annotations
 
@@ -10,15 +11,63 @@ from pathlib import Path
 import numpy as np
 
 from driver import device
+from driver.errors import KernelFailed
+from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
+from driver.launch import launch
 from driver.options import RunOptions
+from driver.parse import parse_lines
+from driver.peers import flash_sdpa
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.launch import launch
-from driver.parse import parse_lines
-from driver.suites.common import Samples, SuiteResult, interleaved, progress, ratio_verdict, telemetry_flags
-from driver.thresholds import SdpaGates, Thresholds
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
+from driver.thresholds import Thresholds
+from driver.verify import SdpaErrors, sdpa_errors
 
+TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
+# The peers: impl -> its module under driver/peers/ (each reads our inputs and writes its output with --out).
+PEERS = {"torch_sdpa": "torch_sdpa", "cudnn_fp8": "cudnn_sdpa", "flash_attn": "flash_sdpa"}
+HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_sm90", "mma_sync_sm80"
+
+
+def peer_missing(impl: str, gpu_arch: str) -> str | None:
+    """Why peer `impl` cannot run on this host and GPU, or None when it can (it may still refuse a shape)."""
+    if not _found("torch"):
+        return "torch is not installed on this host"
+    if impl == "cudnn_fp8":
+        if _arch_number(gpu_arch) < 90:
+            return f"cuDNN FP8 attention needs sm_90 or newer; this GPU is {gpu_arch}"
+        if not _found("cudnn"):
+            return ("nvidia-cudnn-frontend is not installed on this host (pyproject.toml's peers group; a bundle "
+                    "carries its wheel)")
+    if impl == "flash_attn":
+        return flash_sdpa.missing()
+    return None
+
+
+def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
+    """Why our Hopper kernel does not run here (the runner then runs the mma.sync kernel), or None."""
+    if gpu_arch == "sm_90" and build_arch == "sm_90":
+        return None
+    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
+           f"this build is for {build_arch}, without sm_90a code")
+    return (f"the Hopper kernel ({HOPPER_KERNEL}: warpgroup MMA, tensor copies) needs an sm_90 GPU and a build for "
+            f"sm_90a; {why}, so the runners run the mma.sync kernel ({MMA_SYNC_KERNEL})")
+
+
+def peer_command(impl: str, *args: str) -> list[str]:
+    """How a peer is launched: its module under driver/peers/, with the driver's interpreter."""
+    return [sys.executable, "-m", f"driver.peers.{PEERS[impl]}", *args]
+
+
+def _found(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch.removeprefix("sm_").rstrip("a"))
+
+
 
 
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
@@ -38,74 +87,39 @@ def prepare_case(
     return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
 
 
-def error_metrics(out: np.ndarray, expected: np.ndarray, gates: SdpaGates) -> dict[str, float]:
-    err = np.abs(out.astype(np.float64) - expected)
-    finite = np.isfinite(err)
-    err = np.where(finite, err, np.inf)
-    return {
-        "max_abs_err": float(err.max()) if err.size else 0.0,
-        "bad_frac": float(np.mean(err > gates.bad_err)) if err.size else 0.0,
-        "rel_l2": float(np.linalg.norm(np.where(finite, err, 0)) / max(np.linalg.norm(expected), 1e-30)),
-    }
-
-
-def correctness(m: dict[str, float], gates: SdpaGates) -> Verdict:
-    reasons = []
-    if not np.isfinite(m["max_abs_err"]):
-        reasons.append("output holds NaN or infinity")
-    elif m["max_abs_err"] > gates.max_abs_err:
-        reasons.append(f"max_abs_err {m['max_abs_err']:.4g} > {gates.max_abs_err}")
-    if m["bad_frac"] > gates.max_bad_frac:
-        reasons.append(f"{m['bad_frac']:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
-    return Verdict(status="fail" if reasons else "pass", reasons=reasons)
-
-
-def timing_args(opts: RunOptions) -> list[str]:
-    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup)]
+def timing_args(opts: RunOptions, mode: str) -> list[str]:
+    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 
 def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
-def _performance(shape_name: str, lines: dict[str, SdpaLine], gates: Thresholds) -> dict[str, Verdict]:
-    """Per impl, the speedup gates that name it for this shape."""
-    out: dict[str, list[Verdict]] = {}
-    ours = {k: v for k, v in lines.items() if k in VARIANTS}
-    for g in gates.sdpa.speedup:
-        if g.shape != shape_name:
-            continue
-        impl = min(ours, key=lambda k: ours[k].p50_us) if g.impl == "best" and ours else g.impl
-        if impl not in lines or g.peer not in lines:
-            out.setdefault(impl, []).append(Verdict(status="skip", reasons=[f"{g.peer} not measured"]))
-            continue
-        out.setdefault(impl, []).append(
-            ratio_verdict(f"p50 vs {g.peer}", ours_us=lines[impl].p50_us, peer_us=lines[g.peer].p50_us,
-                          min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise)
-        )
-    return {k: Verdict.combine(v) for k, v in out.items()}
-
-
 CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
 
 
 def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
-                timeout_s: float, what: str) -> tuple[SdpaLine, dict[str, float]]:
+                timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
     cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
     (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
-    return line, error_metrics(np.load(out), expected, gates.sdpa)
+    return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
 
 
 def _shape(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, have_torch: bool,
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peers: tuple[str, ...],
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference first (one launch per variant, nothing timed); then
-    the first seed's correct variants are timed in interleaved rounds with the peer, each timed
-    run's output checked again. A variant with wrong results is never timed."""
+    """Every seed checked against the reference (one launch per variant, nothing timed); the
+    first seed's correct variants are timed in every mode asked for, in interleaved rounds with
+    the peers in the same mode, each timed run's output (ours and the peers') checked again. A
+    variant with wrong results is never timed; a peer's error is reported, not gated."""
     before = device.probe().gpus[:1]
-    checks: dict[tuple[str, int], list[dict[str, float]]] = {}
+    modes = opts.modes("sdpa")
+    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
     check_lines: dict[tuple[str, int], SdpaLine] = {}
+    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer, both modes
+    peer_unchecked: dict[str, str] = {}
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
     with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
@@ -113,7 +127,7 @@ def _shape(
             folder = Path(tmp) / f"seed{seed}"
             folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
-            outs = {impl: folder / f"out_{impl}.npy" for impl in VARIANTS}
+            outs = {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peers)}
             for impl, exe in VARIANTS.items():
                 what = f"sdpa {shape_name} seed {seed} {impl} (check)"
                 progress(what)
@@ -122,69 +136,103 @@ def _shape(
                 checks[(impl, seed)] = [metrics]
             if seed != timed_seed:
                 continue
-            correct = [impl for impl in VARIANTS if correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds = {
-                impl: [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]), *timing_args(opts)]
-                for impl in correct
-            }
-            if have_torch and cmds:
-                cmds["torch_sdpa"] = [sys.executable, "-m", "driver.peers.torch_sdpa", *file_args(files), *timing_args(opts)]
+            correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
+            cmds: dict[tuple[str, str], list[str]] = {}
+            for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
+                for impl in correct:
+                    cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                          *timing_args(opts, mode)]
+                for impl in peers if correct else ():
+                    cmds[(impl, mode)] = peer_command(impl, *file_args(files), "--out", str(outs[impl]),
+                                                      *timing_args(opts, mode))
 
-            def check(impl: str, _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected) -> None:
+            def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
+                      outs: dict[str, Path] = outs) -> None:
+                impl = cmd_key[0]
+                what = f"sdpa {shape_name} seed {seed} {impl} output"
                 if impl in VARIANTS:
-                    checks[(impl, seed)].append(error_metrics(np.load(outs[impl]), expected, gates.sdpa))
+                    checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
+                                                            what=what))
+                    return
+                try:  # a peer's output is checked the same way; if it is malformed, its record says so
+                    peer_checks.setdefault(impl, []).append(
+                        sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
+                except (KernelFailed, OSError, ValueError) as exc:
+                    peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
+
+            def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+                check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+                return (line.impl, cmd_key[1])
 
             if cmds:
                 samples = interleaved(
                     cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=lambda ln: ln.impl,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}", peers=frozenset({"torch_sdpa"}),
+                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                    on_line=check, label=f"sdpa {shape_name} seed {seed}",
+                    peers=frozenset(k for k in cmds if k[0] in PEERS),
                 )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {impl: samples.representative(impl)[0] for impl in timed_keys} if samples is not None else {}
-    perf = _performance(shape_name, timed, gates)
+    timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
+    perf = sdpa_speed(shape_name, timed, VARIANTS, modes, gates)
+    flags = telemetry_flags(before, after)
     records = []
+
+    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+        return ArchivedRecord(
+            suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
+            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+        )
+
     for seed in opts.seeds:
         for impl in VARIANTS:
-            runs = checks[(impl, seed)]
-            metrics = {k: max(m[k] for m in runs) for k in runs[0]}
-            verdict = correctness(metrics, gates.sdpa)
-            was_timed = seed == timed_seed and impl in timed_keys
-            line, p50s = samples.representative(impl) if was_timed else (check_lines[(impl, seed)], [])
-            smem_limit = gates.build.smem_limit(line.kernel)  # dynamic smem: only the runner knows
-            if line.smem_bytes > smem_limit:
-                verdict = Verdict(status="fail", reasons=[*verdict.reasons, f"{line.smem_bytes} B shared memory "
-                                  f"per block > {smem_limit} ({line.kernel or 'default'} gate)"])
-            if seed == timed_seed and not was_timed:
+            metrics = SdpaErrors.worst(checks[(impl, seed)])
+            verdict = sdpa_correctness(metrics, gates.sdpa)
+            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
+            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
+            if too_big:
+                verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
+            if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            records.append(
-                ArchivedRecord(
-                    suite="sdpa", impl=impl, kernel=VARIANTS[impl], config=f"{shape_name}/seed{seed}",
-                    device=dev.kind, git_sha=git_sha, seed=seed, passed=verdict.passed, correctness=verdict,
-                    performance=perf.get(impl) if was_timed else None, measurement=line, round_p50_us=p50s,
-                    telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after), **metrics,
-                )
-            )
-    if "torch_sdpa" in timed_keys:
-        line, p50s = samples.representative("torch_sdpa")
-        records.append(ArchivedRecord(
-            suite="sdpa", impl="torch_sdpa", kernel="torch_sdpa", config=f"{shape_name}/seed{timed_seed}",
-            device=dev.kind, git_sha=git_sha, seed=timed_seed, passed=True,
-            correctness=Verdict(status="skip", reasons=["peer: timed only"]), performance=None, measurement=line,
-            round_p50_us=p50s, telemetry_before=before, telemetry_after=after, flags=telemetry_flags(before, after),
-        ))
+            errs = {"max_abs_err": metrics.max_abs_err, "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
+            if not timed_modes:
+                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
+                                      correctness=verdict, performance=None, **errs))
+            for mode in timed_modes:
+                line, p50s = samples.representative((impl, mode))
+                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
+                                      performance=perf.get((impl, mode)), **errs))
+    for impl in peers:
+        m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
+        errs = {"max_abs_err": m.max_abs_err, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2} if m else {}
+        for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
+            line, p50s = samples.representative((impl, mode))
+            reasons = ["peer: its error against the float64 reference is reported, not gated"
+                       if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
+            reasons += [f"precision: {line.precision}"] if line.precision else []
+            records.append(record(impl, timed_seed, line, p50s, mode, passed=True, performance=None,
+                                  correctness=Verdict(status="skip", reasons=reasons), **errs))
     failures = samples.peer_failures if samples is not None else {}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name}: {why}") for impl, why in failures.items()]
+    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                     for (impl, mode), why in failures.items()]
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     result = SuiteResult()
-    have_torch = importlib.util.find_spec("torch") is not None
-    if not have_torch:
-        result.skipped.append(Skip(suite="sdpa", impl="torch_sdpa", reason="torch is not installed on this host"))
+    gpu_arch, build_arch = device.arch_of(0), exe_dir.name  # exe_dir is build/<arch>
+    why = hopper_not_offered(gpu_arch, build_arch)
+    if why:
+        result.skipped.append(Skip(suite="sdpa", impl=HOPPER_KERNEL, reason=why))
+    peers = []
+    for impl in PEERS:
+        why = peer_missing(impl, gpu_arch)
+        if why:
+            result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
+        else:
+            peers.append(impl)
     for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, have_torch, shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(peers), shape_name, shape)
         result.records += records
         result.skipped += skipped
     return result

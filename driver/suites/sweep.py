@@ -1,10 +1,10 @@
 """Measured dispatch windows: every allreduce kernel forced at every size, crossovers found.
 
-`python -m driver bench --sweep-windows` times 1stage, 2stage and 1stage_cpasync
-(2, 3, 4 stages) interleaved at each size, per GPU count and dtype, then writes the
-crossovers as the compile-time defines the Mojo build reads
-(kernels_mojo/dispatch_windows.json) and archives the sweep that justified them
-(DISPATCH.md, dispatch_windows.json in the run folder).
+`python -m driver sweep` times 1stage, 2stage and 1stage_cpasync
+(2, 3, 4 stages) interleaved at each size, per GPU count and dtype, then finds the
+crossovers as the compile-time defines the Mojo build reads, archives the sweep that justified them
+(DISPATCH.md, dispatch_windows.json in the run folder) and, with `--write`
+only, writes them to kernels_mojo/dispatch_windows.json.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from pathlib import Path
 
 from driver import paths
 from driver.config import CPASYNC_STAGES, SUPPORTED_NGPUS, format_size
-from driver.errors import NoGPU
+from driver.errors import ConfigError, NoGPU
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
-from driver.suites.allreduce import EXE, correctness, kernel_flags, timing_flags, worst_err
+from driver.gates import allreduce_correctness
+from driver.suites.allreduce import EXE, kernel_flags, timing_flags
+from driver.verify import allreduce_errors
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 
+TARGETS = "allreduce"
 KERNELS: dict[str, list[str]] = {
     k: kernel_flags(k) for k in ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
 }
@@ -125,37 +128,43 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if not counts or max(counts) > present:
         raise NoGPU(f"the sweep needs {max(counts, default=2)} GPUs; this host has {present}")
     sizes = opts.sizes_bytes if opts.sizes_given else DEFAULT_SIZES
+    modes = opts.modes("sweep")
+    if len(modes) != 1:
+        raise ConfigError(f"the sweep times in one mode, --timing gave {','.join(modes)}",
+                          "pick one: --timing cold or --timing hot")
+    (mode,) = modes
     result = SuiteResult()
     table: Table = {}
     for ngpus in counts:
         for dtype in opts.dtypes:
             base = [str(exe_dir / EXE), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
-                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags(opts), "--check", "1"]
+                    "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags("ours", mode, opts.batch),
+                    "--check", "1"]
             samples = interleaved(
                 {k: base + args for k, args in KERNELS.items()}, AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
-                key=lambda ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
+                key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
             )
             for (kernel, nbytes), rounds in samples.by_key.items():
                 line, p50s = samples.representative((kernel, nbytes))
-                verdict = correctness(line, gates)
+                verdict = allreduce_correctness(line, gates)
                 if line.timed:  # a kernel with wrong results is not timed and takes no part in the windows
                     table.setdefault((ngpus, dtype, nbytes), {})[kernel] = line.p50_us
                 result.records.append(ArchivedRecord(
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
                     config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
-                    passed=verdict.passed, max_abs_err=worst_err(rounds), correctness=verdict,
-                    measurement=line, round_p50_us=p50s if line.timed else []))
+                    passed=verdict.passed, max_abs_err=allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"sweep {kernel}").max_abs_err, correctness=verdict,
+                    measurement=line, round_p50_us=p50s if line.timed else [], timing=mode if line.timed else None))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)
     windows = {"defines": defines, "measured_on": dev.kind, "git_sha": git_sha,
                "margin": margin, "sizes_bytes": list(sizes),
-               "note": "written by `python -m driver bench --sweep-windows`; see DISPATCH.md in the run folder"}
+               "note": "written by `python -m driver sweep --write`; see DISPATCH.md in the run folder"}
     text = json.dumps(windows, indent=1) + "\n"
     result.extra_files["dispatch_windows.json"] = text.encode()
     result.extra_files["DISPATCH.md"] = markdown(
         table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
-    if not paths.is_bundle():
-        DISPATCH_WINDOWS_FILE.write_text(text)
+    if opts.write_windows:
+        paths.write_atomic(DISPATCH_WINDOWS_FILE, text)
     return result

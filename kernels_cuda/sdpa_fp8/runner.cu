@@ -3,7 +3,8 @@
 //   sdpa_fp8_{baseline,cpasync} --q q.npy --k k.npy --v v.npy --scales scales.npy --out out.npy
 //                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--split 0|1|2|4]
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
-//                               [--soak N [--streams K]] [--kernel auto|wgmma_sm90|mma_sync_sm80]
+//                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
+//                               [--kernel auto|wgmma_sm90|mma_sync_sm80]
 //
 // Which kernel runs is chosen by the GPU's architecture (--kernel auto, the default):
 //   wgmma_sm90     kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA, tensor copy engine), on sm_90 GPUs,
@@ -15,13 +16,14 @@
 // warpgroups on the same query rows, alternate K/V tiles; 0 = by grid size).
 //
 // q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
-// [k_scale, v_scale], finite and > 0.  Writes out.npy fp16 [B,H,S,D] from one launch, then times `iters`
-// launches after `warmup` with one CUDA event pair per launch and prints one JSON line.
+// [k_scale, v_scale], finite and > 0.  Writes out.npy fp16 [B,H,S,D] from one launch, then times
+// launches after `warmup` and prints one JSON line.
 //
-// Before the timed launches a single-thread spin kernel (not an SDPA kernel) holds the GPU
-// for ~10 us per iteration so that the host can queue all launches ahead of the GPU: the
-// event pairs then measure the kernel on the device, not host launch latency.  --no-spin
-// turns that off.
+// --timing (timing.cuh): cold (default) = `iters` launches, each timed alone by its own event
+// pair, an L2 flush before each, queued behind a single-thread spin kernel (not an SDPA kernel)
+// so the events time the device, not host launch latency; hot = `--batch` (default 20) launches
+// captured in a CUDA graph and replayed, replay time / batch per sample.  --no-spin turns the
+// spin off.  The line carries "timing", "batch", "l2_flush_bytes" and "hold_overruns".
 //
 // --split picks the intra-block split-KV config (0 = heuristic, 1 = unsplit, 2 / 4 = KV groups);
 // --ablate runs a diagnostic kernel (no_compute: loads/decode only; no_loads: math only; the
@@ -51,6 +53,7 @@
 
 #include "npy.h"
 #include "sdpa_fp8.cuh"
+#include "timing.cuh"
 #if SDPA_SM90A
 #include "../sdpa_fp8_sm90/kernel.cuh"
 #endif
@@ -67,14 +70,6 @@ void check_cuda(cudaError_t e, const char* what) {
     if (e != cudaSuccess) die(3, std::string("CUDA ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 #define CK(call) check_cuda((call), #call)
-
-__global__ void spin_wait_kernel(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
 
 // Soak check: counts elements of `out` whose bits differ from `ref` (the checked output launch).
 __global__ void count_mismatches_kernel(const unsigned short* out, const unsigned short* ref, size_t n,
@@ -94,16 +89,6 @@ bool parse_int(const char* s, long* out) {
     return true;
 }
 
-double percentile(const std::vector<double>& sorted, double p) {
-    // linear interpolation between closest ranks (numpy's default)
-    if (sorted.empty()) return 0.0;
-    const double pos = p / 100.0 * (double)(sorted.size() - 1);
-    const size_t lo = (size_t)std::floor(pos);
-    const size_t hi = std::min(lo + 1, sorted.size() - 1);
-    const double frac = pos - (double)lo;
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "(";
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -119,6 +104,8 @@ int main(int argc, char** argv) {
     bool spin = true, extra_keys = false;
     long soak = 0, streams = 1;  // soak: launches after the output run, each checked bitwise against it
     bool debug_hang = false;     // watchdog tests: a kernel that never finishes, before the output run
+    bench_timing::Mode timing = bench_timing::Mode::kCold;
+    long batch = 20;             // hot: launches per graph replay
     std::string kernel_req = "auto";
     bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (int i = 1; i < argc; ++i) {
@@ -149,6 +136,8 @@ int main(int argc, char** argv) {
             extra_keys = true;
         }
         else if (a == "--no-spin") spin = false;
+        else if (a == "--timing") { if (!bench_timing::parse_mode(need("--timing"), &timing)) die(2, "--timing must be cold or hot"); }
+        else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(2, "--batch must be an integer 1..100000"); }
         else if (a == "--kernel") {
             kernel_req = need("--kernel");
             if (kernel_req != "auto" && kernel_req != "wgmma_sm90" && kernel_req != "mma_sync_sm80")
@@ -161,7 +150,8 @@ int main(int argc, char** argv) {
     }
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
         die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
-               "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin]");
+               "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin] [--timing cold|hot] "
+               "[--batch N]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
@@ -288,7 +278,7 @@ int main(int argc, char** argv) {
 
     if (debug_hang) {  // never returns: the driver's watchdog must kill this process
         std::fprintf(stderr, "debug: --debug-hang: launching a kernel that never finishes\n");
-        spin_wait_kernel<<<1, 1, 0, st>>>(~0ull);
+        bench_timing::spin_wait_kernel<<<1, 1, 0, st>>>(~0ull);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
     }
@@ -338,47 +328,19 @@ int main(int argc, char** argv) {
     // ---------------------------------------------------------------- timing
     for (long i = 0; i < warmup; ++i) CK(launch(dout, st));
     CK(cudaStreamSynchronize(st));
-    std::vector<cudaEvent_t> ev0((size_t)iters), ev1((size_t)iters);
-    for (long i = 0; i < iters; ++i) {
-        CK(cudaEventCreate(&ev0[i]));
-        CK(cudaEventCreate(&ev1[i]));
-    }
-    if (spin) {
-        const unsigned long long ns = std::min<unsigned long long>(200000000ull, 10000ull * (unsigned long long)iters);
-        spin_wait_kernel<<<1, 1, 0, st>>>(ns);
-        CK(cudaGetLastError());
-    }
-    for (long i = 0; i < iters; ++i) {
-        CK(cudaEventRecord(ev0[i], st));
-        CK(launch(dout, st));
-        CK(cudaEventRecord(ev1[i], st));
-    }
-    CK(cudaStreamSynchronize(st));
-    std::vector<double> us((size_t)iters);
-    for (long i = 0; i < iters; ++i) {
-        float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, ev0[i], ev1[i]));
-        us[i] = (double)ms * 1000.0;
-    }
-    for (long i = 0; i < iters; ++i) {
-        CK(cudaEventDestroy(ev0[i]));
-        CK(cudaEventDestroy(ev1[i]));
-    }
+    auto timed_launch = [&](cudaStream_t s_) { return launch(dout, s_); };
+    const bench_timing::Samples timed =
+        timing == bench_timing::Mode::kCold
+            ? bench_timing::time_cold(timed_launch, st, iters, spin, bench_timing::l2_flush_bytes(0, check_cuda), check_cuda)
+            : bench_timing::time_hot(timed_launch, st, iters, warmup, batch, spin, check_cuda);
     CK(cudaStreamDestroy(st));
     CK(cudaFree(dq));
     CK(cudaFree(dk));
     CK(cudaFree(dv));
     CK(cudaFree(dout));
 
-    std::vector<double> sorted = us;
-    std::sort(sorted.begin(), sorted.end());
-    double mean = 0.0;
-    for (double x : us) mean += x;
-    mean /= (double)us.size();
-    double var = 0.0;
-    for (double x : us) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / (double)us.size());
-    const double p50 = percentile(sorted, 50.0), p90 = percentile(sorted, 90.0);
+    const bench_timing::Stats st_us = bench_timing::summarize(timed.us);
+    const double p50 = st_us.p50;
     const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D;
     const double tflops = p50 > 0 ? flops / (p50 * 1e-6) / 1e12 : 0.0;
 
@@ -393,10 +355,12 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
         "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
-        "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d%s}\n",
-        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, (long long)B, (long long)H, (long long)S, (long long)D, iters,
-        warmup, p50, p90, mean, sd, sorted.front(), tflops, grid, block, smem + (int)fa.sharedSizeBytes,
-        fa.numRegs, extra.c_str());
+        "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
+        "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
+        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, (long long)B, (long long)H, (long long)S, (long long)D,
+        iters, warmup, p50, st_us.p90, st_us.mean, st_us.std, st_us.min, tflops, grid, block,
+        smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
+        timed.hold_overruns, extra.c_str());
     std::fflush(stdout);
     return 0;
 }

@@ -682,7 +682,7 @@ inline bool select_config(int BH, int S, int D, int num_sms, int nwarps_override
     if (split > 1 && !split_tiles_even(S, split)) {
         *err = "--split 2/4 needs the KV tiles (ceil(S/64) for 2, ceil(S/32) for 4) to divide evenly over the "
                "groups: with uneven groups compute-sanitizer racecheck reports shared-memory hazards "
-               "(kernels_cuda/sdpa_fp8/results/racecheck_h200.txt); use --split 1";
+               "(experiments/2026-11-22-sdpa-split-kv/racecheck_h200.txt); use --split 1";
         return false;
     }
     if (split == 2) { *li = info_for<Cfg64s2>(BH, S, ablate); return true; }
@@ -690,7 +690,8 @@ inline bool select_config(int BH, int S, int D, int num_sms, int nwarps_override
     int nw = nwarps_override;
     if (nw == 0) {
         // 8 warps (fewest redundant K/V decodes) once there are two waves of blocks, else 4.
-        // Measured on H200 (run 1): (1,8,512,64) w4 < w2 < w8; (2,16,2048,64) w8 < w4 < w2.
+        // Measured on H200 (2026-11-22, experiments/2026-11-22-sdpa-cpasync-h200):
+        // (1,8,512,64) w4 < w2 < w8; (2,16,2048,64) w8 < w4 < w2.
         const long blocks8 = (long)BH * ((S + 127) / 128);
         nw = blocks8 >= 2L * num_sms ? 8 : 4;
     }

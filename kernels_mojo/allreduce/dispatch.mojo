@@ -28,9 +28,10 @@
 #   AR_CPASYNC_BLOCK_THREADS threads per block, cp.async kernel (default 128).
 #   AR_UNROLL              vectors per thread whose loads are issued together
 #                          in 1stage/2stage (1, 2, 4 or 8; default 4: on 2x
-#                          H200 (run 2) 1, 2 and 4 were within noise up to
+#                          H200, 2026-11-22, 1, 2 and 4 were within noise up to
 #                          256 MiB; 4 was never clearly worse and gave the best
-#                          1 GiB numbers).
+#                          1 GiB numbers; experiments/
+#                          2026-11-22-allreduce-unroll-end-barrier).
 #   AR_START_ORDERING      ordering of the start barrier (all kernels):
 #                          0 relaxed (volatile flags), 1 acquire (volatile
 #                          store, system-scope acquire spin load; default),
@@ -47,12 +48,14 @@
 #                          does not promise. The release store put a
 #                          system-scope fence in every block's critical path.
 #                          2x H200, fp32, 1stage, device timing, 200 iters,
-#                          p50 (session 4 call B, two rounds, with
+#                          p50 (2026-11-22, two rounds, with
 #                          AR_LEAN_BARRIERS=1 for 1 and 0): 256 KiB 10.24 /
 #                          10.08 us with 2 (no lean), 8.67 / 8.74 with 1,
 #                          8.48 / 8.41 with 0; upstream in the same call
 #                          8.45 / 8.41. Default 1: GPU tests (18 passed) in
-#                          that call; soak in the session-4 stress run.
+#                          that call; soak in the stress run
+#                          bench_results/20261122T150723Z-49c2cb74-2xH200.
+#                          Data: experiments/2026-11-22-start-barrier-ordering.
 #   AR_END_ORDERING        ordering of the end barrier (1stage, cpasync):
 #                          0 relaxed (default), 1 acquire, 2 release/acquire.
 #                          The end barrier only has to keep a rank from
@@ -62,7 +65,8 @@
 #                          before the block barrier that precedes the flag
 #                          store, so no release fence is needed there. The
 #                          release fence after a block's output stores cost
-#                          2-6 us per call on 2x H200 (run 2, 256 KiB-4 MiB).
+#                          2-6 us per call on 2x H200 (256 KiB-4 MiB,
+#                          experiments/2026-11-22-allreduce-unroll-end-barrier).
 #                          The 2stage middle barrier, which publishes data
 #                          written in the same kernel, is always
 #                          release/acquire.
@@ -72,7 +76,8 @@
 #                          not defined: 1 MiB on 2 GPUs, none on 4 and 8
 #                          (not measured there). 2x H200, fp32, device
 #                          timing, 200 iterations, two rounds, upstream in
-#                          the same call (session 4 call E): push 5.73 /
+#                          the same call (2026-11-22; experiments/
+#                          2026-11-22-push-kernel): push 5.73 /
 #                          5.92 / 6.46 / 11.39 / 21.6 / 82.0 us at 8K / 64K /
 #                          256K / 1M / 4M / 16M against 1stage 7.87 / 8.06 /
 #                          8.70 / 11.97 / 21.1 / 58.7 and upstream 7.52 /
@@ -86,7 +91,8 @@
 #                          the start barrier's flag exchange (nothing before
 #                          it needs ordering) and the one after the end
 #                          barrier's (the block only exits), as vLLM and
-#                          upstream do; 0: keep both. Session 4 call B:
+#                          upstream do; 0: keep both. 2x H200, 2026-11-22
+#                          (experiments/2026-11-22-start-barrier-ordering):
 #                          256 KiB 8.83 / 8.67 us without, 8.67 / 8.74 with
 #                          (within noise); kept for fewer instructions on the
 #                          critical path.
@@ -130,8 +136,8 @@ comptime GIB = 1024 * MIB
 comptime AR_1STAGE_MAX_BYTES_DEFINED = is_defined["AR_1STAGE_MAX_BYTES"]()
 comptime AR_1STAGE_MAX_BYTES = get_defined_int["AR_1STAGE_MAX_BYTES", 512 * KIB]()
 comptime AR_1STAGE_MAX_BYTES_2GPU_DEFAULT = 2 * GIB
-# Per-GPU-count crossovers written by the measured sweep (driver: bench
-# --sweep-windows -> kernels_mojo/dispatch_windows.json); -1 = not measured.
+# Per-GPU-count crossovers written by the measured sweep (driver: sweep
+# --write -> kernels_mojo/dispatch_windows.json); -1 = not measured.
 comptime AR_1STAGE_MAX_BYTES_2GPU = get_defined_int["AR_1STAGE_MAX_BYTES_2GPU", -1]()
 comptime AR_1STAGE_MAX_BYTES_4GPU = get_defined_int["AR_1STAGE_MAX_BYTES_4GPU", -1]()
 comptime AR_1STAGE_MAX_BYTES_8GPU = get_defined_int["AR_1STAGE_MAX_BYTES_8GPU", -1]()

@@ -542,7 +542,8 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     # dropped the last named use of grid_cap inside the size loop; from the
     # second size on, launch_all then read a garbage grid cap, and 16 MiB
     # (4096 blocks, beyond the 1024-block signal layout) hung on 2x H200
-    # (session 3: bisected to the host code; reverted).
+    # (2026-11-22: bisected to the host code; reverted in 0edb130; the log is in
+    # experiments/2026-11-22-start-barrier-ordering).
     _ = grid_cap
     _ = requested
     _ = lanes^

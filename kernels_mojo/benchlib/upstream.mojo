@@ -2,8 +2,8 @@
 # exactly like our kernels (benchlib/runner.mojo), from its own executable
 # (bin/upstream_bench.mojo).
 #
-# The call path is the one kernels_mojo/bin/upstream_probe.mojo proved on
-# 2x H200 (kernels_mojo/results/run4_h200x2_upstream_probe.txt): P2P enabled
+# The call path is the one the upstream probe proved on 2x H200 on 2026-11-22
+# (experiments/2026-11-22-upstream-call-shapes): P2P enabled
 # through comm.sync.enable_p2p(), every tensor built from a raw pointer, the
 # signal buffers initialised once per size with init_signal_buffer, and the
 # per-rank calls made from a plain function inside group_start/group_end. The
@@ -116,8 +116,8 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         # The earlier version captured stack Arrays whose only named uses were inside this closure; the
         # closure's calls do not keep a capture alive (see the keep-alives at the end of run_ours), so the
         # timed calls could read reused stack slots. That matches what was seen: the first (checked) call
-        # correct, later calls CUDA_ERROR_MISALIGNED_ADDRESS / ILLEGAL_ADDRESS (2x H200, sessions 2 and 3).
-        # This version has not been run on a GPU.
+        # correct, later calls CUDA_ERROR_MISALIGNED_ADDRESS / ILLEGAL_ADDRESS (2x H200, 2026-11-22, before a5d5278).
+        # This version has run clean on 2x H200 in every bench since bench_results/20261122T144714Z-61c45080-2xH200.
         @always_inline
         @__parameter
         def launch_all() raises:

@@ -12,6 +12,8 @@ from driver.launch import launch
 from driver.parse import parse_lines
 from driver.records import SdpaLine
 from driver.suites import sdpa
+from driver.gates import sdpa_correctness
+from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa
 
@@ -54,8 +56,8 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     assert line.kernel == expected_kernel(device.arch_of(0))
     got = np.load(out)
     assert got.shape == shape and got.dtype == np.float16
-    m = sdpa.error_metrics(got, expected, GATES)
-    verdict = sdpa.correctness(m, GATES)
+    m = sdpa_errors(got, expected, bad_err=GATES.bad_err, what=impl)
+    verdict = sdpa_correctness(m, GATES)
     assert verdict.passed, (verdict.reasons, m)
 
 

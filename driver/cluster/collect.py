@@ -1,0 +1,163 @@
+"""Collect: finished run folders moved whole into bench_results/, the index, the cross-device table.
+
+A run folder is taken only when its name is final (the archive renames `.tmp-<id>` into
+place last) and its results.json reads as a RunArchive. It is copied to
+`bench_results/.tmp-<id>` and renamed into place, so bench_results/ never holds part of one,
+even when the shared filesystem is another device. Every task that did not complete with
+exit 0 is reported with its Slurm state, exit code and the tail of its log, and the command
+fails: with the driver's own exit code when every failed task exited with the same one
+(all "no GPU" is exit 5), else as a cluster failure. What the report says is rendered by
+driver/report.py (`cluster_markdown`, `cross_device`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from driver import archive, paths, report
+from driver.cluster import watch
+from driver.errors import ALL_ERRORS, ClusterFailed, DriverError
+from driver.host import utc_now
+from driver.records import ClusterReport, RunArchive, Submission, TaskOutcome, TaskState
+
+LOG_TAIL_LINES = 15
+REPORT_DIR = "cluster"  # bench_results/cluster/<submission id>/
+DRIVER_EXITS: dict[int, type[DriverError]] = {cls.exit_code: cls for cls in ALL_ERRORS}
+
+
+def finished_runs(task_dir: Path) -> list[Path]:
+    """Run folders a task finished writing: final names only (never `.tmp-*`), with results.json."""
+    if not task_dir.is_dir():
+        return []
+    return sorted(p for p in task_dir.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and (p / archive.RESULTS_FILE).is_file())
+
+
+def move_run(src: Path, root: Path) -> RunArchive:
+    """Copy one run folder into `root` under a temporary name, rename it into place, then drop the source.
+
+    Raises ClusterFailed, leaving `root` as it was, when the folder does not read as a run or a different
+    run of the same id is already there. A folder collected before (same results.json) is not copied twice.
+    """
+    try:
+        run = archive.load_run(src)
+    except (OSError, ValueError) as exc:
+        raise ClusterFailed(f"{src} is not a readable run folder: {str(exc).splitlines()[0]}") from None
+    if run.run_id != src.name:
+        raise ClusterFailed(f"{src} holds run {run.run_id}, not {src.name}")
+    dest = root / src.name
+    if dest.exists():
+        if (dest / archive.RESULTS_FILE).read_bytes() != (src / archive.RESULTS_FILE).read_bytes():
+            raise ClusterFailed(f"{dest} already holds a different run of the same id; {src} is left where it is")
+        shutil.rmtree(src)
+        return run
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{src.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(src)
+    return run
+
+
+def log_tail(sub: Submission, index: int, lines: int = LOG_TAIL_LINES) -> list[str]:
+    path = Path(sub.folder) / "logs" / f"task-{index}.log"
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return [f"(no log at {path}: the task never started)"]
+    return text.rstrip("\n").splitlines()[-lines:] or ["(empty log)"]
+
+
+def problem(sub: Submission, st: TaskState) -> str | None:
+    """None for a task that completed with exit 0, else its end in words."""
+    if watch.succeeded(st):
+        return None
+    text = st.state
+    if st.state == "TIMEOUT":
+        text += f" after {st.elapsed_s} s (limit {sub.time_limit_min} min: submit --timeout)"
+    if st.exit_code is not None and (st.state == "FAILED" or st.exit_code):
+        cls = DRIVER_EXITS.get(st.exit_code)
+        text += f", exit {st.exit_code}" + (f" ({cls.label})" if cls else "")
+    if st.signal:
+        text += f", signal {st.signal}"
+    if st.reason and st.reason not in ("NonZeroExitCode", "None"):
+        text += f" ({st.reason})"
+    return text
+
+
+def _verdict(outcomes: list[TaskOutcome]) -> DriverError | None:
+    failed = [o for o in outcomes if o.problem]
+    if not failed:
+        return None
+    what = "; ".join(f"task {o.task.index} {o.task.label}: {o.problem}" for o in failed[:3])
+    head = f"{len(failed)} of {len(outcomes)} task(s) did not complete: {what}"
+    codes = {o.state.exit_code for o in failed}
+    if len(codes) == 1 and all(o.state.state == "FAILED" for o in failed):
+        cls = DRIVER_EXITS.get(codes.pop() or 0)
+        if cls is not None:
+            return cls(head, "states, exit codes and log tails above")
+    return ClusterFailed(head, "states, exit codes and log tails above")
+
+
+def _write_report(cluster: ClusterReport, text: str) -> Path:
+    """bench_results/cluster/<submission id>/ (cluster.json, CLUSTER.md), whole or not at all."""
+    root = paths.results_dir() / REPORT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / cluster.submission.submission_id
+    tmp = root / f".tmp-{cluster.submission.submission_id}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        (tmp / "cluster.json").write_text(cluster.model_dump_json(indent=1))
+        (tmp / "CLUSTER.md").write_text(text)
+        shutil.rmtree(final, ignore_errors=True)  # collected again after a re-run of collect: the newer report
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.stdout) -> ClusterReport:
+    """Move every finished run folder into bench_results/, refresh the index, print and archive the
+    report; raise the failure's class when any task did not complete with exit 0."""
+    root = paths.results_dir()
+    outcomes: list[TaskOutcome] = []
+    runs: list[RunArchive] = []
+    for t in sub.tasks:
+        st = states[t.index]
+        moved, trouble = [], problem(sub, st)
+        for folder in finished_runs(Path(sub.folder) / "results" / f"task-{t.index}"):
+            try:
+                run = move_run(folder, root)
+            except ClusterFailed as exc:
+                trouble = "; ".join(filter(None, [trouble, exc.message]))
+                continue
+            runs.append(run)
+            moved.append(run.run_id)
+        if trouble is None and not moved:
+            trouble = "completed with exit 0 but archived no run folder"
+        outcomes.append(TaskOutcome(task=t, state=st, collected=moved, problem=trouble,
+                                    log_tail=log_tail(sub, t.index) if trouble else []))
+    cluster = ClusterReport(collected_utc=utc_now(), submission=sub, outcomes=outcomes)
+    text = report.cluster_markdown(cluster, runs)
+    print(text, file=out)
+    if runs:
+        report.update_index(root)
+        folder = _write_report(cluster, text)
+        print(f"collected {len(runs)} run folder(s) into {root}; report: {folder / 'CLUSTER.md'}", file=sys.stderr)
+    else:
+        print(f"collected nothing: no task archived a run folder; logs in {Path(sub.folder) / 'logs'}", file=sys.stderr)
+    verdict = _verdict(outcomes)
+    if verdict is not None:
+        raise verdict
+    return cluster

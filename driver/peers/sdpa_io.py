@@ -1,0 +1,164 @@
+"""What every SDPA peer shares: its command line, its inputs read and checked, its timing, its line.
+
+Every peer speaks our runners' vocabulary: `--q --k --v --scales` (.npy files: Q float16
+[B,H,S,D]; K, V uint8 E4M3 codes of the same shape; scales float32 [k_scale, v_scale]),
+`--iters --warmup`, `--timing cold|hot` (`--batch` launches per hot sample) and `--out` (the
+output, float16 [B,H,S,D], for the driver to check against the float64 reference). It prints
+one SdpaLine as JSON on stdout.
+
+Exit codes are the runners' (README "Kernel executable interface"): 2 bad input (one
+`error:` line naming the file or the shape; checked before torch is imported, so a bad
+request costs no GPU), 3 a library or CUDA error or a mode the peer cannot do (the driver
+records the peer, or that mode, as skipped with the line), 4 no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import numpy as np
+
+from driver.config import SDPA_HEAD_DIMS
+
+EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4
+MODES = ("cold", "hot")
+
+
+class BadInput(ValueError):
+    """The input files do not describe one SDPA problem we run; str() says which and why."""
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one `error:` line and the bad-input code, as the runners do
+        fail(f"{self.prog}: {message}", EXIT_BAD_INPUT)
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog)
+    for name in ("q", "k", "v", "scales"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--timing", default="cold", choices=MODES)
+    p.add_argument("--batch", type=int, default=20, help="hot: launches per graph replay")
+    p.add_argument("--out", default=None, help="write the output here (float16 [B,H,S,D] .npy)")
+    return p
+
+
+@dataclass(frozen=True)
+class SdpaCase:
+    q: np.ndarray  # float16 [B, H, S, D]
+    k_u8: np.ndarray  # uint8 E4M3 codes, same shape
+    v_u8: np.ndarray
+    k_scale: float
+    v_scale: float
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return tuple(int(n) for n in self.q.shape)  # type: ignore[return-value]
+
+
+def _load(path: str, what: str) -> np.ndarray:
+    file = Path(path)
+    if not file.is_file():
+        raise BadInput(f"{what} input file {path} does not exist")
+    try:
+        return np.load(file, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise BadInput(f"{what} input file {path} is not a .npy array: {exc}") from None
+
+
+def load_case(q: str, k: str, v: str, scales: str) -> SdpaCase:
+    """The four input files, read and checked: one clear BadInput for the first thing wrong."""
+    arrays = {name: _load(path, name.upper() if name != "scales" else "scales")
+              for name, path in (("q", q), ("k", k), ("v", v), ("scales", scales))}
+    qa, ka, va, sa = arrays["q"], arrays["k"], arrays["v"], arrays["scales"]
+    if qa.ndim != 4:
+        raise BadInput(f"Q must be [B,H,S,D], got {qa.ndim} dimension(s) {list(qa.shape)}")
+    if ka.shape != qa.shape or va.shape != qa.shape:
+        raise BadInput(f"Q, K and V shapes disagree: Q {list(qa.shape)}, K {list(ka.shape)}, V {list(va.shape)}")
+    b, h, s, d = qa.shape
+    if s == 0:
+        raise BadInput(f"S = 0 in shape {list(qa.shape)}: there is no sequence to attend over")
+    if min(b, h, d) == 0:
+        raise BadInput(f"shape {list(qa.shape)} has a zero dimension")
+    if d not in SDPA_HEAD_DIMS:
+        raise BadInput(f"head dim {d} is not supported (supported: {', '.join(map(str, SDPA_HEAD_DIMS))})")
+    if qa.dtype != np.float16:
+        raise BadInput(f"Q must be float16, got {qa.dtype}")
+    if ka.dtype != np.uint8 or va.dtype != np.uint8:
+        raise BadInput(f"K and V must be uint8 E4M3 codes, got {ka.dtype} and {va.dtype}")
+    if sa.shape != (2,) or not np.issubdtype(sa.dtype, np.floating) or not (np.isfinite(sa).all() and (sa > 0).all()):
+        raise BadInput(f"scales must hold two positive finite floats [k_scale, v_scale], got {sa!r}")
+    return SdpaCase(q=qa, k_u8=ka, v_u8=va, k_scale=float(sa[0]), v_scale=float(sa[1]))
+
+
+def args_and_case(prog: str, argv: list[str] | None = None) -> tuple[argparse.Namespace, SdpaCase]:
+    """The command line and the inputs, or one error line and exit 2."""
+    ns = parser(prog).parse_args(argv)
+    if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
+        fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
+    try:
+        return ns, load_case(ns.q, ns.k, ns.v, ns.scales)
+    except BadInput as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def import_torch():
+    """torch with a usable GPU, or the error line and code the driver expects."""
+    try:
+        import torch
+    except ImportError:
+        fail("torch is not installed on this host", EXIT_BAD_INPUT)
+    if not torch.cuda.is_available():
+        fail("no GPU: torch sees no CUDA device", EXIT_NO_GPU)
+    return torch
+
+
+def time_mode(torch, fn: Callable[[], object], ns: argparse.Namespace) -> tuple[list[float], int, int]:
+    """Per-launch times (us) in the mode asked for, the launches per sample and the L2 flush bytes.
+
+    cold: each launch alone behind a spin kernel, a write of max(2 x L2, 64 MiB) before each;
+    hot: `--batch` launches captured in one CUDA graph and replayed. A callable that cannot be
+    captured ends the peer with exit 3 and the reason: that mode is skipped, never timed another way.
+    """
+    from driver.peers import torch_timing
+
+    if ns.timing == "cold":
+        flush = torch_timing.l2_flush_bytes(torch, 0)
+        return torch_timing.time_cold(torch, fn, iters=ns.iters, warmup=ns.warmup, flush_bytes=flush), 1, flush
+    try:
+        return torch_timing.time_hot(torch, fn, iters=ns.iters, warmup=ns.warmup, launches=ns.batch), ns.batch, 0
+    except torch_timing.GraphCaptureFailed as exc:
+        fail(f"hot timing: {exc}", EXIT_CUDA_ERROR)
+
+
+def write_out(path: str | None, out: np.ndarray) -> None:
+    if path:
+        np.save(path, np.ascontiguousarray(out, dtype=np.float16))
+
+
+def emit(impl: str, shape: tuple[int, int, int, int], times_us: list[float], ns: argparse.Namespace, *,
+         batch: int, flush_bytes: int, precision: str, version: str) -> None:
+    """Print the peer's SdpaLine."""
+    t = np.sort(np.asarray(times_us, dtype=np.float64))
+    b, h, s, d = shape
+    p50 = float(np.percentile(t, 50))
+    print(json.dumps({
+        "suite": "sdpa", "impl": impl, "shape": [b, h, s, d], "iters": ns.iters, "warmup": ns.warmup,
+        "p50_us": p50, "p90_us": float(np.percentile(t, 90)), "mean_us": float(t.mean()), "std_us": float(t.std()),
+        "min_us": float(t[0]), "tflops": 4 * b * h * s * s * d / (p50 * 1e-6) / 1e12,
+        "timing": ns.timing, "batch": batch, "l2_flush_bytes": flush_bytes,
+        "precision": precision, "peer_version": version,
+    }), flush=True)

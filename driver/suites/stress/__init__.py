@@ -1,0 +1,89 @@
+"""`nox -s stress`: the release gate. Soak every kernel, hunt hangs, run the sanitizers.
+
+- Soak: every allreduce kernel (1stage, 2stage, cp.async with 2, 3 and 4 stages) x
+  dtype x GPU count present, at random sizes with odd tails, `--iters` checked
+  launches per size (each poisoned first and checked element by element, fresh
+  random inputs every `REFRESH_EVERY` launches, a new seed per process of
+  `LAUNCHES_PER_PROCESS`); then three mixed configs per dtype and GPU count, each
+  cycling every kernel back to back (a stale flag or signal left by one kernel
+  would corrupt the next): `alternate` alone, `lanes2` (two independent
+  allreduces in flight at once on separate streams) and `mempressure90` (a filler
+  holds 90% of each GPU's free memory). Both SDPA variants on every shape and
+  seed, each output checked against the float64 reference.
+- Watchdog: a rank that never reaches the barrier (`--debug-hang-rank`) must be
+  killed within the timeout, and the GPUs must then run a checked allreduce again.
+  On a single-GPU host, an SDPA runner stuck behind a kernel that never finishes
+  (`--debug-hang`) instead, followed by a checked SDPA run.
+- Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
+  both SDPA variants and on the allreduce kernels at small sizes. Zero hazards is
+  the gate; where the tool cannot follow the run, the record says "not covered"
+  with the tool's own message, never clean.
+- Profile (profile.py beside this file): Nsight Compute bank-conflict and stall counters for both
+  SDPA variants, prefetch/compute overlap from ablated timings, and the allreduce cp.async
+  kernel with and without prefetch.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+from driver.config import SDPA_SHAPES, SUPPORTED_NGPUS
+from driver.options import RunOptions
+from driver.records import DeviceInfo
+from driver.suites import sdpa
+from driver.suites.allreduce import EXE
+from driver.suites.common import SuiteResult
+from driver.suites.stress import profile
+from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sanitize
+from driver.suites.stress.soak import MIXED_CONFIGS, soak_allreduce, soak_sdpa
+from driver.suites.stress.watchdog import watchdog, watchdog_sdpa
+from driver.suites.sweep import KERNELS
+from driver.thresholds import Thresholds
+
+TARGETS = "all"
+
+
+def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    rng = random.Random(opts.seeds[0])
+    result = SuiteResult()
+    exe = exe_dir / EXE
+    counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= len(dev.gpus))
+    if "allreduce" in opts.stress_parts:
+        for ngpus in counts:
+            for dtype in opts.dtypes:
+                for kernel in KERNELS:
+                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel))
+                for name, flags in MIXED_CONFIGS.items():
+                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
+                                                         flags))
+        if counts:
+            result.records.append(watchdog(opts, exe, dev, git_sha))
+    if "sdpa" in opts.stress_parts:
+        if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
+            result.records.append(watchdog_sdpa(opts, exe_dir, dev, gates, git_sha))
+        for impl in sdpa.VARIANTS:
+            for shape_name, _shape in opts.shapes:
+                if shape_name in SDPA_SHAPES:
+                    result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name))
+    if "sanitizers" in opts.stress_parts:
+        with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
+            inputs: dict[str, dict[str, Path]] = {}
+            for name in SANITIZED_SHAPES:
+                (Path(tmp) / name).mkdir()
+                inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_SHAPES[name], 0)
+            for tool in SANITIZER_TOOLS:
+                for shape_name, files in inputs.items():
+                    for impl, exe_name in sdpa.VARIANTS.items():
+                        cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
+                               "--iters", "2", "--warmup", "0", "--no-spin"]
+                        result.records.append(sanitize(opts, tool, cmd, exe_name, shape_name, dev, git_sha))
+                if counts:
+                    for kernel, args in KERNELS.items():
+                        cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0", *args]
+                        result.records.append(sanitize(opts, tool, cmd, kernel, "2gpu/8K,32772B", dev, git_sha))
+    if "profile" in opts.stress_parts:
+        result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
+                                          allreduce="allreduce" in opts.stress_parts and bool(counts)))
+    return result

@@ -1,0 +1,129 @@
+"""Stress soak: every allreduce kernel and both SDPA variants, every launch's result checked."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from driver.gates import sdpa_correctness
+from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
+from driver.config import ELEM_BYTES, SDPA_SHAPES
+from driver.errors import KernelFailed
+from driver.launch import launch
+from driver.options import RunOptions
+from driver.parse import parse_lines
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
+from driver.suites import sdpa
+from driver.suites.common import progress, stress_record
+from driver.suites.sweep import KERNELS
+from driver.thresholds import Thresholds
+
+REFRESH_EVERY = 25  # fresh random inputs inside one process
+LAUNCHES_PER_PROCESS = 250  # a new process (new seed, new contexts) after this many checked launches
+MIXED_CONFIGS: dict[str, list[str]] = {
+    "alternate": ["--alternate", "1"],
+    "lanes2": ["--alternate", "1", "--lanes", "2"],
+    "mempressure90": ["--alternate", "1", "--mem-pressure", "90"],
+}
+
+
+def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
+    """Byte sizes with odd element tails: one tiny, one near 8K, the rest up to 256K elements."""
+    e = ELEM_BYTES[dtype]
+    elems = [rng.randrange(1, 64), (8 << 10) + rng.randrange(1, 16)]
+    elems += [rng.randrange(1 << 10, 1 << 18) | 1 for _ in range(max(0, count - 2))]
+    return [n * e for n in elems]
+
+
+def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
+                   ngpus: int, dtype: str, kernel: str, flags: list[str] | None = None) -> ArchivedRecord:
+    """`kernel` is a kernel name (forced) or a MIXED_CONFIGS name (its flags cycle every kernel)."""
+    mixed = flags is not None
+    sizes = random_sizes(rng, dtype)
+    chunks = max(1, -(-opts.iters // LAUNCHES_PER_PROCESS))
+    per_chunk = -(-opts.iters // chunks)
+    lines: list[AllreduceLine] = []
+    t0 = time.perf_counter()
+    c = 0
+    # At least `chunks` processes (>= --iters launches per size), and on for --minutes.
+    while c < chunks or time.perf_counter() - t0 < opts.soak_minutes * 60:
+        cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
+               "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
+               "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
+               *(flags if mixed else KERNELS[kernel])]
+        what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks}{'+' if c >= chunks else ''})"
+        progress(what)
+        lines += parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
+        c += 1
+    errs = allreduce_errors(lines, dtype=dtype, ngpus=ngpus, what=f"stress soak {kernel} {dtype} x{ngpus}")
+    wrong = errs.wrong
+    expect = "alternate" if mixed else kernel
+    bad_kernel = sorted({ln.kernel_confirmed for ln in lines if ln.elements and ln.kernel_confirmed != expect})
+    # Per size, the checked launches are per_chunk x lanes; the soak's count is per size (every size
+    # gets that many), which is what ">= 1000 iterations per config" means here.
+    per_size = sum(ln.checked_iters for ln in lines) // max(1, len(sizes))
+    line = StressLine(suite="stress", check="soak", kernel=kernel, config=f"{dtype}/{ngpus}gpu",
+                      sizes_bytes=sizes, iterations=per_size, checked=sum(ln.checked_iters for ln in lines),
+                      wrong=wrong, max_abs_err=errs.max_abs_err, seconds=time.perf_counter() - t0,
+                      detail=" ".join(flags) if mixed else "")
+    reasons = [f"{wrong} wrong elements"] if wrong else []
+    reasons += ["some output was NaN or infinite"] if line.max_abs_err is None else []
+    what_ran = "a kernel other than the one each launch asked for" if mixed else f"{bad_kernel}, not {kernel}"
+    reasons += [f"the GPU ran {what_ran}"] if bad_kernel else []
+    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
+
+
+SDPA_SOAK_STREAMS = 2
+
+
+def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
+              shape_name: str) -> ArchivedRecord:
+    """Per seed (fresh inputs): one output launch checked against the float64 reference, then
+    `--iters` launches over SDPA_SOAK_STREAMS streams in flight at once, each compared bit for
+    bit with that output on the GPU, so every launch is checked."""
+    shape = SDPA_SHAPES[shape_name]
+    t0 = time.perf_counter()
+    runs: list[SdpaErrors] = []
+    launches = mismatched = 0
+    per_seed = -(-opts.iters // len(opts.seeds))
+    # Every seed once (>= --iters launches), then new seeds (fresh inputs) until --minutes have passed.
+    seeds = list(opts.seeds)
+    rnd = 0
+    while True:
+        if not seeds:
+            if time.perf_counter() - t0 >= opts.soak_minutes * 60:
+                break
+            rnd += 1
+            seeds = [s + 1009 * rnd for s in opts.seeds]
+        seed = seeds.pop(0)
+        with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
+            files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
+            out = Path(tmp) / "out.npy"
+            cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out),
+                   "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
+            what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
+            progress(what)
+            (sl,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+            if sl.soak_launches != per_seed:
+                raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_seed}",
+                                   "rebuild the SDPA runners (python -m driver build --targets sdpa)")
+            runs.append(sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=what))
+            launches += 1 + sl.soak_launches
+            mismatched += sl.soak_mismatched_elements
+    worst = SdpaErrors.worst(runs)
+    verdict = sdpa_correctness(worst, gates.sdpa)
+    reasons = list(verdict.reasons)
+    if mismatched:
+        reasons.append(f"{mismatched} elements of the soak launches differ from the checked output")
+    line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=shape_name,
+                      iterations=launches, checked=launches, wrong=mismatched + (0 if verdict.passed else 1),
+                      max_abs_err=worst.max_abs_err, seconds=time.perf_counter() - t0,
+                      detail=f"{len(opts.seeds)} seeds; {SDPA_SOAK_STREAMS} streams in flight; every launch compared "
+                             "bit for bit with the reference-checked output")
+    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
+
+

@@ -1,0 +1,151 @@
+"""Known limits: the newest archived gate states, split per gate, and the README table they write."""
+
+from pathlib import Path
+
+import pytest
+
+from driver import archive, cli, limits, thresholds
+from driver.records import ArchivedRecord, DeviceInfo, GpuInfo, RunArchive, SdpaLine, Verdict
+from tests.conftest import ROOT, run_driver
+
+REPO_RUNS = sorted(p for p in (ROOT / "bench_results").iterdir() if (p / "results.json").is_file())
+GATES = thresholds.load()
+NOISE = GATES.noise.min_rel_noise
+H200X2 = DeviceInfo(driver_version="580.159.04",
+                    gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=143771) for i in range(2)])
+
+
+def _sdpa_run(created: str, reasons: list[str], status: str) -> RunArchive:
+    """One gated SDPA record; the reasons are written the way the gate stage writes them."""
+    line = SdpaLine(suite="sdpa", impl="cpasync", shape=[1, 8, 512, 64], iters=100, warmup=10, p50_us=9.4,
+                    p90_us=9.6, mean_us=9.4, std_us=0.1, min_us=9.3, tflops=10.0)
+    rec = ArchivedRecord(suite="sdpa", impl="cpasync", kernel="sdpa_fp8_cpasync", config="mission/seed0",
+                         device=H200X2.kind, git_sha="b" * 40, seed=0, passed=True,
+                         correctness=Verdict(status="pass"), performance=Verdict(status=status, reasons=reasons),
+                         measurement=line, round_p50_us=[9.4])
+    return RunArchive(run_id=archive.run_id(created, "b" * 40, H200X2.kind), created_utc=created,
+                      command=["python", "-m", "driver", "bench"], git_sha="b" * 40, git_dirty=False,
+                      device=H200X2, host=archive.load_run(REPO_RUNS[-1]).host, records=[rec])
+
+
+def _store(root: Path, run: RunArchive, noise: float = 0.02) -> Path:
+    folder = root / run.run_id
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(run.model_dump_json())
+    (folder / "thresholds.toml").write_text(f"[noise]\nmin_rel_noise = {noise}\n")
+    return folder
+
+
+def test_a_record_with_two_gates_gives_two_states():
+    run = _sdpa_run("2026-11-22T13:23:33Z", [
+        "p50 vs baseline: 1.05x (ours 9.41 us, peer 9.86 us, floor 1.10x)",
+        "p50 vs torch_sdpa: 1.33x (ours 9.41 us, peer 12.51 us, floor 1.00x)"], "fail")
+    by_peer = {s.peer: s for s in limits.gate_states(run, noise=0.02)}
+    assert by_peer["baseline"].status == "fail" and by_peer["torch_sdpa"].status == "pass"
+    assert by_peer["baseline"].config == "mission"  # the seed is not part of the gate
+    assert by_peer["baseline"].short_by == pytest.approx(1 - 1.05 / 1.10)
+    assert by_peer["torch_sdpa"].short_by is None
+
+
+def test_the_noise_band_of_the_run_decides_inconclusive():
+    run = _sdpa_run("2026-11-22T13:23:33Z", ["p50 vs baseline: 1.08x (ours 9.10 us, peer 9.83 us, floor 1.10x)"],
+                    "inconclusive")
+    assert [s.status for s in limits.gate_states(run, noise=0.02)] == ["inconclusive"]
+    assert [s.status for s in limits.gate_states(run, noise=0.01)] == ["fail"]
+
+
+def test_newest_run_wins_per_gate_and_skips_are_kept(tmp_path):
+    old = _sdpa_run("2026-11-22T10:00:00Z", ["p50 vs baseline: 1.02x (ours 9.60 us, peer 9.79 us, floor 1.10x)",
+                                             "torch_sdpa not measured"], "fail")
+    new = _sdpa_run("2026-11-22T12:00:00Z", ["p50 vs baseline: 1.20x (ours 8.20 us, peer 9.84 us, floor 1.10x)"],
+                    "pass")
+    folders = sorted([_store(tmp_path, new), _store(tmp_path, old)])
+    states = {s.peer: s for s in limits.newest(folders, default_noise=0.02)}
+    assert states["baseline"].status == "pass" and states["baseline"].run_id == new.run_id
+    assert states["torch_sdpa"].status == "skip" and states["torch_sdpa"].run_id == old.run_id
+    table = limits.markdown(list(states.values()))
+    assert "| 2xH200 | sdpa mission cold: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | peer not measured |" in table
+    assert f"[{old.run_id}](bench_results/{old.run_id}/COMPARE.md), 2026-11-22 10:00 UTC, bbbbbbbb" in table
+    assert "Met in their newest run: 2xH200 sdpa mission cold cpasync vs baseline 1.20x (floor 1.10x" in table
+
+
+def test_write_readme_replaces_only_between_the_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Known limits\n\n{limits.BEGIN}\nold table\n{limits.END}\n\nafter\n")
+    assert limits.write_readme("new table\n", readme)
+    assert readme.read_text() == f"# x\n\n## Known limits\n\n{limits.BEGIN}\nnew table\n{limits.END}\n\nafter\n"
+    assert limits.section(readme) == "new table\n"
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers\n")
+    assert not limits.write_readme("new table\n", plain)
+    assert plain.read_text() == "no markers\n"
+
+
+def test_every_archived_gate_reason_is_understood():
+    """A change to how the gate stage words its reasons must show up here, not as rows silently missing."""
+    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED)
+    for folder in REPO_RUNS:
+        for r in archive.load_run(folder).records:
+            for reason in (r.performance.reasons if r.performance else []):
+                assert any(p.match(reason) for p in patterns), f"{folder.name}: {reason!r}"
+
+
+def test_split_states_agree_with_the_archived_verdicts():
+    """Where a record had one gate, the state recomputed from its reason is the status the gate archived."""
+    checked = 0
+    for folder in REPO_RUNS:
+        for r in archive.load_run(folder).records:
+            if r.performance and len(r.performance.reasons) == 1 and limits._RATIO.match(r.performance.reasons[0]):
+                run = archive.load_run(folder).model_copy(update={"records": [r]})
+                (state,) = limits.gate_states(run, limits._noise(folder, NOISE))
+                assert state.status == r.performance.status, f"{folder.name} {r.config}"
+                checked += 1
+    assert checked >= 5
+
+
+def test_readme_known_limits_are_the_newest_archived_states():
+    expected = limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
+    assert limits.section() == expected, (
+        "README.md's known limits are not the newest archived gate states: run `python -m driver index`")
+
+
+def test_limits_cli_prints_the_table():
+    out = run_driver("limits")
+    assert out.returncode == 0 and out.stdout == limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
+
+
+def test_limits_write_refuses_a_readme_without_markers(tmp_path, monkeypatch, capsys):
+    plain = tmp_path / "README.md"
+    plain.write_text("no markers\n")
+    monkeypatch.setattr(limits, "README_FILE", plain)
+    assert cli.main(["limits", "--write"]) == 2
+    assert "has no limits markers" in capsys.readouterr().err
+    assert plain.read_text() == "no markers\n"
+
+
+def test_gate_states_carry_the_timing_mode():
+    """Reasons since thresholds v2 name the mode; a gate on a mode the run did not time is its own state."""
+    run = _sdpa_run("2026-11-23T06:34:21Z", [
+        "cold p50 vs torch_sdpa: 1.33x (ours 9.98 us, peer 13.28 us, floor 1.00x)",
+        "peer baseline not measured (hot)",
+        "gate vs torch_sdpa is on hot timing, which this run did not measure (--timing cold)"], "fail")
+    states = {(s.peer, s.timing): s for s in limits.gate_states(run, noise=0.02)}
+    assert states[("torch_sdpa", "cold")].status == "pass"
+    assert states[("baseline", "hot")].status == "skip"
+    assert states[("torch_sdpa", "hot")].status == "untimed"
+    table = limits.markdown(list(states.values()))
+    assert "| 2xH200 | sdpa mission hot: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | mode not timed |" in table
+    old = _sdpa_run("2026-11-22T13:23:33Z", ["p50 vs baseline: 1.05x (ours 9.41 us, peer 9.86 us, floor 1.10x)"], "fail")
+    (legacy,) = limits.gate_states(old, noise=0.02)
+    assert legacy.timing == "cold"  # read from the record: an event pair per launch
+
+
+def test_only_gates_thresholds_still_holds_are_known_limits():
+    """A state of a gate measured in another mode than today's gate names (an older host-batched run)
+    is not a known limit of today's gates."""
+    run = _sdpa_run("2026-11-23T06:34:21Z", [
+        "cold p50 vs baseline: 1.05x (ours 9.41 us, peer 9.86 us, floor 1.10x)",
+        "hot p50 vs baseline: 1.05x (ours 5.93 us, peer 6.23 us, floor 1.10x)"], "fail")
+    states = {s.timing: s for s in limits.gate_states(run, noise=0.02)}
+    assert limits.is_current(states["cold"], GATES)  # thresholds.toml gates cpasync vs baseline on cold
+    assert not limits.is_current(states["hot"], GATES)
