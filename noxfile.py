@@ -2,6 +2,7 @@
 
     nox -s build  -- --arch sm_90,sm_89
     nox -s test
+    nox -s lint
     nox -s bench  -- --sizes 256K,16M
     nox -s stress
     nox -s sweep  -- --write
@@ -55,6 +56,13 @@ def test(session: nox.Session) -> None:
     session.run("python", "-m", "driver", "build", "--arch", "sm_90")
     session.run("python", "-m", "driver", "build", "--arch", "sm_89", "--targets", "sdpa")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the driver, the tests and this file, with the settings in pyproject.toml."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", "driver", "tests", "noxfile.py", *session.posargs)
 
 
 @nox.session

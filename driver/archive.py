@@ -8,6 +8,7 @@ files say (COMPARE.md, the index) is rendered by driver/report.py.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -19,8 +20,11 @@ RESULTS_FILE = "results.json"
 
 
 def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
+    """`<UTC time>-<sha>-<device>`; a second run archived within the same second gets `-2`, `-3`, ..."""
     stamp = dt.datetime.strptime(created_utc, "%Y-%m-%dT%H:%M:%SZ").strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{git_sha[:8]}-{device_kind}"
+    base = f"{stamp}-{git_sha[:8]}-{device_kind}"
+    taken = {p.name for p in archived_runs()}
+    return next(c for c in (base if n == 1 else f"{base}-{n}" for n in itertools.count(1)) if c not in taken)
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dict[str, bytes] | None = None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from driver import archive, build, device, gates, paths, plots, report, targets, thresholds
 from driver.config import DEFAULT_ARCH
-from driver.errors import BuildFailed
+from driver.errors import BuildFailed, NoGPU
 from driver.host import git_state, host_info, utc_now
 from driver.options import RunOptions
 from driver.records import BuildMeta, RunArchive
@@ -17,12 +17,11 @@ from driver.suites.common import Suite, SuiteResult, progress
 SUITES: dict[str, Suite] = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep, "stress": stress}
 
 
-def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
-    """Validate the gates, build (or find the bundle's build), find the GPU arch.
+def prepare(opts: RunOptions, limits: thresholds.Thresholds) -> tuple[BuildMeta, str]:
+    """Build (or find the bundle's build), find the GPU arch.
 
     Builds before asking for a GPU, so a CPU box still compiles and checks.
     """
-    limits = thresholds.load(opts.thresholds)
     wanted = targets.select(",".join(SUITES[s].TARGETS for s in opts.suites))
     can_build = opts.build and not paths.is_bundle()
     if can_build:
@@ -35,12 +34,16 @@ def prepare(opts: RunOptions) -> tuple[thresholds.Thresholds, BuildMeta, str]:
                               f"rebuild with --arch {arch}")
         build.build_all(wanted, (arch,), limits.build)
         meta = build.load_meta()
-    return limits, build.with_sass(meta), arch
+    return build.with_sass(meta), arch
 
 
 def run(opts: RunOptions, argv: list[str]) -> Path:
-    limits, meta, arch = prepare(opts)
-    dev = device.probe()
+    limits = thresholds.load(opts.thresholds)
+    try:
+        meta, arch = prepare(opts, limits)
+        dev = device.probe()
+    except NoGPU as exc:  # nothing ran: every gate of the run is absent, and the message says so
+        raise NoGPU(f"{exc.message}; not measured: {gates.requested_summary(opts, limits)}", exc.hint) from None
     sha, dirty = git_state()
     exe_dir = paths.build_dir() / arch
     results = SuiteResult()
@@ -48,6 +51,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         progress(f"suite {suite} on {dev.kind} ({arch})")
         results.extend(SUITES[suite].run(opts, exe_dir, dev, limits, sha))
     created = utc_now()
+    verdicts, records = gates.evaluate(results.records, results.skipped, opts, limits, dev.kind)
     run_rec = RunArchive(
         run_id=archive.run_id(created, sha, dev.kind),
         created_utc=created,
@@ -57,15 +61,16 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         device=dev,
         device_after=device.probe(),
         host=host_info(),
-        records=results.records,
+        records=records,
         skipped=results.skipped,
         ceilings_gbps=results.ceilings_gbps,
+        gates=verdicts,
     )
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
     folder = report.publish(run_rec, meta, thresholds_text, {**plots.render(run_rec), **results.extra_files})
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
-    failure = gates.exit_decision(run_rec, folder)
+    failure = gates.exit_decision(run_rec.gates, folder)
     if failure:
         raise failure
     return folder

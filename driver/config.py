@@ -15,8 +15,12 @@ DEFAULT_ARCH = "sm_90"
 DTYPES = ("float32", "bfloat16", "float16")
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SUPPORTED_NGPUS = (2, 4, 8)
-ALLREDUCE_KERNELS = ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
 CPASYNC_STAGES = (2, 3, 4)
+# The allreduce kernels, by the name the GPU confirms it ran (kernel_name in kernels_mojo/allreduce/
+# dispatch.mojo): the one list --kernel, the sweep, stress, the GPU tests and the dispatch test read.
+ALLREDUCE_KERNEL_NAMES = ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+# What --kernel takes besides those: auto (the dispatch table) and 1stage_cpasync (the build's stage count).
+ALLREDUCE_KERNELS = ("auto", *dict.fromkeys(re.sub(r"_s\d+$", "", k) for k in ALLREDUCE_KERNEL_NAMES))
 SUITES = ("allreduce", "sdpa", "all")
 TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
 TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
@@ -98,8 +102,9 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 
 
 def parse_suite(text: str) -> tuple[str, ...]:
-    (suite,) = _parse_choice_list(text, SUITES, "suite")[:1]
-    return ("allreduce", "sdpa") if suite == "all" else (suite,)
+    """`allreduce,sdpa` -> both, in that order; `all` -> every suite."""
+    items = _parse_choice_list(text, SUITES, "suite")
+    return tuple(dict.fromkeys(s for item in items for s in (("allreduce", "sdpa") if item == "all" else (item,))))
 
 
 def parse_timing(text: str) -> tuple[str, ...]:
@@ -112,13 +117,16 @@ def parse_timing(text: str) -> tuple[str, ...]:
 def parse_kernel(text: str) -> str:
     """An allreduce kernel name: auto, 1stage, 2stage, 1stage_push, 1stage_cpasync or 1stage_cpasync_sN."""
     name = text.strip()
-    m = re.fullmatch(r"1stage_cpasync_s(\d+)", name)
-    if m and int(m.group(1)) in CPASYNC_STAGES:
+    if name in ALLREDUCE_KERNELS or name in ALLREDUCE_KERNEL_NAMES:
         return name
-    if name in ALLREDUCE_KERNELS:
-        return name
-    allowed = list(ALLREDUCE_KERNELS) + [f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES]
+    allowed = dict.fromkeys([*ALLREDUCE_KERNELS, *ALLREDUCE_KERNEL_NAMES])
     raise ConfigError(f"unknown kernel {text!r}", f"choose from {', '.join(allowed)}")
+
+
+def kernel_flags(kernel: str) -> list[str]:
+    """The allreduce executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
+    m = re.fullmatch(r"(.+)_s(\d+)", kernel)
+    return ["--kernel", m.group(1), "--stages", m.group(2)] if m else ["--kernel", kernel]
 
 
 def parse_ngpus(text: str) -> tuple[int, ...]:

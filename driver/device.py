@@ -27,7 +27,7 @@ def _nvml():
 def _safe(fn, *args, default=None):
     try:
         return fn(*args)
-    except Exception:  # NVML raises per-field "not supported" errors on some parts
+    except Exception:  # noqa: BLE001 - NVML raises per-field "not supported" errors of several kinds on some parts
         return default
 
 

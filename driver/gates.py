@@ -7,11 +7,23 @@ measures anything.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
+from driver import peers
 from driver.errors import DriverError, PerfGateFailed, WrongResults
-from driver.records import AllreduceLine, RunArchive, SdpaLine, TargetBuild, Verdict
+from driver.options import RunOptions
+from driver.records import (
+    STATUS_ORDER,
+    AllreduceLine,
+    ArchivedRecord,
+    GateResult,
+    RunArchive,
+    SdpaLine,
+    Skip,
+    TargetBuild,
+    Verdict,
+)
 from driver.targets import Target
 from driver.thresholds import BuildGates, SdpaGates, Thresholds
 from driver.verify import SdpaErrors
@@ -30,59 +42,95 @@ def ratio_verdict(label: str, *, ours_us: float, peer_us: float, min_ratio: floa
     return Verdict(status="pass" if ratio >= min_ratio else "fail", reasons=[text])
 
 
-def _mode_not_timed(peer: str, gate_mode: str, modes: Collection[str]) -> Verdict:
-    """A gate whose timing mode the run did not measure fails: never passed by omission."""
-    why = f"gate vs {peer} is on {gate_mode} timing, which this run did not measure (--timing {','.join(modes)})"
-    return Verdict(status="fail", reasons=[why])
+@dataclass(frozen=True)
+class SpeedGate:
+    """One speedup gate of thresholds.toml, resolved for a suite: which record is ours, which is the
+    peer's, the timing mode both are compared in, and the floor. `config` is the records' config the
+    gate reads (SDPA: the shape)."""
+
+    suite: str
+    impl: str  # ours ("ours"; SDPA: a variant, or "best" = the fastest variant timed)
+    peer: str
+    timing: str  # cold or hot (README "How we time")
+    config: str
+    min_ratio: float
+
+    @property
+    def gate(self) -> str:
+        return f"{self.suite}/speed/{self.impl}-vs-{self.peer}/{self.timing}/{self.config}"
 
 
-def allreduce_speed(line: AllreduceLine, mode: str, peers: dict[tuple[str, str, int], AllreduceLine],
-                    modes: tuple[str, ...], gates: Thresholds) -> Verdict | None:
-    """Our line (timed in `mode`) against every speedup gate of its (bytes, dtype, GPU count) on that
-    mode; `peers` is keyed (impl, mode, bytes). A gate on a mode the run did not time fails, on the
-    line of the run's first mode. None when no gate names the line."""
-    verdicts = []
-    for g in gates.allreduce.speedup:
-        if (g.bytes, g.dtype, g.ngpus) != (line.bytes, line.dtype, line.ngpus):
-            continue
-        if g.timing not in modes:
-            if mode == modes[0]:
-                verdicts.append(_mode_not_timed(g.peer, g.timing, modes))
-            continue
-        if g.timing != mode:
-            continue
-        peer = peers.get((g.peer, mode, line.bytes))
-        if peer is None:
-            verdicts.append(Verdict(status="skip", reasons=[f"peer {g.peer} not measured ({mode})"]))
-            continue
-        verdicts.append(ratio_verdict(f"{mode} p50 vs {g.peer}", ours_us=line.p50_us, peer_us=peer.p50_us,
-                                      min_ratio=g.min_ratio, noise=gates.noise.min_rel_noise))
-    return Verdict.combine(verdicts) if verdicts else None
+def speed_gates(opts: RunOptions, limits: Thresholds) -> list[SpeedGate]:
+    """The speedup gates this run asked for: those whose config is among the requested ones, in
+    every timing mode. Each must be measured (its mode timed, both sides run); one that is not
+    fails the run unless thresholds.toml marks it optional for the host."""
+    out: list[SpeedGate] = []
+    if "allreduce" in opts.suites:
+        for g in limits.allreduce.speedup:
+            if g.bytes in opts.sizes_bytes and g.dtype in opts.dtypes and (opts.ngpus is None or g.ngpus in opts.ngpus):
+                out.append(SpeedGate("allreduce", "ours", g.peer, g.timing, allreduce_config(g.dtype, g.ngpus, g.bytes),
+                                     g.min_ratio))
+    if "sdpa" in opts.suites:
+        shapes = [name for name, _ in opts.shapes]
+        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, g.shape, g.min_ratio)
+                for g in limits.sdpa.speedup if g.shape in shapes]
+    return out
 
 
-def sdpa_speed(shape_name: str, lines: dict[tuple[str, str], SdpaLine], ours: Collection[str],
-               modes: tuple[str, ...], gates: Thresholds) -> dict[tuple[str, str], Verdict]:
-    """Per (impl, mode), the speedup gates that name it for this shape (`best`: the fastest of `ours`
-    in the gate's mode). A gate on a mode the run did not time fails, on the run's first mode."""
-    out: dict[tuple[str, str], list[Verdict]] = {}
-    for g in gates.sdpa.speedup:
-        if g.shape != shape_name:
-            continue
-        if g.timing not in modes:
-            for impl in (ours if g.impl == "best" else (g.impl,)):
-                out.setdefault((impl, modes[0]), []).append(_mode_not_timed(g.peer, g.timing, modes))
-            continue
-        mine = {impl: ln for (impl, mode), ln in lines.items() if impl in ours and mode == g.timing}
-        impl = min(mine, key=lambda k: mine[k].p50_us) if g.impl == "best" and mine else g.impl
-        if (impl, g.timing) not in lines or (g.peer, g.timing) not in lines:
-            out.setdefault((impl, g.timing), []).append(
-                Verdict(status="skip", reasons=[f"{g.peer} not measured ({g.timing})"]))
-            continue
-        out.setdefault((impl, g.timing), []).append(
-            ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=lines[(impl, g.timing)].p50_us,
-                          peer_us=lines[(g.peer, g.timing)].p50_us, min_ratio=g.min_ratio,
-                          noise=gates.noise.min_rel_noise))
-    return {k: Verdict.combine(v) for k, v in out.items()}
+def allreduce_config(dtype: str, ngpus: int, nbytes: int) -> str:
+    return f"{dtype}/{ngpus}gpu/{nbytes}B"
+
+
+Timed = dict[tuple[str, str, str], ArchivedRecord]  # (impl, config, mode) -> the record with timings
+
+
+def _timed(records: list[ArchivedRecord]) -> Timed:
+    """Timed records by (impl, config, mode); an SDPA record by its shape (only the first seed is timed)."""
+    out: Timed = {}
+    for r in records:
+        if r.round_p50_us and r.suite in ("allreduce", "sdpa"):
+            config = r.config.split("/")[0] if r.suite == "sdpa" else r.config
+            out.setdefault((r.impl, config, r.timing_mode), r)
+    return out
+
+
+def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ...],
+           noise: float) -> tuple[GateResult, ArchivedRecord | None]:
+    """The gate's result and the record of ours it judges (None when ours was not timed in its mode)."""
+    if g.timing not in modes:  # the run did not time this mode at all: never passed by omission
+        why = f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
+    if g.impl == "best":
+        mine = [r for (impl, config, mode), r in timed.items()
+                if (config, mode) == (g.config, g.timing) and not peers.is_peer(impl)]
+        subject = min(mine, key=lambda r: r.measurement.p50_us, default=None)
+    else:
+        subject = timed.get((g.impl, g.config, g.timing))
+    peer = timed.get((g.peer, g.config, g.timing))
+
+    def why(impl: str) -> list[str]:
+        return list(dict.fromkeys(s.reason for s in skipped if s.suite == g.suite and s.impl in (impl, "*")))
+
+    missing = [f"{g.impl} not timed at {g.config} ({g.timing})", *why(g.impl)] if subject is None else []
+    missing += [f"{g.peer} not measured ({g.timing})", *why(g.peer)] if peer is None else []
+    if missing:
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
+    v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
+                      peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
+    return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=v.reasons), subject
+
+
+def allreduce_inconclusive(reps: dict[tuple[str, str, int], AllreduceLine], limits: Thresholds) -> bool:
+    """Whether any allreduce speed gate over these representative lines, keyed (impl, mode, bytes),
+    sits inside the noise (the suite then runs one more round)."""
+    for g in limits.allreduce.speedup:
+        ours, peer = reps.get(("ours", g.timing, g.bytes)), reps.get((g.peer, g.timing, g.bytes))
+        if ours and peer and (ours.dtype, ours.ngpus) == (g.dtype, g.ngpus) and ours.timed and peer.timed:
+            v = ratio_verdict("", ours_us=ours.p50_us, peer_us=peer.p50_us, min_ratio=g.min_ratio,
+                              noise=limits.noise.min_rel_noise)
+            if v.status == "inconclusive":
+                return True
+    return False
 
 
 # ---------------------------------------------------------------- correctness
@@ -169,17 +217,85 @@ def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
     return bad
 
 
-# ---------------------------------------------------------------- the run's exit
+# ---------------------------------------------------------------- the run's gates and exit
 
 
-def exit_decision(run: RunArchive, folder: Path) -> DriverError | None:
-    """The error the run exits with (wrong results before slow ones), or None when every gate held."""
-    wrong = [r for r in run.records if not r.passed]
-    if wrong:
-        return WrongResults(f"{len(wrong)} record(s) failed correctness, e.g. {wrong[0].config} {wrong[0].impl}: "
-                            + "; ".join(wrong[0].correctness.reasons), f"archived in {folder}")
-    slow = [r for r in run.records if r.performance and r.performance.status == "fail"]
-    if slow:
-        return PerfGateFailed(f"{len(slow)} gate(s) failed, e.g. {slow[0].config} {slow[0].impl}: "
-                              + "; ".join(slow[0].performance.reasons), f"archived in {folder}")
+def _correctness(records: list[ArchivedRecord]) -> list[GateResult]:
+    """Every record's correctness is a gate, but an ungated peer's (its error is reported, not gated)."""
+    out = []
+    for r in records:
+        if r.suite != "stress" and r.impl in peers.UNGATED:
+            continue
+        if r.suite == "stress":
+            gate = f"stress/{r.measurement.check}/{r.kernel}/{r.config}"
+            kind = "speed" if r.measurement.check == "profile" else "correctness"
+        else:
+            mode = f"/{r.timing}" if r.timing else ""  # a config timed in two modes ran twice: two gates
+            gate, kind = f"{r.suite}/correct/{r.impl}/{r.config}{mode}", "correctness"
+        out.append(GateResult(gate=gate, kind=kind, status=r.correctness.status, reasons=r.correctness.reasons))
+    return out
+
+
+def evaluate(records: list[ArchivedRecord], skipped: list[Skip], opts: RunOptions, limits: Thresholds,
+             device_kind: str) -> tuple[list[GateResult], list[ArchivedRecord]]:
+    """Every gate of the run, and the records with the speed gates that judge them attached.
+
+    A gate not measured here is optional only where thresholds.toml's [[optional]] names it for
+    this device kind; else its absence blocks the run like a failure."""
+    results = _correctness(records)
+    timed = _timed(records)
+    judged: dict[int, list[GateResult]] = {}
+    for g in speed_gates(opts, limits):
+        result, subject = _speed(g, timed, skipped, opts.modes(g.suite), limits.noise.min_rel_noise)
+        results.append(result)
+        if subject is not None:
+            judged.setdefault(id(subject), []).append(result)
+    out = []
+    for g in results:
+        why = limits.optional_reason(g.gate, device_kind) if g.status == "not_measured" else None
+        out.append(g.model_copy(update={"optional": True, "reasons": [*g.reasons, f"optional here: {why}"]})
+                   if why else g)
+    attached = [r.model_copy(update={"performance": Verdict.combine(
+        [Verdict(status=g.status, reasons=g.reasons) for g in judged[id(r)]])}) if id(r) in judged else r
+        for r in records]
+    return out, attached
+
+
+def requested_summary(opts: RunOptions, limits: Thresholds) -> str:
+    """What a run that never started leaves unmeasured, for the one error line."""
+    if "stress" in opts.suites:
+        return f"every stress gate ({', '.join(opts.stress_parts)})"
+    ids = [g.gate for g in speed_gates(opts, limits)]
+    return ", ".join([*ids, f"every {' and '.join(opts.suites)} correctness gate"])
+
+
+def recorded(run: RunArchive) -> list[GateResult]:
+    """The run's gates; for a schema-1 archive (no gate list), the verdicts its records stored."""
+    if run.gates:
+        return run.gates
+    out = _correctness(run.records)
+    for r in run.records:
+        if r.performance is not None:
+            out.append(GateResult(gate=f"{r.suite}/speed/{r.impl}/{r.config}", kind="speed",
+                                  status=r.performance.status, reasons=r.performance.reasons))
+    return out
+
+
+def ordered(gates: list[GateResult]) -> list[GateResult]:
+    """Failed first, then not measured (required before optional), inconclusive, passed."""
+    return sorted(gates, key=lambda g: (STATUS_ORDER.index(g.status), g.optional))
+
+
+def exit_decision(gates: list[GateResult], folder: Path) -> DriverError | None:
+    """The error the run exits with (correctness before speed), or None when every gate held.
+    A gate that was not measured blocks like a failure unless it is optional on this host."""
+    for kind, error in (("correctness", WrongResults), ("speed", PerfGateFailed)):
+        blocking = [g for g in gates if g.kind == kind and g.blocking]
+        if not blocking:
+            continue
+        failed = [g for g in blocking if g.status == "fail"]
+        missing = [g for g in blocking if g.status == "not_measured"]
+        parts = [f"{len(group)} {kind} gate(s) {what}, e.g. {group[0].gate}: {'; '.join(group[0].reasons)}"
+                 for group, what in ((failed, "failed"), (missing, "not measured")) if group]
+        return error("; ".join(parts), f"archived in {folder}; COMPARE.md lists every gate")
     return None

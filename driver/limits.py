@@ -22,8 +22,8 @@ from typing import Literal
 from pydantic import ValidationError
 
 from driver import paths
-from driver.records import Record, RunArchive
 from driver.gates import ratio_verdict
+from driver.records import Record, RunArchive
 from driver.thresholds import Thresholds
 
 README_FILE = paths.ROOT / "README.md"
@@ -52,7 +52,7 @@ class GateState(Record):
     kernel: str
     peer: str
     timing: str = "cold"  # the gate's timing mode
-    status: Literal["pass", "fail", "inconclusive", "skip", "untimed"]  # untimed: the run did not time the mode
+    status: Literal["pass", "fail", "inconclusive", "not_measured", "untimed"]  # untimed: the run did not time the mode
     ratio: float | None = None  # peer p50 / our p50, as archived (2 decimals)
     floor: float | None = None
     ours_us: float | None = None
@@ -104,7 +104,7 @@ def gate_states(run: RunArchive, noise: float) -> list[GateState]:
                 out.append(GateState(peer=m["peer"], timing=mode, status=status, ratio=float(m["ratio"]),
                                      floor=floor, ours_us=ours, peer_us=peer_us, **common))
             else:
-                out.append(GateState(peer=m["peer"], timing=mode, status="inconclusive" if m.re is _ZERO else "skip",
+                out.append(GateState(peer=m["peer"], timing=mode, status="inconclusive" if m.re is _ZERO else "not_measured",
                                      **common))
     return out
 
@@ -168,7 +168,7 @@ def markdown(states: list[GateState]) -> str:
                 floor = f"{s.floor:.2f}x"
             else:
                 measured = floor = "-"
-            state = {"skip": "peer not measured", "untimed": "mode not timed"}.get(s.status, s.status)
+            state = {"not_measured": "peer not measured", "untimed": "mode not timed"}.get(s.status, s.status)
             by = f"{s.short_by:.0%}" if s.short_by is not None else "-"
             lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {state} | {_where(s)} |")
     else:

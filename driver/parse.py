@@ -7,11 +7,13 @@ infinity, missing or extra fields, and truncated lines are all rejected.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from driver.errors import KernelFailed
+from driver.launch import launch
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -28,12 +30,17 @@ def parse_lines(stdout: str, model: type[M], *, what: str) -> list[M]:
         try:
             data = json.loads(line, parse_constant=_reject_constant)
             if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+                raise TypeError("not a JSON object")
             records.append(model.model_validate(data))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, TypeError, ValidationError) as exc:
             first = str(exc).splitlines()
             brief = "; ".join(s.strip() for s in first[:3])
             raise KernelFailed(f"malformed output from {what}, line {lineno}: {brief}", f"line: {line[:200]!r}") from None
     if not records:
         raise KernelFailed(f"{what} printed no result line")
     return records
+
+
+def launch_lines(cmd: Sequence[str], model: type[M], *, what: str, timeout_s: float) -> list[M]:
+    """Run a kernel executable or peer (the one launcher) and read its result lines (the one parser)."""
+    return parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what)

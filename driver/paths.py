@@ -32,6 +32,11 @@ def thresholds_file() -> Path:
     return ROOT / "thresholds.toml"
 
 
+def pyproject_file() -> Path:
+    """pyproject.toml: the project's dependencies and the pinned Mojo toolchain (a bundle carries it too)."""
+    return ROOT / "pyproject.toml"
+
+
 def toolchain_venv() -> Path:
     """The one shared venv holding the pinned Mojo toolchain (about 1 GB, made once)."""
     return Path(os.environ.get("DRIVER_TOOLCHAIN_VENV", ROOT / ".toolchain" / "venv"))

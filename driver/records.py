@@ -7,11 +7,13 @@ no NaN or infinity, and with a JSON Schema written next to bench_results/.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator
 
-SCHEMA_VERSION = 1
+# 2: verdicts say "not_measured" (was "skip"), runs carry their gates, stress lines hold null (never 0)
+# for what a check did not measure. Version-1 results still load (see Verdict.status).
+SCHEMA_VERSION = 2
 
 
 class Record(BaseModel):
@@ -217,33 +219,46 @@ class CeilingLine(Record):
 
 
 class StressLine(Record):
-    """One stress config's outcome, written by the driver's stress suite."""
+    """One stress config's outcome, written by the driver's stress suite. A field the check did
+    not measure is null, never 0: a sanitizer run counts hazards, not wrong elements."""
 
     suite: Literal["stress"]
     check: Literal["soak", "watchdog", "sanitizer", "profile"]
     kernel: str
     config: str
     sizes_bytes: list[NonNegativeInt] = Field(default_factory=list)
-    iterations: NonNegativeInt  # launches executed
-    checked: NonNegativeInt  # of those, results compared element by element with the reference
-    wrong: NonNegativeInt
-    max_abs_err: NonNegativeFloat | None  # None: some output was NaN or infinite
-    hazards: NonNegativeInt | None = None  # sanitizer: None = not covered (see detail)
+    iterations: NonNegativeInt | None  # launches executed
+    checked: NonNegativeInt | None  # of those, results compared element by element with the reference
+    wrong: NonNegativeInt | None  # elements that disagreed with the reference (or with the checked output)
+    max_abs_err: NonNegativeFloat | None  # null: not measured, or not finite (then `nonfinite`)
+    nonfinite: bool = False  # some checked output element was NaN or infinite
+    hazards: NonNegativeInt | None = None  # sanitizer: None = not measured (see detail)
     hang: bool = False
-    seconds: NonNegativeFloat = 0.0
+    seconds: NonNegativeFloat | None = None  # wall time of the check; None: nothing ran
     detail: str = ""
     counters: dict[str, float] = Field(default_factory=dict)  # profile: ncu counters or timings (see detail)
 
 
-Measurement = Annotated[Union[AllreduceLine, SdpaLine, StressLine], Field(discriminator="suite")]
+Measurement = Annotated[AllreduceLine | SdpaLine | StressLine, Field(discriminator="suite")]
 
 
 # ---------------------------------------------------------------- verdicts and archive
 
 
+Status = Literal["pass", "fail", "inconclusive", "not_measured"]
+# What outranks what when several verdicts describe one thing: a failure, then something that
+# was not measured (absence is never a pass), then a result inside the noise, then a pass.
+STATUS_ORDER: tuple[Status, ...] = ("fail", "not_measured", "inconclusive", "pass")
+
+
 class Verdict(Record):
-    status: Literal["pass", "fail", "inconclusive", "skip"]
+    status: Status
     reasons: list[str] = Field(default_factory=list)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _legacy_skip(cls, value: object) -> object:
+        return "not_measured" if value == "skip" else value  # schema 1 archives said "skip"
 
     @property
     def passed(self) -> bool:
@@ -251,12 +266,28 @@ class Verdict(Record):
 
     @classmethod
     def combine(cls, verdicts: list[Verdict]) -> Verdict:
-        """fail beats inconclusive beats pass; skips count only when nothing else ran."""
-        ran = [v for v in verdicts if v.status != "skip"] or verdicts
-        for status in ("fail", "inconclusive", "pass", "skip"):
-            if any(v.status == status for v in ran):
-                break
+        """The highest-ranked status of STATUS_ORDER, with every reason."""
+        status = min((v.status for v in verdicts), key=STATUS_ORDER.index, default="not_measured")
         return cls(status=status, reasons=list(dict.fromkeys(r for v in verdicts for r in v.reasons)))
+
+
+class GateResult(Record):
+    """One gate of one run: pass, fail, inconclusive (inside the noise), or not measured (with why).
+
+    `gate` is the id thresholds.toml's [[optional]] entries match, e.g.
+    `allreduce/speed/ours-vs-nccl/float32/2gpu/262144B` or `stress/sanitizer/memcheck/sdpa_fp8_cpasync/small`.
+    `kind` picks the exit code a failed or (required) unmeasured gate gives: correctness 7, speed 8."""
+
+    gate: str
+    kind: Literal["correctness", "speed"]
+    status: Status
+    optional: bool = False  # not measured, and thresholds.toml lets it go unmeasured on this host
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def blocking(self) -> bool:
+        """Fails the run: a failure, or an absence thresholds.toml does not allow here."""
+        return self.status == "fail" or (self.status == "not_measured" and not self.optional)
 
 
 class ArchivedRecord(Record):
@@ -267,12 +298,13 @@ class ArchivedRecord(Record):
     device: str
     git_sha: str
     seed: int | None = None
-    passed: bool
-    max_abs_err: NonNegativeFloat | None = None
+    passed: bool  # correctness.status == "pass"
+    max_abs_err: NonNegativeFloat | None = None  # null: not measured, or not finite (then `nonfinite`)
+    nonfinite: bool = False  # some checked output element was NaN or infinite
     bad_frac: NonNegativeFloat | None = None
     rel_l2: NonNegativeFloat | None = None
-    correctness: Verdict
-    performance: Verdict | None = None
+    correctness: Verdict  # a peer that is only timed: not_measured, and no gate reads it
+    performance: Verdict | None = None  # the speed gates that name this record, combined
     measurement: Measurement
     round_p50_us: list[NonNegativeFloat] = Field(default_factory=list)
     timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
@@ -324,6 +356,7 @@ class RunArchive(Record):
     records: list[ArchivedRecord]
     skipped: list[Skip] = Field(default_factory=list)
     ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    gates: list[GateResult] = Field(default_factory=list)  # every gate of the run (empty in schema 1 archives)
 
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, paths, plots
+from driver import archive, gates, paths, plots
 from driver.config import TIMING_MODES
-from driver.records import ArchivedRecord, BuildMeta, ClusterReport, RunArchive
+from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
 
 COMPARE_FILE = "COMPARE.md"
@@ -97,14 +97,39 @@ def _stress_table(run: RunArchive) -> list[str]:
     recs = [r for r in run.records if r.suite == "stress"]
     if not recs:
         return []
-    rows = ["## stress", "", "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | "
-            "verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["## stress", "",
+            "| check | kernel | config | iterations | checked | wrong | max_abs_err | hazards | hang | s | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in recs:
         m = r.measurement
         why = "; ".join(r.correctness.reasons) or m.detail
-        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {m.iterations} | {m.checked} | {m.wrong} | "
-                    f"{m.max_abs_err} | {'-' if m.hazards is None else m.hazards} | {m.hang} | {m.seconds:.1f} | "
-                    f"{r.correctness.status} {why} |")
+        err = "NaN/inf" if m.nonfinite else _cell(m.max_abs_err)
+        rows.append(f"| {m.check} | {m.kernel} | {m.config} | {_cell(m.iterations)} | {_cell(m.checked)} | "
+                    f"{_cell(m.wrong)} | {err} | {_cell(m.hazards)} | {m.hang} | {_cell(m.seconds)} | "
+                    f"{STATUS_TEXT[r.correctness.status]} {why} |")
+    return rows + [""]
+
+
+def _cell(value: float | None) -> str:
+    """A measured number, or "-" where the check measured nothing (never a made-up 0)."""
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+STATUS_TEXT = {"fail": "FAIL", "not_measured": "NOT MEASURED", "inconclusive": "inconclusive", "pass": "pass"}
+
+
+def _state(g: GateResult) -> str:
+    return "not measured (optional here)" if g.optional else STATUS_TEXT[g.status]
+
+
+def _gate_table(run: RunArchive) -> list[str]:
+    """Every gate of the run and its state: failed and not measured first."""
+    recorded = gates.recorded(run)
+    if not recorded:
+        return []
+    note = "" if run.gates else " (schema 1 run: read back from its records' verdicts)"
+    rows = [f"## Gates{note}", "", "| state | gate | kind | why |", "|---|---|---|---|"]
+    rows += [f"| {_state(g)} | {g.gate} | {g.kind} | {'; '.join(g.reasons)} |" for g in gates.ordered(recorded)]
     return rows + [""]
 
 
@@ -149,7 +174,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _gate_table(run) + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
@@ -168,13 +193,21 @@ def rerender_compare(folder: Path) -> None:
     paths.write_atomic(folder / COMPARE_FILE, compare_markdown(run, pngs or None))
 
 
-def _headline(run: RunArchive) -> str:
-    n_pass = sum(r.passed for r in run.records)
-    parts = [f"{n_pass}/{len(run.records)} correct"]
-    for r in run.records:
-        if r.suite != "stress" and r.impl in ("ours", "cpasync") and r.performance and r.performance.reasons:
-            parts.append(f"{r.config} {r.performance.reasons[0].split(' (')[0]}")
-    return "; ".join(parts[:4])
+def headline(run: RunArchive) -> str:
+    """Every gate's state in one cell, failed and not measured first, naming the first of each."""
+    recorded = gates.ordered(gates.recorded(run))
+    if not recorded:
+        return "no gates"
+    parts = []
+    for state in dict.fromkeys(_state(g) for g in recorded):
+        group = [g for g in recorded if _state(g) == state]
+        text = f"{len(group)} {state}"
+        first = group[0]
+        if first.blocking:
+            why = "; ".join(first.reasons) or "no reason recorded"
+            text += f" (e.g. {first.gate}: {why[:160]})"
+        parts.append(text)
+    return "; ".join(parts).replace("|", "/")
 
 
 def index_markdown(root: Path) -> str:
@@ -186,7 +219,7 @@ def index_markdown(root: Path) -> str:
             run = archive.load_run(folder)
         except ValueError:
             continue
-        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {_headline(run)} |")
+        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {headline(run)} |")
     return "\n".join(rows) + "\n"
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, ValidationError
+from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
 from driver import paths
 from driver.errors import ConfigError
@@ -77,12 +79,54 @@ class NoiseModel(Record):
     target_spread: float = Field(gt=0, lt=1)
 
 
+# The suites a gate id starts with, and the kinds of check that follow (driver/gates.py makes the ids).
+GATE_SUITES = ("allreduce", "sdpa", "stress")
+GATE_CHECKS = ("speed", "correct", "soak", "watchdog", "sanitizer", "profile")
+_HOST = re.compile(r"^[\w*?\[\]-]+$")
+
+
+class OptionalGate(Record):
+    """Gates that may go unmeasured on some hosts: a gate whose id matches `gates` (shell wildcards)
+    and that was not measured on a host whose device kind matches one of `hosts` is shown as
+    "not measured (optional)" instead of failing the run. A failure is a failure everywhere."""
+
+    gates: str
+    hosts: list[str] = Field(min_length=1)  # device kinds as in run ids: "1xH100", "2xH200", "*" for any host
+    reason: str = Field(min_length=1)  # why the absence is acceptable there, shown beside the gate
+
+    @field_validator("gates")
+    @classmethod
+    def _known_gate(cls, pattern: str) -> str:
+        parts = pattern.split("/")
+        if len(parts) < 2 or not any(fnmatch.fnmatchcase(s, parts[0]) for s in GATE_SUITES) or \
+                not any(fnmatch.fnmatchcase(c, parts[1]) for c in GATE_CHECKS):
+            raise ValueError(f"{pattern!r} names no gate: ids are <{'|'.join(GATE_SUITES)}>/"
+                             f"<{'|'.join(GATE_CHECKS)}>/..., as COMPARE.md's gate table shows them")
+        return pattern
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        for h in hosts:
+            if not _HOST.match(h):
+                raise ValueError(f"{h!r} is not a device kind pattern such as 2xH200, 1xH100 or *")
+        return hosts
+
+    def covers(self, gate: str, device_kind: str) -> bool:
+        return fnmatch.fnmatchcase(gate, self.gates) and any(fnmatch.fnmatchcase(device_kind, h) for h in self.hosts)
+
+
 class Thresholds(Record):
     version: int
     build: BuildGates
     allreduce: AllreduceGates
     sdpa: SdpaGates
     noise: NoiseModel
+    optional: list[OptionalGate] = Field(default_factory=list)
+
+    def optional_reason(self, gate: str, device_kind: str) -> str | None:
+        """Why `gate` may go unmeasured on this host, or None: then its absence fails the run."""
+        return next((o.reason for o in self.optional if o.covers(gate, device_kind)), None)
 
 
 def load(path: Path | None = None) -> Thresholds:

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -16,10 +17,19 @@ from driver import paths
 from driver.errors import ToolchainMissing
 from driver.records import Toolchain, ToolVersion
 
-MOJO_PIN = "1.2.0"
-MAX_CORE_PIN = "26.7.0"
-INSTALL_MOJO = f"pip install mojo=={MOJO_PIN} max-core=={MAX_CORE_PIN}, or run through nox, which does it"
 INSTALL_NVCC = "install the CUDA toolkit and set CUDA_HOME, put nvcc on PATH, or pip install nvidia-cuda-nvcc"
+
+
+@cache
+def pins() -> dict[str, str]:
+    """The pinned Mojo toolchain, {package: version}, from pyproject.toml's `toolchain` extra: its one
+    home (nox installs from the same list)."""
+    data = tomllib.loads(paths.pyproject_file().read_text())
+    return dict(req.split("==", 1) for req in data["project"]["optional-dependencies"]["toolchain"])
+
+
+def install_mojo_hint() -> str:
+    return f"pip install {' '.join(f'{k}=={v}' for k, v in pins().items())}, or run through nox, which does it"
 
 
 def _version_line(exe: str, pattern: str) -> str:
@@ -44,13 +54,13 @@ def find_mojo() -> ToolVersion:
     for cand in candidates:
         if Path(cand).is_file() and os.access(cand, os.X_OK):
             version = _version_line(cand, r"Mojo (\S+)")
-            if version != MOJO_PIN:
+            if version != pins()["mojo"]:
                 raise ToolchainMissing(
-                    f"found mojo {version} at {cand}, but this project is pinned to mojo {MOJO_PIN}",
-                    INSTALL_MOJO,
+                    f"found mojo {version} at {cand}, but this project is pinned to mojo {pins()['mojo']}",
+                    install_mojo_hint(),
                 )
             return ToolVersion(name="mojo", path=cand, version=version)
-    raise ToolchainMissing("mojo not found (looked at $MOJO, the toolchain venv and PATH)", INSTALL_MOJO)
+    raise ToolchainMissing("mojo not found (looked at $MOJO, the toolchain venv and PATH)", install_mojo_hint())
 
 
 def _nvcc_wheel_candidates() -> list[Path]:

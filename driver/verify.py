@@ -23,7 +23,8 @@ class SdpaErrors(Record):
     """One SDPA output against the float64 reference."""
 
     max_abs_err: NonNegativeFloat | None  # None: some output element is NaN or infinite (see nonfinite)
-    bad_frac: float = Field(ge=0, le=1)  # elements off by more than bad_err; a non-finite element counts as bad
+    bad_elements: NonNegativeInt  # elements off by more than bad_err; a non-finite element counts as bad
+    bad_frac: float = Field(ge=0, le=1)  # bad_elements / elements
     rel_l2: NonNegativeFloat | None  # ||out - ref||_2 / ||ref||_2; None when any output element is non-finite
     nonfinite: NonNegativeInt  # output elements that are NaN or infinite
     elements: NonNegativeInt
@@ -34,7 +35,8 @@ class SdpaErrors(Record):
         def top(values: list[float | None]) -> float | None:
             return None if None in values else max(values)  # type: ignore[type-var]
 
-        return cls(max_abs_err=top([r.max_abs_err for r in runs]), bad_frac=max(r.bad_frac for r in runs),
+        return cls(max_abs_err=top([r.max_abs_err for r in runs]), bad_elements=max(r.bad_elements for r in runs),
+                   bad_frac=max(r.bad_frac for r in runs),
                    rel_l2=top([r.rel_l2 for r in runs]), nonfinite=max(r.nonfinite for r in runs),
                    elements=max(r.elements for r in runs))
 
@@ -51,13 +53,15 @@ def sdpa_errors(out: np.ndarray, expected: np.ndarray, *, bad_err: float, what: 
     finite = np.isfinite(got)
     nonfinite = int(got.size - np.count_nonzero(finite))
     err = np.where(finite, np.abs(got - expected), np.inf)
-    bad_frac = float(np.mean(err > bad_err)) if err.size else 0.0
+    bad = int(np.count_nonzero(err > bad_err))
+    bad_frac = bad / err.size if err.size else 0.0
     if nonfinite:
-        return SdpaErrors(max_abs_err=None, bad_frac=bad_frac, rel_l2=None, nonfinite=nonfinite, elements=got.size)
+        return SdpaErrors(max_abs_err=None, bad_elements=bad, bad_frac=bad_frac, rel_l2=None, nonfinite=nonfinite,
+                          elements=got.size)
     denom = float(np.linalg.norm(expected))
     num = float(np.linalg.norm(got - expected))
     rel = num / denom if denom > 0 else (0.0 if num == 0 else None)
-    return SdpaErrors(max_abs_err=float(err.max()) if err.size else 0.0, bad_frac=bad_frac, rel_l2=rel,
+    return SdpaErrors(max_abs_err=float(err.max()) if err.size else 0.0, bad_elements=bad, bad_frac=bad_frac, rel_l2=rel,
                       nonfinite=0, elements=got.size)
 
 
@@ -66,6 +70,7 @@ class AllreduceErrors(Record):
 
     wrong: NonNegativeInt  # wrong elements over every line
     max_abs_err: NonNegativeFloat | None  # None: some round saw a NaN or infinite output
+    nonfinite: bool  # some round saw a NaN or infinite output
     checked: bool  # every round (with elements) was checked
 
 
@@ -81,4 +86,5 @@ def allreduce_errors(lines: list[AllreduceLine], *, dtype: str, ngpus: int,
     errs = [ln.max_abs_err for ln in lines]
     return AllreduceErrors(wrong=sum(ln.wrong for ln in lines),
                            max_abs_err=None if None in errs else max(errs, default=0.0),  # type: ignore[type-var]
+                           nonfinite=None in errs,
                            checked=all(ln.checked or ln.elements == 0 for ln in lines))

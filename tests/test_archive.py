@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from driver import archive, compare, report, thresholds
-from driver.gates import allreduce_correctness
 from driver.errors import PerfGateFailed
+from driver.gates import allreduce_correctness
 from driver.host import host_info, utc_now
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, ArchivedRecord, BuildMeta, DeviceInfo, GpuInfo, RunArchive, Toolchain

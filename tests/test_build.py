@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, gates, inspect_ptx, targets, thresholds
+from driver import build, gates, inspect_ptx, targets, thresholds, toolchain
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -43,7 +43,7 @@ def test_cache_key_follows_defines_and_sources(meta):
 
 def test_build_meta_records_provenance(meta):
     assert len(meta.git_sha) == 40
-    assert meta.toolchain.mojo and meta.toolchain.mojo.version == "1.2.0"
+    assert meta.toolchain.mojo and meta.toolchain.mojo.version == toolchain.pins()["mojo"]
     assert meta.toolchain.nvcc and meta.toolchain.nvcc.version.startswith("13.")
     assert meta.host.logical_cores > 0 and meta.host.ram_gib > 0
     cu = meta.target("sdpa_fp8_cpasync", "sm_90")
@@ -79,7 +79,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
 def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
     base = meta.target("sdpa_fp8_baseline", arch).ptx_kernels
     cp = meta.target("sdpa_fp8_cpasync", arch).ptx_kernels
-    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]  # noqa: E731
+    sdpa = lambda ks: [k for k in ks if "sdpa" in k.name]
     assert sdpa(base) and sdpa(cp)
     assert not any(k.has_cp_async for k in sdpa(base))
     assert all(k.has_cp_async for k in sdpa(cp))
@@ -110,8 +110,6 @@ def test_bench_without_gpu_builds_then_says_no_gpu(meta, results_dir):
 def test_sass_gates_on_the_real_machine_code(meta):
     """The build reads each CUDA executable's SASS where cuobjdump exists (on the CPU box: the
     nvidia-cuda-cuobjdump wheel the test extra installs) and gates it per target and arch."""
-    from driver import toolchain
-
     if toolchain.find_cuobjdump() is None:
         pytest.skip("no cuobjdump here: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra)")
     sass = {(t.target, t.arch): t.sass for t in meta.targets if t.lang == "cuda"}
@@ -140,8 +138,6 @@ def test_sass_violations_name_the_missing_and_forbidden_instructions(meta):
 def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
     """A build made where no cuobjdump was records sass=None; a host with one (the GPU hosts)
     fills it in from the real executables' machine code before archiving."""
-    from driver import toolchain
-
     fake = tmp_path / "cuobjdump"
     # Stands in for `cuobjdump --dump-sass EXE`: machine code of a cp.async build holds LDGSTS.
     fake.write_text('#!/bin/sh\ncase "$2" in *cpasync*) echo "        /*0100*/                   LDGSTS.E.BYPASS.128 [R1], [R2] ;";; esac\n'

@@ -1,10 +1,12 @@
 """Bad input gives one clear line, its own exit code, and writes nothing to bench_results/."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from driver import toolchain
 from driver.errors import ConfigError, ToolchainMissing
 from tests.conftest import ROOT, run_driver
 
@@ -63,7 +65,7 @@ def test_missing_mojo(results_dir):
     env = {"PATH": _path_without("mojo"), "DRIVER_TOOLCHAIN_VENV": "/nonexistent/venv", "MOJO": ""}
     for args in (["build", "--targets", "allreduce"], ["bench", "--suite", "allreduce"]):
         proc = run_driver(*args, env=env)
-        _assert_one_clear_line(proc, ToolchainMissing.exit_code, "mojo not found", "mojo==1.2.0")
+        _assert_one_clear_line(proc, ToolchainMissing.exit_code, "mojo not found", f"mojo=={toolchain.pins()['mojo']}")
     assert not results_dir.exists()
 
 
@@ -167,3 +169,21 @@ def test_thresholds_not_text(tmp_path, results_dir, content, needle):
         proc = run_driver(*args)
         _assert_one_clear_line(proc, ConfigError.exit_code, "configuration error", needle)
     assert not results_dir.exists()
+
+
+def test_the_mojo_pin_comes_from_pyproject_only(tmp_path, monkeypatch):
+    """Change the pin in a copy of pyproject.toml: the installed mojo no longer satisfies it, and the
+    error names the new pin (toolchain.py holds no copy of it)."""
+    pyproject = tmp_path / "pyproject.toml"
+    text = (ROOT / "pyproject.toml").read_text()
+    pinned = toolchain.pins()["mojo"]
+    pyproject.write_text(text.replace(f'"mojo=={pinned}"', '"mojo==0.0.1"'))
+    monkeypatch.setattr(toolchain.paths, "pyproject_file", lambda: pyproject)
+    toolchain.pins.cache_clear()
+    toolchain.find_mojo.cache_clear()
+    try:
+        with pytest.raises(ToolchainMissing, match=f"found mojo {re.escape(pinned)} .* pinned to mojo 0.0.1"):
+            toolchain.find_mojo()
+    finally:
+        toolchain.pins.cache_clear()
+        toolchain.find_mojo.cache_clear()

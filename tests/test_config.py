@@ -77,3 +77,21 @@ def test_soak_minutes():
     for bad in ("-1", "ten", "nan", "inf", ""):
         with pytest.raises(ConfigError, match="malformed --minutes"):
             parse_minutes(bad)
+
+
+def test_a_suite_list_keeps_every_suite():
+    """`--suite allreduce,sdpa` used to keep the first item only."""
+    assert config.parse_suite("allreduce,sdpa") == ("allreduce", "sdpa")
+    assert config.parse_suite("sdpa,allreduce") == ("sdpa", "allreduce")
+    assert config.parse_suite("all") == ("allreduce", "sdpa")
+    assert config.parse_suite("sdpa,all,sdpa") == ("sdpa", "allreduce")  # each once, in the order named
+    with pytest.raises(ConfigError, match="unknown suite 'gemm'"):
+        config.parse_suite("allreduce,gemm")
+
+
+def test_kernel_registry_flags():
+    assert config.kernel_flags("1stage_cpasync_s3") == ["--kernel", "1stage_cpasync", "--stages", "3"]
+    assert config.kernel_flags("1stage_push") == ["--kernel", "1stage_push"]
+    assert config.ALLREDUCE_KERNELS == ("auto", "1stage", "2stage", "1stage_push", "1stage_cpasync")
+    for name in (*config.ALLREDUCE_KERNELS, *config.ALLREDUCE_KERNEL_NAMES):
+        assert config.parse_kernel(name) == name

@@ -54,15 +54,15 @@ def test_the_noise_band_of_the_run_decides_inconclusive():
     assert [s.status for s in limits.gate_states(run, noise=0.01)] == ["fail"]
 
 
-def test_newest_run_wins_per_gate_and_skips_are_kept(tmp_path):
+def test_newest_run_wins_per_gate_and_unmeasured_peers_are_kept(tmp_path):
     old = _sdpa_run("2026-11-22T10:00:00Z", ["p50 vs baseline: 1.02x (ours 9.60 us, peer 9.79 us, floor 1.10x)",
-                                             "torch_sdpa not measured"], "fail")
+                                             "torch_sdpa not measured (cold)", "torch is not installed on this host"], "fail")
     new = _sdpa_run("2026-11-22T12:00:00Z", ["p50 vs baseline: 1.20x (ours 8.20 us, peer 9.84 us, floor 1.10x)"],
                     "pass")
     folders = sorted([_store(tmp_path, new), _store(tmp_path, old)])
     states = {s.peer: s for s in limits.newest(folders, default_noise=0.02)}
     assert states["baseline"].status == "pass" and states["baseline"].run_id == new.run_id
-    assert states["torch_sdpa"].status == "skip" and states["torch_sdpa"].run_id == old.run_id
+    assert states["torch_sdpa"].status == "not_measured" and states["torch_sdpa"].run_id == old.run_id
     table = limits.markdown(list(states.values()))
     assert "| 2xH200 | sdpa mission cold: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | peer not measured |" in table
     assert f"[{old.run_id}](bench_results/{old.run_id}/COMPARE.md), 2026-11-22 10:00 UTC, bbbbbbbb" in table
@@ -131,7 +131,7 @@ def test_gate_states_carry_the_timing_mode():
         "gate vs torch_sdpa is on hot timing, which this run did not measure (--timing cold)"], "fail")
     states = {(s.peer, s.timing): s for s in limits.gate_states(run, noise=0.02)}
     assert states[("torch_sdpa", "cold")].status == "pass"
-    assert states[("baseline", "hot")].status == "skip"
+    assert states[("baseline", "hot")].status == "not_measured"
     assert states[("torch_sdpa", "hot")].status == "untimed"
     table = limits.markdown(list(states.values()))
     assert "| 2xH200 | sdpa mission hot: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | mode not timed |" in table

@@ -9,6 +9,7 @@ run on a GPU host."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def _runners(tmp_path: Path) -> Path:
     return exe_dir
 
 
-def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_path, monkeypatch):
+def test_without_ncu_counters_are_not_measured_and_overlap_is_still_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(profile, "find_ncu", lambda: None)
     monkeypatch.setattr(profile, "PROFILED_SHAPES", ("small",))
     exe_dir = _runners(tmp_path)
@@ -57,10 +58,12 @@ def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_
     ncu = [r for r in records if r.config.startswith("ncu/")]
     overlap = [r for r in records if r.config.startswith("overlap/")]
     assert len(ncu) == len(overlap) == len(sdpa.VARIANTS)
-    for r in ncu:  # never reported clean: a skip with the reason, and no counters
-        assert r.correctness.status == "skip"
-        assert r.measurement.detail.startswith("not covered: Nsight Compute (ncu) not found")
+    for r in ncu:  # never reported clean: not measured with the reason, no counters, no invented zeros
+        assert r.correctness.status == "not_measured" and not r.passed
+        assert r.measurement.detail.startswith("not measured: Nsight Compute (ncu) not found")
         assert r.measurement.counters == {}
+        m = r.measurement
+        assert (m.iterations, m.checked, m.wrong, m.max_abs_err) == (None, None, None, None)
     full, loads, math = P50_BY_MODE["none"], P50_BY_MODE["no_compute"], P50_BY_MODE["no_loads"]
     for r in overlap:
         c = r.measurement.counters
@@ -69,15 +72,15 @@ def test_without_ncu_counters_are_not_covered_and_overlap_is_still_measured(tmp_
         assert r.passed and r.correctness.status == "pass"
 
 
-def test_an_allreduce_run_ncu_cannot_follow_is_not_covered(tmp_path, monkeypatch):
+def test_an_allreduce_run_ncu_cannot_follow_is_not_measured(tmp_path, monkeypatch):
     fake_ncu = tmp_path / "ncu"
     fake_ncu.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
     fake_ncu.chmod(0o755)
     monkeypatch.setattr(profile, "ALLREDUCE_NCU_TIMEOUT_S", 1.0)
     rec = profile.ncu_allreduce(RunOptions(), str(fake_ncu), tmp_path / "allreduce_bench", DEV, SHA,
                                 profile.METRICS)
-    assert rec.correctness.status == "skip"
-    assert rec.measurement.detail.startswith("not covered: under ncu the run did not finish within 1 s")
+    assert rec.correctness.status == "not_measured" and not rec.passed
+    assert rec.measurement.detail.startswith("not measured: under ncu the run did not finish within 1 s")
     assert rec.measurement.seconds < 20  # the process tree was killed at the timeout
 
 
@@ -86,16 +89,17 @@ HEADER = '"ID","Process ID","Process Name","Kernel Name","Section Name","Metric 
 
 
 def test_ncu_table_parser_takes_the_first_matching_launch():
-    text = "\n".join([
+    section = '"Command line profiler metrics"'
+    rows = [
         "==PROF== Connected to process 1",
         HEADER,
-        '"0","1","runner","spin_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","5"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","12,345"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics",'
-        '"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","","0"',
-        '"1","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","smsp__x.ratio","","n/a"',
-        '"2","1","runner","sdpa_fp8_fwd_kernel","Command line profiler metrics","gpu__time_duration.sum","ns","1"',
-    ])
+        f'"0","1","runner","spin_kernel",{section},"gpu__time_duration.sum","ns","5"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"gpu__time_duration.sum","ns","12,345"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","","0"',
+        f'"1","1","runner","sdpa_fp8_fwd_kernel",{section},"smsp__x.ratio","","n/a"',
+        f'"2","1","runner","sdpa_fp8_fwd_kernel",{section},"gpu__time_duration.sum","ns","1"',
+    ]
+    text = "\n".join(rows)
     assert profile.parse_ncu_csv(text, "sdpa") == {
         "gpu__time_duration.sum": 12345.0,
         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 0.0,
@@ -115,7 +119,7 @@ def test_ncu_table_parser_gives_finite_counters_or_one_clear_error(rows, with_he
         values = profile.parse_ncu_csv("\n".join(lines), "")
     except profile.NcuOutputError:
         return
-    assert values and all(isinstance(v, float) and v == v and abs(v) != float("inf") for v in values.values())
+    assert values and all(isinstance(v, float) and math.isfinite(v) for v in values.values())
 
 
 def test_known_metrics_reads_the_first_column():

@@ -27,9 +27,15 @@ def test_records_are_frozen_and_strict():
         Verdict(status="maybe")
 
 
-def test_verdict_combine_orders_fail_first_and_ignores_skips():
-    p, f, i, s = (Verdict(status=x, reasons=[x]) for x in ("pass", "fail", "inconclusive", "skip"))
-    assert Verdict.combine([p, i, f]).status == "fail"
-    assert Verdict.combine([p, i, s]).status == "inconclusive"
-    assert Verdict.combine([p, s]).status == "pass"
-    assert Verdict.combine([s]).status == "skip"
+def test_verdict_combine_never_lets_a_pass_hide_what_was_not_measured():
+    p, f, i, n = (Verdict(status=x, reasons=[x]) for x in ("pass", "fail", "inconclusive", "not_measured"))
+    assert Verdict.combine([p, i, f, n]).status == "fail"
+    assert Verdict.combine([p, i, n]).status == "not_measured"
+    assert Verdict.combine([p, n]).status == "not_measured"  # schema 1 said "pass" here: absence passed
+    assert Verdict.combine([p, i]).status == "inconclusive"
+    assert Verdict.combine([p]).status == "pass"
+    assert Verdict.combine([p, n]).reasons == ["pass", "not_measured"]
+
+
+def test_schema_1_skip_reads_back_as_not_measured():
+    assert Verdict.model_validate({"status": "skip", "reasons": ["peer nccl not measured"]}).status == "not_measured"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from driver import compare, config, gates, report, thresholds
-from driver.errors import ConfigError, KernelFailed
+from driver.errors import ConfigError, KernelFailed, PerfGateFailed
 from driver.options import RunOptions
-from driver.records import AllreduceLine, RunArchive, SdpaLine
+from driver.records import AllreduceLine, ArchivedRecord, RunArchive, SdpaLine, Verdict
 from driver.suites import allreduce, sdpa
 from driver.suites.common import interleaved
 from tests.conftest import run_driver
@@ -102,16 +102,28 @@ def test_a_line_in_another_mode_is_refused():
         allreduce.line_key(("nccl", "cold"), line)
 
 
-def test_a_gate_on_a_mode_not_timed_fails():
-    ours = SdpaLine.model_validate({**SDPA, "impl": "cpasync", "timing": "hot"})
-    peer = SdpaLine.model_validate({**SDPA, "impl": "torch_sdpa", "timing": "hot", "p50_us": 20.0})
-    lines = {("cpasync", "hot"): ours, ("torch_sdpa", "hot"): peer}
-    verdicts = gates.sdpa_speed("mission", lines, sdpa.VARIANTS, ("hot",), GATES)  # the mission gates are all cold
-    assert verdicts[("cpasync", "hot")].status == "fail"
-    assert "cold timing, which this run did not measure" in verdicts[("cpasync", "hot")].reasons[0]
-    cold = {(i, "cold"): ln.model_copy(update={"timing": "cold"}) for (i, _m), ln in lines.items()}
-    measured = gates.sdpa_speed("mission", cold, sdpa.VARIANTS, ("cold",), GATES)
-    assert all("did not measure" not in r for v in measured.values() for r in v.reasons)
+def test_a_gate_on_a_mode_not_timed_fails(tmp_path):
+    """The mission gates are all cold: a run that timed hot only has them not measured, which fails
+    the run (exit 8) like a failure; timed cold, the same lines are judged."""
+    def rec(impl: str, mode: str, p50: float) -> ArchivedRecord:
+        line = SdpaLine.model_validate({**SDPA, "impl": impl, "timing": mode, "p50_us": p50})
+        return ArchivedRecord(suite="sdpa", impl=impl, kernel=impl, config="mission/seed0", device="1xH200",
+                              git_sha="0" * 40, seed=0, passed=True, correctness=Verdict(status="pass"),
+                              measurement=line, round_p50_us=[p50], timing=mode)
+
+    mission = (("mission", (1, 8, 512, 64)),)
+    hot = [rec("cpasync", "hot", 9.0), rec("baseline", "hot", 11.0), rec("torch_sdpa", "hot", 20.0)]
+    results, _ = gates.evaluate(hot, [], RunOptions(suites=("sdpa",), shapes=mission, timing=("hot",)), GATES,
+                                "1xH200")
+    speed = [g for g in results if g.kind == "speed"]
+    assert speed and all(g.status == "not_measured" for g in speed)
+    assert "cold timing, which this run did not measure" in speed[0].reasons[0]
+    assert isinstance(gates.exit_decision(results, tmp_path), PerfGateFailed)
+    cold = [r.model_copy(update={"timing": "cold"}) for r in hot]
+    results, _ = gates.evaluate(cold, [], RunOptions(suites=("sdpa",), shapes=mission, timing=("cold",)), GATES,
+                                "1xH200")
+    assert all(g.status in ("pass", "fail", "inconclusive") for g in results if g.kind == "speed")
+    assert not any("did not measure" in r for g in results for r in g.reasons)
 
 
 def test_every_gate_names_its_mode(tmp_path):

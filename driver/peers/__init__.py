@@ -1,0 +1,81 @@
+"""The peers our kernels are timed against: what each is, what it needs, how it is launched.
+
+`upstream` is an executable we build (upstream_bench); the others run as
+`python -m driver.peers.<module>`. Where a peer cannot run on a host, `missing` says why, and every
+gate that names it is reported as not measured (never passed): it fails the run unless
+thresholds.toml's [[optional]] names that gate for the host.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Peer:
+    suite: str
+    module: str | None  # driver.peers.<module>; None: a built executable
+    needs: tuple[str, ...] = ()  # Python modules it imports, in the order they are checked
+    install: dict[str, str] | None = None  # module -> what to install, where that is not the module's own name
+    min_sm: int = 0  # oldest GPU (compute capability x10) it runs on; 0: any
+    gated: bool = True  # its correctness is a gate (the allreduce peers' checks); else reported only
+    available: Callable[[], str | None] | None = None  # a check of its own (which FlashAttention imports)
+
+
+def _flash_missing() -> str | None:
+    from driver.peers import flash_sdpa  # imports numpy only; torch and FlashAttention are looked up, not loaded
+
+    return flash_sdpa.missing()
+
+
+CUDNN_FRONTEND = "nvidia-cudnn-frontend (pyproject.toml's peers group; a bundle carries its wheel)"
+PEERS: dict[str, Peer] = {
+    "upstream": Peer("allreduce", None),
+    "nccl": Peer("allreduce", "nccl_allreduce", needs=("torch",)),
+    "p2p_copy": Peer("allreduce", "p2p_copy", needs=("torch",)),  # the link ceiling, not a competitor
+    # SDPA peers: their error against the float64 reference is reported, not gated (other precisions).
+    "torch_sdpa": Peer("sdpa", "torch_sdpa", needs=("torch",), gated=False),
+    "cudnn_fp8": Peer("sdpa", "cudnn_sdpa", needs=("torch", "cudnn"), install={"cudnn": CUDNN_FRONTEND}, min_sm=90,
+                      gated=False),
+    "flash_attn": Peer("sdpa", "flash_sdpa", needs=("torch",), gated=False, available=_flash_missing),
+}
+UNGATED = frozenset(name for name, p in PEERS.items() if not p.gated)
+
+
+def is_peer(impl: str) -> bool:
+    return impl in PEERS
+
+
+def of_suite(suite: str) -> tuple[str, ...]:
+    """The Python peers of a suite, in the order they run after ours."""
+    return tuple(name for name, p in PEERS.items() if p.suite == suite and p.module and name != "p2p_copy")
+
+
+def _found(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _sm(arch: str) -> int:
+    return int(arch.removeprefix("sm_").rstrip("a"))
+
+
+def missing(name: str, gpu_arch: str | None = None) -> str | None:
+    """Why this host (and GPU, where given) cannot run peer `name`, or None when it can (it may still
+    refuse a shape: that is its own error line, and the suite records it)."""
+    p = PEERS[name]
+    for module in p.needs:
+        if not _found(module):
+            return f"{(p.install or {}).get(module, module)} is not installed on this host"
+    if p.min_sm and gpu_arch and _sm(gpu_arch) < p.min_sm:
+        return f"{name} needs sm_{p.min_sm} or newer; this GPU is {gpu_arch}"
+    return p.available() if p.available else None
+
+
+def command(name: str, *args: str) -> list[str]:
+    """How a Python peer is launched (the same interpreter as the driver)."""
+    module = PEERS[name].module
+    assert module is not None, f"{name} is a built executable"
+    return [sys.executable, "-m", f"driver.peers.{module}", *args]

@@ -53,6 +53,7 @@ def _fail(msg: str, code: int) -> None:
 
 def _parse() -> argparse.Namespace:
     from driver.config import parse_sizes  # the same size grammar as everywhere else
+    from driver.errors import ConfigError
 
     p = argparse.ArgumentParser(prog="nccl_allreduce")
     p.add_argument("--sizes", required=True)
@@ -71,7 +72,7 @@ def _parse() -> argparse.Namespace:
         _fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
     try:
         ns.sizes_bytes = parse_sizes(ns.sizes)
-    except Exception as exc:  # ConfigError: one line, exit 2 like the executables
+    except ConfigError as exc:  # one line, exit 2 like the executables
         _fail(str(exc), EXIT_BAD_INPUT)
     return ns
 

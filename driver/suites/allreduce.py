@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import partial
 from pathlib import Path
 
-from driver import device
-from driver.config import SUPPORTED_NGPUS
+from driver import device, peers
+from driver.config import SUPPORTED_NGPUS, kernel_flags
 from driver.errors import NoGPU
-from driver.launch import launch
+from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.verify import allreduce_errors
-from driver.gates import allreduce_correctness, allreduce_speed
 from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
 from driver.thresholds import Thresholds
+from driver.verify import allreduce_errors
 
 TARGETS = "allreduce"
 EXE = "allreduce_bench"
 UPSTREAM_EXE = "upstream_bench"
-
-
-def kernel_flags(kernel: str) -> list[str]:
-    """The executable's flags for a kernel name: `1stage_cpasync_s3` -> --kernel 1stage_cpasync --stages 3."""
-    if kernel.startswith("1stage_cpasync_s"):
-        return ["--kernel", "1stage_cpasync", "--stages", kernel.rsplit("_s", 1)[1]]
-    return ["--kernel", kernel]
 
 
 def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
@@ -51,15 +41,14 @@ def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> lis
 
 
 def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], list[str]]:
-    """Per (impl, mode), ours and the peers in the same mode one after the other."""
+    """Per (impl, mode), ours and the peers in the same mode one after the other; a peer this host
+    cannot run is left out (its gates are then not measured)."""
     cmds: dict[tuple[str, str], list[str]] = {}
-    have_torch = importlib.util.find_spec("torch") is not None
     for mode in opts.modes("allreduce"):
         cmds[("ours", mode)] = [str(exe_dir / EXE), *_args(opts, dtype, ngpus, "ours", mode)]
         cmds[("upstream", mode)] = [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream", mode)]
-        if have_torch:
-            cmds[("nccl", mode)] = [sys.executable, "-m", "driver.peers.nccl_allreduce",
-                                    *_args(opts, dtype, ngpus, "nccl", mode)]
+        if peers.missing("nccl") is None:
+            cmds[("nccl", mode)] = peers.command("nccl", *_args(opts, dtype, ngpus, "nccl", mode))
     return cmds
 
 
@@ -72,29 +61,23 @@ def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, i
 def _group(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """One (dtype, GPU count): ours and the peers interleaved, verdicts per size."""
+    """One (dtype, GPU count): ours and the peers interleaved per mode, records per size and mode."""
     cmds = _commands(opts, exe_dir, dtype, ngpus)
     modes = opts.modes("allreduce")
-    skipped = [] if any(k[0] == "nccl" for k in cmds) else [
-        Skip(suite="allreduce", impl="nccl", reason="torch is not installed on this host")]
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
         timeout_s=opts.timeout_s, key=line_key, label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset(k for k in cmds if k[0] != "ours"),
+        peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
     )
     samples = run_rounds(rounds=opts.rounds)
-    for attempt in range(2):  # an inconclusive gate earns one more round, once
-        reps = {k: samples.representative(k) for k in samples.by_key}
-        peers = {k: ln for k, (ln, _) in reps.items() if k[0] != "ours"}
-        perf = {k: allreduce_speed(ln, k[1], peers, modes, gates) for k, (ln, _) in reps.items() if k[0] == "ours"}
-        if attempt or not any(v and v.status == "inconclusive" for v in perf.values()):
-            break
-        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)
+    if allreduce_inconclusive({k: samples.representative(k)[0] for k in samples.by_key}, gates):
+        samples = run_rounds(rounds=1, min_rounds=1, samples=samples)  # an inconclusive gate earns one more round
+    reps = {k: samples.representative(k) for k in samples.by_key}
     after = device.probe().gpus[:ngpus]
     flags = telemetry_flags(before, after)
-    skipped += [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus} {mode}: {why}")
-                for (impl, mode), why in samples.peer_failures.items()]
+    skipped = [Skip(suite="allreduce", impl=impl, reason=f"{dtype} x{ngpus} {mode}: {why}")
+               for (impl, mode), why in samples.peer_failures.items()]
     records = []
     order = {m: i for i, m in enumerate(modes)}
     for (impl, mode, nbytes), (ln, p50s) in sorted(reps.items(), key=lambda kv: (kv[0][2], order[kv[0][1]], kv[0][0])):
@@ -104,9 +87,9 @@ def _group(
         errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"allreduce {impl} {dtype} x{ngpus} {nbytes} B")
         records.append(
             ArchivedRecord(
-                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=f"{dtype}/{ngpus}gpu/{nbytes}B",
+                suite="allreduce", impl=impl, kernel=ln.kernel_confirmed, config=allreduce_config(dtype, ngpus, nbytes),
                 device=dev.kind, git_sha=git_sha, passed=verdict.passed, max_abs_err=errs.max_abs_err,
-                correctness=verdict, performance=perf.get((impl, mode, nbytes)), measurement=ln,
+                nonfinite=errs.nonfinite, correctness=verdict, measurement=ln,
                 round_p50_us=p50s if ln.timed else [], timing=mode if ln.timed else None,
                 telemetry_before=before, telemetry_after=after, flags=flags,
             )
@@ -124,10 +107,13 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     for n in counts:
         if n > present:
             raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
-    if importlib.util.find_spec("torch") is not None:
+    for name in ("nccl", "p2p_copy"):
+        why = peers.missing(name)
+        if why:
+            result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
+    if peers.missing("p2p_copy") is None:
         progress("link ceiling: GPU0 -> GPU1 copy")
-        cmd = [sys.executable, "-m", "driver.peers.p2p_copy"]
-        (ceiling,) = parse_lines(launch(cmd, what="p2p copy", timeout_s=opts.timeout_s).stdout, CeilingLine, what="p2p copy")
+        (ceiling,) = launch_lines(peers.command("p2p_copy"), CeilingLine, what="p2p copy", timeout_s=opts.timeout_s)
         result.ceilings_gbps["p2p_copy_gpu0_gpu1"] = ceiling.p2p_copy_gbps
     for ngpus in counts:
         for dtype in opts.dtypes:

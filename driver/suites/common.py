@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from driver.errors import ConfigError, KernelFailed
-from driver.launch import launch
 from driver.options import RunOptions
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
 from driver.thresholds import Thresholds
 
@@ -109,7 +108,7 @@ def interleaved(
             what = f"{label} {_name(cmd_key)} (round {r + 1}/{rounds})".strip()
             progress(what)
             try:
-                lines = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, model, what=what)
+                lines = launch_lines(cmd, model, what=what, timeout_s=timeout_s)
                 keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
                 if cmd_key not in peers:
@@ -149,11 +148,20 @@ def telemetry_flags(before: list, after: list) -> list[str]:
     return flags
 
 
-def stress_record(dev: DeviceInfo, sha: str, line: StressLine, *, passed: bool, reasons: list[str],
-                  covered: bool = True) -> ArchivedRecord:
-    """`covered=False`: the tool could not follow the run. That is reported as a skip with
-    the tool's own words: neither clean nor a failure of the kernel."""
-    status = "skip" if not covered else "pass" if passed else "fail"
+def stress_record(dev: DeviceInfo, sha: str, line: StressLine, verdict: Verdict) -> ArchivedRecord:
+    """A stress check as an archived record: pass, fail, or not measured (the tool is missing or cannot
+    follow the run, the host is too small), with the reason. Not measured is never passed."""
     return ArchivedRecord(suite="stress", impl=line.check, kernel=line.kernel, config=line.config, device=dev.kind,
-                          git_sha=sha, passed=passed or not covered, max_abs_err=line.max_abs_err,
-                          correctness=Verdict(status=status, reasons=reasons), measurement=line)
+                          git_sha=sha, passed=verdict.passed, max_abs_err=line.max_abs_err, nonfinite=line.nonfinite,
+                          correctness=verdict, measurement=line)
+
+
+def not_measured(dev: DeviceInfo, sha: str, check: str, kernel: str, config: str, why: str) -> ArchivedRecord:
+    """A stress check this run could not make: every measured field null, the reason kept."""
+    line = StressLine(suite="stress", check=check, kernel=kernel, config=config, iterations=None, checked=None,
+                      wrong=None, max_abs_err=None, detail=f"not measured: {why}")
+    return stress_record(dev, sha, line, Verdict(status="not_measured", reasons=[why]))
+
+
+def checked_verdict(reasons: list[str]) -> Verdict:
+    return Verdict(status="fail" if reasons else "pass", reasons=reasons)

@@ -1,22 +1,19 @@
 """The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
-as the peers, in the same rounds and timing modes, their outputs checked against the same reference."""
+as the peers (driver/peers/), in the same rounds and timing modes, their outputs checked against the same
+reference (reported, not gated)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from driver import device
+from driver import device, peers
 from driver.errors import KernelFailed
-from driver.gates import sdpa_correctness, sdpa_runner_resources, sdpa_speed
-from driver.launch import launch
+from driver.gates import sdpa_correctness, sdpa_runner_resources
 from driver.options import RunOptions
-from driver.parse import parse_lines
-from driver.peers import flash_sdpa
+from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
@@ -25,24 +22,8 @@ from driver.verify import SdpaErrors, sdpa_errors
 
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
-# The peers: impl -> its module under driver/peers/ (each reads our inputs and writes its output with --out).
-PEERS = {"torch_sdpa": "torch_sdpa", "cudnn_fp8": "cudnn_sdpa", "flash_attn": "flash_sdpa"}
+PEERS = peers.of_suite("sdpa")  # torch_sdpa, cudnn_fp8, flash_attn: each reads our inputs, writes --out
 HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_sm90", "mma_sync_sm80"
-
-
-def peer_missing(impl: str, gpu_arch: str) -> str | None:
-    """Why peer `impl` cannot run on this host and GPU, or None when it can (it may still refuse a shape)."""
-    if not _found("torch"):
-        return "torch is not installed on this host"
-    if impl == "cudnn_fp8":
-        if _arch_number(gpu_arch) < 90:
-            return f"cuDNN FP8 attention needs sm_90 or newer; this GPU is {gpu_arch}"
-        if not _found("cudnn"):
-            return ("nvidia-cudnn-frontend is not installed on this host (pyproject.toml's peers group; a bundle "
-                    "carries its wheel)")
-    if impl == "flash_attn":
-        return flash_sdpa.missing()
-    return None
 
 
 def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
@@ -53,21 +34,6 @@ def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
            f"this build is for {build_arch}, without sm_90a code")
     return (f"the Hopper kernel ({HOPPER_KERNEL}: warpgroup MMA, tensor copies) needs an sm_90 GPU and a build for "
             f"sm_90a; {why}, so the runners run the mma.sync kernel ({MMA_SYNC_KERNEL})")
-
-
-def peer_command(impl: str, *args: str) -> list[str]:
-    """How a peer is launched: its module under driver/peers/, with the driver's interpreter."""
-    return [sys.executable, "-m", f"driver.peers.{PEERS[impl]}", *args]
-
-
-def _found(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def _arch_number(arch: str) -> int:
-    return int(arch.removeprefix("sm_").rstrip("a"))
-
-
 
 
 def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
@@ -102,18 +68,19 @@ CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run:
 def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
                 timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
     cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
-    (line,) = parse_lines(launch(cmd, what=what, timeout_s=timeout_s).stdout, SdpaLine, what=what)
+    (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=timeout_s)
     return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
 
 
 def _shape(
-    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peers: tuple[str, ...],
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
     shape_name: str, shape: tuple[int, int, int, int],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed checked against the reference (one launch per variant, nothing timed); the
-    first seed's correct variants are timed in every mode asked for, in interleaved rounds with
-    the peers in the same mode, each timed run's output (ours and the peers') checked again. A
-    variant with wrong results is never timed; a peer's error is reported, not gated."""
+    """Every seed of every variant checked against the reference first (one launch each, nothing
+    timed); then the first seed's inputs timed in every mode asked for, in interleaved rounds with
+    the peers (`peer_impls`, those this host can run) in the same mode, for the variants that were
+    correct on every seed, each timed run's output (ours and the peers') checked again. A variant
+    with wrong results is never timed; a peer's error is reported, not gated."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
     checks: dict[tuple[str, int], list[SdpaErrors]] = {}
@@ -123,58 +90,57 @@ def _shape(
     samples: Samples[SdpaLine] | None = None
     timed_seed = opts.seeds[0]
     with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
+        cases = {}
         for seed in opts.seeds:
             folder = Path(tmp) / f"seed{seed}"
             folder.mkdir()
             files, expected = prepare_case(folder, shape, seed)
-            outs = {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peers)}
+            cases[seed] = files, expected, {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peer_impls)}
             for impl, exe in VARIANTS.items():
                 what = f"sdpa {shape_name} seed {seed} {impl} (check)"
                 progress(what)
-                line, metrics = _check_only(exe_dir / exe, files, outs[impl], expected, gates, opts.timeout_s, what)
+                line, metrics = _check_only(exe_dir / exe, files, cases[seed][2][impl], expected, gates,
+                                            opts.timeout_s, what)
                 check_lines[(impl, seed)] = line
                 checks[(impl, seed)] = [metrics]
-            if seed != timed_seed:
-                continue
-            correct = [impl for impl in VARIANTS if sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed]
-            cmds: dict[tuple[str, str], list[str]] = {}
-            for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
-                for impl in correct:
-                    cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
-                                          *timing_args(opts, mode)]
-                for impl in peers if correct else ():
-                    cmds[(impl, mode)] = peer_command(impl, *file_args(files), "--out", str(outs[impl]),
-                                                      *timing_args(opts, mode))
+        files, expected, outs = cases[timed_seed]
+        correct = [impl for impl in VARIANTS
+                   if all(sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed for seed in opts.seeds)]
+        cmds: dict[tuple[str, str], list[str]] = {}
+        for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
+            for impl in correct:
+                cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
+                                      *timing_args(opts, mode)]
+            for impl in peer_impls if correct else ():
+                cmds[(impl, mode)] = peers.command(impl, *file_args(files), "--out", str(outs[impl]),
+                                                   *timing_args(opts, mode))
 
-            def check(cmd_key: tuple[str, str], _line: SdpaLine, seed: int = seed, expected: np.ndarray = expected,
-                      outs: dict[str, Path] = outs) -> None:
-                impl = cmd_key[0]
-                what = f"sdpa {shape_name} seed {seed} {impl} output"
-                if impl in VARIANTS:
-                    checks[(impl, seed)].append(sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err,
-                                                            what=what))
-                    return
-                try:  # a peer's output is checked the same way; if it is malformed, its record says so
-                    peer_checks.setdefault(impl, []).append(
-                        sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
-                except (KernelFailed, OSError, ValueError) as exc:
-                    peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
+        def check(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
+            impl = cmd_key[0]
+            what = f"sdpa {shape_name} seed {timed_seed} {impl} output"
+            if impl in VARIANTS:
+                checks[(impl, timed_seed)].append(sdpa_errors(np.load(outs[impl]), expected,
+                                                              bad_err=gates.sdpa.bad_err, what=what))
+                return
+            try:  # a peer's output is checked the same way; if it is malformed, its record says so
+                peer_checks.setdefault(impl, []).append(
+                    sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
+            except (KernelFailed, OSError, ValueError) as exc:
+                peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
 
-            def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
-                check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
-                return (line.impl, cmd_key[1])
+        def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+            check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+            return (line.impl, cmd_key[1])
 
-            if cmds:
-                samples = interleaved(
-                    cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                    target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
-                    on_line=check, label=f"sdpa {shape_name} seed {seed}",
-                    peers=frozenset(k for k in cmds if k[0] in PEERS),
-                )
+        if cmds:
+            samples = interleaved(
+                cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
+                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                on_line=check, label=f"sdpa {shape_name} seed {timed_seed}",
+                peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
+            )
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
-    timed = {k: samples.representative(k)[0] for k in timed_keys} if samples is not None else {}
-    perf = sdpa_speed(shape_name, timed, VARIANTS, modes, gates)
     flags = telemetry_flags(before, after)
     records = []
 
@@ -184,6 +150,9 @@ def _shape(
             device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
             telemetry_before=before, telemetry_after=after, flags=flags, **kw,
         )
+
+    def errors(m: SdpaErrors) -> dict:
+        return {"max_abs_err": m.max_abs_err, "nonfinite": m.nonfinite > 0, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2}
 
     for seed in opts.seeds:
         for impl in VARIANTS:
@@ -195,24 +164,23 @@ def _shape(
                 verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
             if seed == timed_seed and not timed_modes:
                 verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            errs = {"max_abs_err": metrics.max_abs_err, "bad_frac": metrics.bad_frac, "rel_l2": metrics.rel_l2}
             if not timed_modes:
                 records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
-                                      correctness=verdict, performance=None, **errs))
+                                      correctness=verdict, **errors(metrics)))
             for mode in timed_modes:
                 line, p50s = samples.representative((impl, mode))
                 records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
-                                      performance=perf.get((impl, mode)), **errs))
-    for impl in peers:
+                                      **errors(metrics)))
+    for impl in peer_impls:
         m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
-        errs = {"max_abs_err": m.max_abs_err, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2} if m else {}
         for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
             line, p50s = samples.representative((impl, mode))
             reasons = ["peer: its error against the float64 reference is reported, not gated"
                        if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
             reasons += [f"precision: {line.precision}"] if line.precision else []
-            records.append(record(impl, timed_seed, line, p50s, mode, passed=True, performance=None,
-                                  correctness=Verdict(status="skip", reasons=reasons), **errs))
+            records.append(record(impl, timed_seed, line, p50s, mode, passed=False,
+                                  correctness=Verdict(status="not_measured", reasons=reasons),
+                                  **(errors(m) if m else {})))
     failures = samples.peer_failures if samples is not None else {}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
                      for (impl, mode), why in failures.items()]
@@ -224,15 +192,15 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     why = hopper_not_offered(gpu_arch, build_arch)
     if why:
         result.skipped.append(Skip(suite="sdpa", impl=HOPPER_KERNEL, reason=why))
-    peers = []
+    here = []
     for impl in PEERS:
-        why = peer_missing(impl, gpu_arch)
-        if why:
+        why = peers.missing(impl, gpu_arch)
+        if why:  # its gates are then not measured (gates.py), never passed
             result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
         else:
-            peers.append(impl)
+            here.append(impl)
     for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(peers), shape_name, shape)
+        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(here), shape_name, shape)
         result.records += records
         result.skipped += skipped
     return result

@@ -14,21 +14,18 @@ from collections import Counter
 from pathlib import Path
 
 from driver import paths
-from driver.config import CPASYNC_STAGES, SUPPORTED_NGPUS, format_size
+from driver.config import ALLREDUCE_KERNEL_NAMES, SUPPORTED_NGPUS, format_size, kernel_flags
 from driver.errors import ConfigError, NoGPU
-from driver.options import RunOptions
-from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo
 from driver.gates import allreduce_correctness
-from driver.suites.allreduce import EXE, kernel_flags, timing_flags
-from driver.verify import allreduce_errors
+from driver.options import RunOptions
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
+from driver.suites.allreduce import EXE, timing_flags
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
+from driver.verify import allreduce_errors
 
 TARGETS = "allreduce"
-KERNELS: dict[str, list[str]] = {
-    k: kernel_flags(k) for k in ("1stage", "2stage", "1stage_push", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
-}
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
@@ -108,7 +105,7 @@ def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
              "p50 us per kernel (forced); cp.async ratio = 1stage p50 / cp.async p50 (>1: prefetch helps).", ""]
     for ngpus, dtype in sorted({(k[0], k[1]) for k in table}):
         # Columns: the kernels this table timed (a sweep from before 1stage_push has no push column).
-        timed = [k for k in KERNELS if all(k in v for kk, v in table.items() if kk[:2] == (ngpus, dtype))]
+        timed = [k for k in ALLREDUCE_KERNEL_NAMES if all(k in v for kk, v in table.items() if kk[:2] == (ngpus, dtype))]
         lines += [f"## {dtype} x{ngpus}", "",
                   "| size | " + " | ".join(timed) + " | best | cp.async s2 / s3 / s4 ratio |",
                   "|---|" + "---|" * (len(timed) + 2)]
@@ -141,19 +138,20 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                     "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags("ours", mode, opts.batch),
                     "--check", "1"]
             samples = interleaved(
-                {k: base + args for k, args in KERNELS.items()}, AllreduceLine, rounds=opts.rounds,
+                {k: base + kernel_flags(k) for k in ALLREDUCE_KERNEL_NAMES}, AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
                 key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
             )
             for (kernel, nbytes), rounds in samples.by_key.items():
                 line, p50s = samples.representative((kernel, nbytes))
-                verdict = allreduce_correctness(line, gates)
+                verdict = Verdict.combine([allreduce_correctness(x, gates) for x in rounds])
+                errs = allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"sweep {kernel} {dtype} x{ngpus}")
                 if line.timed:  # a kernel with wrong results is not timed and takes no part in the windows
                     table.setdefault((ngpus, dtype, nbytes), {})[kernel] = line.p50_us
                 result.records.append(ArchivedRecord(
                     suite="allreduce", impl="ours", kernel=line.kernel_confirmed,
-                    config=f"sweep/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
-                    passed=verdict.passed, max_abs_err=allreduce_errors(rounds, dtype=dtype, ngpus=ngpus, what=f"sweep {kernel}").max_abs_err, correctness=verdict,
+                    config=f"sweep/{kernel}/{dtype}/{ngpus}gpu/{nbytes}B", device=dev.kind, git_sha=git_sha,
+                    passed=verdict.passed, max_abs_err=errs.max_abs_err, nonfinite=errs.nonfinite, correctness=verdict,
                     measurement=line, round_p50_us=p50s if line.timed else [], timing=mode if line.timed else None))
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
@@ -165,6 +163,9 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     result.extra_files["dispatch_windows.json"] = text.encode()
     result.extra_files["DISPATCH.md"] = markdown(
         table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
-    if opts.write_windows:
+    if opts.write_windows and all(r.passed for r in result.records):  # never windows from wrong results
         paths.write_atomic(DISPATCH_WINDOWS_FILE, text)
+    elif opts.write_windows:
+        result.skipped.append(Skip(suite="allreduce", impl="sweep",
+                                   reason=f"{DISPATCH_WINDOWS_FILE.name} not written: some kernel had wrong results"))
     return result

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from driver.config import DTYPES, SUPPORTED_NGPUS
+from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, ELEM_BYTES, SUPPORTED_NGPUS, kernel_flags
 from driver.errors import ConfigError, KernelFailed
-from driver.launch import launch
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import AllreduceLine
 
 ELEMENTS = [0, 7, 8 << 10, (8 << 10) + 1, (8 << 10) + 7, 256 << 10, (256 << 10) + 5, 16 << 20, (16 << 20) + 24, 64 << 20]
-ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-KERNELS = [("1stage", []), ("2stage", []), ("1stage_push", []), *((f"1stage_cpasync_s{s}", ["--stages", str(s)]) for s in (2, 3, 4))]
 
 
 def _counts(gpu) -> list[int]:
@@ -22,21 +19,19 @@ def _counts(gpu) -> list[int]:
 
 
 def _run(exe_dir, *args: str, timeout_s: float = 300) -> list[AllreduceLine]:
-    cmd = [str(exe_dir / "allreduce_bench"), *args]
-    return parse_lines(launch(cmd, what=" ".join(args), timeout_s=timeout_s).stdout, AllreduceLine, what="allreduce")
+    return launch_lines([str(exe_dir / "allreduce_bench"), *args], AllreduceLine, what=" ".join(args), timeout_s=timeout_s)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kernel, extra", KERNELS, ids=[k for k, _ in KERNELS])
-def test_every_element_count_is_correct_and_confirmed(exe_dir, gpu, kernel, extra, dtype):
+@pytest.mark.parametrize("kernel", ALLREDUCE_KERNEL_NAMES)
+def test_every_element_count_is_correct_and_confirmed(exe_dir, gpu, kernel, dtype):
     counts = _counts(gpu)
     if not counts:
         pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
     sizes = ",".join(str(n * ELEM_BYTES[dtype]) for n in ELEMENTS)
-    base_kernel = "1stage_cpasync" if kernel.startswith("1stage_cpasync") else kernel
     for ngpus in counts:
-        lines = _run(exe_dir, "--sizes", sizes, "--dtype", dtype, "--ngpus", str(ngpus), "--kernel", base_kernel,
-                     *extra, "--iters", "2", "--warmup", "1", "--check", "1", "--seed", "7")
+        lines = _run(exe_dir, "--sizes", sizes, "--dtype", dtype, "--ngpus", str(ngpus), *kernel_flags(kernel),
+                     "--iters", "2", "--warmup", "1", "--check", "1", "--seed", "7")
         assert [ln.elements for ln in lines] == ELEMENTS
         for ln in lines:
             assert ln.wrong == 0, ln

@@ -8,11 +8,11 @@ import pytest
 from driver import device, thresholds
 from driver.config import SDPA_SHAPES
 from driver.errors import ConfigError
+from driver.gates import sdpa_correctness
 from driver.launch import launch
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import SdpaLine
 from driver.suites import sdpa
-from driver.gates import sdpa_correctness
 from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa
@@ -33,12 +33,12 @@ def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
     out = tmp_path / f"out_{impl}.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1",
            *extra]
-    (line,) = parse_lines(launch(cmd, what=impl, timeout_s=120).stdout, SdpaLine, what=impl)
+    (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
     got = np.load(out)
     assert line.impl == impl and line.shape == list(shape)
     assert got.shape == shape and got.dtype == np.float16
-    m = sdpa.error_metrics(got, expected, GATES)
-    verdict = sdpa.correctness(m, GATES)
+    m = sdpa_errors(got, expected, bad_err=GATES.bad_err, what=impl)
+    verdict = sdpa_correctness(m, GATES)
     assert verdict.passed, (verdict.reasons, m, line.kernel)
     return line, got
 
@@ -51,7 +51,7 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     files, expected = sdpa.prepare_case(tmp_path, shape, seed)
     out = tmp_path / "out.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
-    (line,) = parse_lines(launch(cmd, what=impl, timeout_s=120).stdout, SdpaLine, what=impl)
+    (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
     assert line.impl == impl and line.shape == list(shape)
     assert line.kernel == expected_kernel(device.arch_of(0))
     got = np.load(out)

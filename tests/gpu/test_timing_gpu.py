@@ -3,19 +3,15 @@ time cold and hot as asked and say so in their line (README "How we time")."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from driver import device
+from driver import device, peers
 from driver.errors import KernelFailed
-from driver.launch import launch
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import AllreduceLine, SdpaLine
 from driver.suites import sdpa
 
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
+NO_TORCH = peers.missing("torch_sdpa")
 MISSION = (1, 8, 512, 64)
 
 
@@ -25,7 +21,7 @@ def inputs(tmp_path_factory):
 
 
 def _sdpa_line(cmd: list[str], what: str) -> SdpaLine:
-    (line,) = parse_lines(launch(cmd, what=what, timeout_s=300).stdout, SdpaLine, what=what)
+    (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=300)
     return line
 
 
@@ -43,10 +39,10 @@ def test_runner_times_the_mode_asked_for(exe_dir, inputs, tmp_path, mode):
         assert line.batch == 8 and line.l2_flush_bytes == 0
 
 
-@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed on this host")
+@pytest.mark.skipif(NO_TORCH is not None, reason=str(NO_TORCH))
 @pytest.mark.parametrize("mode", ["cold", "hot"])
 def test_torch_peer_times_the_mode_asked_for(inputs, mode):
-    cmd = [sys.executable, "-m", "driver.peers.torch_sdpa", *sdpa.file_args(inputs), "--iters", "40", "--warmup", "5",
+    cmd = [*peers.command("torch_sdpa"), *sdpa.file_args(inputs), "--iters", "40", "--warmup", "5",
            "--timing", mode, "--batch", "8"]
     line = _sdpa_line(cmd, f"torch_sdpa {mode}")
     assert line.impl == "torch_sdpa" and line.timing == mode
@@ -54,18 +50,17 @@ def test_torch_peer_times_the_mode_asked_for(inputs, mode):
     assert (line.batch, line.l2_flush_bytes > 0) == ((1, True) if mode == "cold" else (8, False))
 
 
-@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed on this host")
+@pytest.mark.skipif(NO_TORCH is not None, reason=str(NO_TORCH))
 @pytest.mark.parametrize("mode, method", [("cold", "device"), ("hot", "graph"), ("device", "device")])
 def test_nccl_peer_times_the_mode_asked_for(mode, method):
     if len(device.probe().gpus) < 2:
         pytest.skip("the NCCL peer needs 2 GPUs")
-    cmd = [sys.executable, "-m", "driver.peers.nccl_allreduce", "--sizes", "256K", "--ngpus", "2", "--iters", "40",
-           "--warmup", "5", "--timing", mode, "--batch", "8"]
+    cmd = peers.command("nccl", "--sizes", "256K", "--ngpus", "2", "--iters", "40", "--warmup", "5", "--timing", mode,
+                        "--batch", "8")
     try:
-        out = launch(cmd, what=f"nccl {mode}", timeout_s=300).stdout
+        (line,) = launch_lines(cmd, AllreduceLine, what=f"nccl {mode}", timeout_s=300)
     except KernelFailed as exc:
         pytest.fail(exc.one_line())
-    (line,) = parse_lines(out, AllreduceLine, what=f"nccl {mode}")
     assert line.timing == method and line.wrong == 0
     assert line.batch == (8 if method == "graph" else 1)
     assert line.p50_us > 0

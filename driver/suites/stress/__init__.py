@@ -29,17 +29,16 @@ import random
 import tempfile
 from pathlib import Path
 
-from driver.config import SDPA_SHAPES, SUPPORTED_NGPUS
+from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_SHAPES, SUPPORTED_NGPUS, kernel_flags
 from driver.options import RunOptions
 from driver.records import DeviceInfo
 from driver.suites import sdpa
 from driver.suites.allreduce import EXE
-from driver.suites.common import SuiteResult
+from driver.suites.common import SuiteResult, not_measured
 from driver.suites.stress import profile
 from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sanitize
 from driver.suites.stress.soak import MIXED_CONFIGS, soak_allreduce, soak_sdpa
-from driver.suites.stress.watchdog import watchdog, watchdog_sdpa
-from driver.suites.sweep import KERNELS
+from driver.suites.stress.watchdog import allreduce_hang, sdpa_hang
 from driver.thresholds import Thresholds
 
 TARGETS = "all"
@@ -50,23 +49,26 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     result = SuiteResult()
     exe = exe_dir / EXE
     counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= len(dev.gpus))
+    too_small = f"needs at least 2 GPUs; this host has {len(dev.gpus)}"
     if "allreduce" in opts.stress_parts:
         for ngpus in counts:
             for dtype in opts.dtypes:
-                for kernel in KERNELS:
+                for kernel in ALLREDUCE_KERNEL_NAMES:
                     result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel))
                 for name, flags in MIXED_CONFIGS.items():
                     result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
                                                          flags))
         if counts:
-            result.records.append(watchdog(opts, exe, dev, git_sha))
+            result.records.append(allreduce_hang(opts, exe, dev, gates, git_sha))
+        else:  # the allreduce soak cannot run here: say so, never pass by omission
+            result.records += [not_measured(dev, git_sha, "soak", "allreduce", "2gpu", too_small),
+                               not_measured(dev, git_sha, "watchdog", "1stage", "2gpu/1M/hang-rank-1", too_small)]
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
-            result.records.append(watchdog_sdpa(opts, exe_dir, dev, gates, git_sha))
+            result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))
         for impl in sdpa.VARIANTS:
-            for shape_name, _shape in opts.shapes:
-                if shape_name in SDPA_SHAPES:
-                    result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name))
+            for shape_name, shape in opts.shapes:
+                result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape))
     if "sanitizers" in opts.stress_parts:
         with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
             inputs: dict[str, dict[str, Path]] = {}
@@ -79,11 +81,18 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                         cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
                                "--iters", "2", "--warmup", "0", "--no-spin"]
                         result.records.append(sanitize(opts, tool, cmd, exe_name, shape_name, dev, git_sha))
-                if counts:
-                    for kernel, args in KERNELS.items():
-                        cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0", *args]
-                        result.records.append(sanitize(opts, tool, cmd, kernel, "2gpu/8K,32772B", dev, git_sha))
+                for kernel in ALLREDUCE_KERNEL_NAMES:
+                    config = "2gpu/8K,32772B"
+                    if not counts:
+                        result.records.append(not_measured(dev, git_sha, "sanitizer", kernel, f"{tool}/{config}",
+                                                           too_small))
+                        continue
+                    cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0",
+                           *kernel_flags(kernel)]
+                    result.records.append(sanitize(opts, tool, cmd, kernel, config, dev, git_sha))
     if "profile" in opts.stress_parts:
         result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
                                           allreduce="allreduce" in opts.stress_parts and bool(counts)))
+        if "allreduce" in opts.stress_parts and not counts:
+            result.records.append(not_measured(dev, git_sha, "profile", "1stage_cpasync", "prefetch/2gpu", too_small))
     return result

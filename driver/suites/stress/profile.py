@@ -4,10 +4,10 @@
   SDPA variant per profiled shape: bank conflicts of shared loads, shared stores and cp.async
   (LDGSTS) shared writes, shared-load wavefronts, the main stall reasons and the duration. Metrics
   this ncu does not know on this GPU are left out and named in the record. Where ncu is missing,
-  cannot read the counters, or cannot follow the run, the record says "not covered" with the
+  cannot read the counters, or cannot follow the run, the record says "not measured" with the
   tool's own words, never clean. The allreduce cp.async kernel is tried too: ncu serializes kernel
   launches, so a kernel that waits in a cross-GPU barrier for its peer's launch is expected to hang
-  under it; that is recorded as not covered.
+  under it; that is recorded as not measured (thresholds.toml marks that one gate optional).
 - Overlap, without counters: the same SDPA runner timed in full, with loads only
   (`--ablate no_compute`) and with math only (`--ablate no_loads`).
   overlap = (loads + math - full) / min(loads, math): 1 means the shorter path is hidden
@@ -26,14 +26,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from driver.config import CPASYNC_STAGES, SDPA_SHAPES
+from driver.config import CPASYNC_STAGES, SDPA_SHAPES, kernel_flags
 from driver.errors import DriverError, KernelFailed
-from driver.launch import launch, run_process, runtime_env
+from driver.launch import run_process, runtime_env
 from driver.options import RunOptions
-from driver.parse import parse_lines
-from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
+from driver.parse import launch_lines
+from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine, Verdict
 from driver.suites import sdpa
-from driver.suites.allreduce import kernel_flags
 from driver.suites.common import progress, stress_record
 
 # Profiled SDPA shapes: the mission shape (launch-bound) and `large` (where tiling and cp.async show).
@@ -131,13 +130,17 @@ def _tool_message(out: str) -> str:
 
 
 def _record(dev: DeviceInfo, sha: str, kernel: str, config: str, *, counters: dict[str, float], detail: str,
-            covered: bool, seconds: float = 0.0) -> ArchivedRecord:
-    line = StressLine(suite="stress", check="profile", kernel=kernel, config=config, iterations=1 if covered else 0,
-                      checked=0, wrong=0, max_abs_err=0.0, seconds=seconds, counters=counters, detail=detail)
-    return stress_record(dev, sha, line, passed=covered, reasons=[] if covered else [detail], covered=covered)
+            covered: bool, seconds: float | None = None) -> ArchivedRecord:
+    """A profile record: the counters it read (measured), or not measured with the reason. A profile
+    checks no results, so wrong and max_abs_err stay null."""
+    line = StressLine(suite="stress", check="profile", kernel=kernel, config=config, iterations=1 if covered else None,
+                      checked=None, wrong=None, max_abs_err=None, seconds=seconds, counters=counters, detail=detail)
+    verdict = Verdict(status="pass") if covered else Verdict(status="not_measured",
+                                                             reasons=[detail.removeprefix("not measured: ")])
+    return stress_record(dev, sha, line, verdict)
 
 
-NO_NCU = "not covered: Nsight Compute (ncu) not found on PATH or under /usr/local/cuda, /opt/nvidia"
+NO_NCU = "not measured: Nsight Compute (ncu) not found on PATH or under /usr/local/cuda, /opt/nvidia"
 
 
 def _ncu_cmd(ncu: str, kernel_regex: str, metrics: tuple[str, ...], target: list[str]) -> list[str]:
@@ -150,18 +153,18 @@ def _ncu_record(ncu: str | None, kernel_regex: str, metrics: tuple[str, ...], ta
                 kernel: str, config: str, dev: DeviceInfo, sha: str, *, on_timeout: Callable[[str], str],
                 detail: str) -> ArchivedRecord:
     """One launch of `target`'s first kernel matching `kernel_regex` under ncu, as a profile record: the
-    counters, or not covered with the reason (no ncu; `on_timeout(ncu's words)`; no counter table)."""
+    counters, or not measured with the reason (no ncu; `on_timeout(ncu's words)`; no counter table)."""
     if ncu is None:
         return _record(dev, sha, kernel, config, counters={}, covered=False, detail=NO_NCU)
     res = run_process(_ncu_cmd(ncu, kernel_regex, metrics, target), timeout_s=timeout_s, env=runtime_env())
     if res.timed_out:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
-                       detail=f"not covered: {on_timeout(_tool_message(res.stdout + res.stderr))}")
+                       detail=f"not measured: {on_timeout(_tool_message(res.stdout + res.stderr))}")
     try:
         counters = parse_ncu_csv(res.stdout, kernel_regex)
     except NcuOutputError:
         return _record(dev, sha, kernel, config, counters={}, covered=False, seconds=res.seconds,
-                       detail=f"not covered: ncu exit {res.returncode}: {_tool_message(res.stdout + res.stderr)}")
+                       detail=f"not measured: ncu exit {res.returncode}: {_tool_message(res.stdout + res.stderr)}")
     return _record(dev, sha, kernel, config, counters=counters, covered=True, seconds=res.seconds, detail=detail)
 
 
@@ -187,7 +190,7 @@ def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path,
         what = f"overlap {kernel} {shape_name} ablate={mode}"
         progress(what)
         cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.timing_args(opts, "cold"), "--ablate", mode]
-        (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+        (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=opts.timeout_s)
         if line.ablate != mode:
             raise KernelFailed(f"{what}: the runner reports ablate={line.ablate}",
                                  "rebuild the SDPA runners (python -m driver build --targets sdpa)")
@@ -222,7 +225,7 @@ def prefetch_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str, s
         progress(what)
         cmd = [str(exe), "--sizes", str(ALLREDUCE_PREFETCH_BYTES), "--ngpus", "2", "--iters", str(opts.iters),
                "--warmup", str(opts.warmup), "--check", "1", *kernel_flags(name)]
-        (line,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
+        (line,) = launch_lines(cmd, AllreduceLine, what=what, timeout_s=opts.timeout_s)
         if line.wrong or line.kernel_confirmed != name:
             raise KernelFailed(f"{what}: {line.wrong} wrong elements, the GPU ran {line.kernel_confirmed}",
                                  "run `python -m driver stress --suite allreduce` to find the failing config")

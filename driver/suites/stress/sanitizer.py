@@ -1,5 +1,6 @@
 """Stress sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck. Zero hazards is the
-gate; where the tool cannot follow the run, the record says "not covered" with the tool's own words."""
+gate; where the tool is missing or cannot follow the run, the record is "not measured" with the tool's own
+words, which fails the release gate unless thresholds.toml marks it optional for the host."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import shutil
 
 from driver.launch import run_process, runtime_env
 from driver.options import RunOptions
-from driver.records import ArchivedRecord, DeviceInfo, StressLine
-from driver.suites.common import progress, stress_record
+from driver.records import ArchivedRecord, DeviceInfo, StressLine, Verdict
+from driver.suites.common import checked_verdict, not_measured, progress, stress_record
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
@@ -20,7 +21,7 @@ SANITIZED_SHAPES = ("small", "mission", "tail")
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
 # displayed (0 errors, 0 warnings)"; not "ERROR SUMMARY: 318 errors were not printed".
-_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?[ \t]*$|hazards? displayed)", re.I | re.M)
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?[ \t]*$|hazards? displayed)", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_sanitizer(output: str) -> int | None:
@@ -31,28 +32,27 @@ def parse_sanitizer(output: str) -> int | None:
 
 def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: str, dev: DeviceInfo,
              sha: str) -> ArchivedRecord:
+    """One run under one tool. The record counts hazards only: the run's results are not checked
+    here (the soak does that), so wrong and max_abs_err stay null."""
     sanitizer = shutil.which("compute-sanitizer")
     what = f"compute-sanitizer {tool} {kernel} {config}"
     progress(what)
     if sanitizer is None:
-        line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=0,
-                          checked=0, wrong=0, max_abs_err=0.0, detail="not covered: compute-sanitizer not on PATH")
-        return stress_record(dev, sha, line, passed=False, reasons=[line.detail], covered=False)
+        return not_measured(dev, sha, "sanitizer", kernel, f"{tool}/{config}", "compute-sanitizer not on PATH")
     res = run_process([sanitizer, "--tool", tool, "--error-exitcode", "99", *cmd], timeout_s=opts.timeout_s * 4,
                       env=runtime_env())
     out = res.stdout + res.stderr
     hazards = parse_sanitizer(out)
-    detail = ""
     if res.timed_out:
-        detail = f"not covered: {tool} did not finish within {opts.timeout_s * 4:.0f} s"
+        why = f"{tool} did not finish within {opts.timeout_s * 4:.0f} s"
     elif hazards is None:
         tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or ["(no output)"]
-        detail = f"not covered: {tool} printed no summary (exit {res.returncode}): {tail[0][:200]}"
-    line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}", iterations=1,
-                      checked=0, wrong=0, max_abs_err=0.0, hazards=hazards, seconds=res.seconds, detail=detail)
-    if detail:
-        return stress_record(dev, sha, line, passed=False, reasons=[detail], covered=False)
-    reasons = [f"{hazards} hazard(s)/error(s)"] if hazards else []
-    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
-
-
+        why = f"{tool} printed no summary (exit {res.returncode}): {tail[0][:200]}"
+    else:
+        why = ""
+    line = StressLine(suite="stress", check="sanitizer", kernel=kernel, config=f"{tool}/{config}",
+                      iterations=None if why else 1, checked=None, wrong=None, max_abs_err=None,
+                      hazards=None if why else hazards, seconds=res.seconds, detail=f"not measured: {why}" if why else "")
+    if why:
+        return stress_record(dev, sha, line, Verdict(status="not_measured", reasons=[why]))
+    return stress_record(dev, sha, line, checked_verdict([f"{hazards} hazard(s)/error(s)"] if hazards else []))

@@ -9,18 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from driver.gates import sdpa_correctness
-from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
-from driver.config import ELEM_BYTES, SDPA_SHAPES
+from driver.config import ELEM_BYTES, kernel_flags
 from driver.errors import KernelFailed
-from driver.launch import launch
+from driver.gates import sdpa_correctness
 from driver.options import RunOptions
-from driver.parse import parse_lines
+from driver.parse import launch_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
-from driver.suites.common import progress, stress_record
-from driver.suites.sweep import KERNELS
+from driver.suites.common import checked_verdict, progress, stress_record
 from driver.thresholds import Thresholds
+from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
 
 REFRESH_EVERY = 25  # fresh random inputs inside one process
 LAUNCHES_PER_PROCESS = 250  # a new process (new seed, new contexts) after this many checked launches
@@ -54,10 +52,10 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
         cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
                "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
                "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
-               *(flags if mixed else KERNELS[kernel])]
+               *(flags if mixed else kernel_flags(kernel))]
         what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks}{'+' if c >= chunks else ''})"
         progress(what)
-        lines += parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, AllreduceLine, what=what)
+        lines += launch_lines(cmd, AllreduceLine, what=what, timeout_s=opts.timeout_s)
         c += 1
     errs = allreduce_errors(lines, dtype=dtype, ngpus=ngpus, what=f"stress soak {kernel} {dtype} x{ngpus}")
     wrong = errs.wrong
@@ -68,24 +66,23 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     per_size = sum(ln.checked_iters for ln in lines) // max(1, len(sizes))
     line = StressLine(suite="stress", check="soak", kernel=kernel, config=f"{dtype}/{ngpus}gpu",
                       sizes_bytes=sizes, iterations=per_size, checked=sum(ln.checked_iters for ln in lines),
-                      wrong=wrong, max_abs_err=errs.max_abs_err, seconds=time.perf_counter() - t0,
+                      wrong=wrong, max_abs_err=errs.max_abs_err, nonfinite=errs.nonfinite, seconds=time.perf_counter() - t0,
                       detail=" ".join(flags) if mixed else "")
     reasons = [f"{wrong} wrong elements"] if wrong else []
-    reasons += ["some output was NaN or infinite"] if line.max_abs_err is None else []
+    reasons += ["some output was NaN or infinite"] if errs.nonfinite else []
     what_ran = "a kernel other than the one each launch asked for" if mixed else f"{bad_kernel}, not {kernel}"
     reasons += [f"the GPU ran {what_ran}"] if bad_kernel else []
-    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, checked_verdict(reasons))
 
 
 SDPA_SOAK_STREAMS = 2
 
 
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
-              shape_name: str) -> ArchivedRecord:
+              shape_name: str, shape: tuple[int, int, int, int]) -> ArchivedRecord:
     """Per seed (fresh inputs): one output launch checked against the float64 reference, then
     `--iters` launches over SDPA_SOAK_STREAMS streams in flight at once, each compared bit for
     bit with that output on the GPU, so every launch is checked."""
-    shape = SDPA_SHAPES[shape_name]
     t0 = time.perf_counter()
     runs: list[SdpaErrors] = []
     launches = mismatched = 0
@@ -107,7 +104,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
                    "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
             what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
             progress(what)
-            (sl,) = parse_lines(launch(cmd, what=what, timeout_s=opts.timeout_s).stdout, SdpaLine, what=what)
+            (sl,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=opts.timeout_s)
             if sl.soak_launches != per_seed:
                 raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_seed}",
                                    "rebuild the SDPA runners (python -m driver build --targets sdpa)")
@@ -119,11 +116,13 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     reasons = list(verdict.reasons)
     if mismatched:
         reasons.append(f"{mismatched} elements of the soak launches differ from the checked output")
+    # wrong: elements of the reference-checked outputs off by more than bad_err, plus elements of the
+    # soak launches that differ from their checked output.
     line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=shape_name,
-                      iterations=launches, checked=launches, wrong=mismatched + (0 if verdict.passed else 1),
-                      max_abs_err=worst.max_abs_err, seconds=time.perf_counter() - t0,
+                      iterations=launches, checked=launches, wrong=mismatched + sum(r.bad_elements for r in runs),
+                      max_abs_err=worst.max_abs_err, nonfinite=worst.nonfinite > 0, seconds=time.perf_counter() - t0,
                       detail=f"{len(opts.seeds)} seeds; {SDPA_SOAK_STREAMS} streams in flight; every launch compared "
                              "bit for bit with the reference-checked output")
-    return stress_record(dev, sha, line, passed=not reasons, reasons=reasons)
+    return stress_record(dev, sha, line, checked_verdict(reasons))
 
 

@@ -1,0 +1,124 @@
+"""Test doubles for the kernel executables, so the pipeline runs end to end on a CPU.
+
+Each double is a small Python script under a fake build folder, speaking the real executables'
+command line and printing their JSON lines (the records in driver/records.py). Their numbers are
+set by the test that writes them, never captured: what the tests check is what the driver does
+with them (which runs happen in which order, which gates pass, fail or go unmeasured, what the
+archive says). The real executables are covered by tests/gpu/ and the archived GPU runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from driver import paths
+from driver.host import host_info, utc_now
+from driver.records import BuildMeta, DeviceInfo, GpuInfo, Toolchain
+from driver.suites import sdpa
+
+ROOT = Path(__file__).resolve().parent.parent
+ARCH = "sm_90"
+# The 2x H200 host as KINDS.md records it (2026-10-29): 143771 MiB each, driver 580.159.04.
+H200X2 = DeviceInfo(driver_version="580.159.04",
+                    gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=143771) for i in range(2)])
+
+ALLREDUCE = """#!{python}
+# allreduce_bench / upstream_bench double: one line per size; --debug-hang-rank hangs.
+import json, sys, time
+argv = sys.argv[1:]
+args = dict(zip(argv[::2], argv[1::2]))
+with open({log!r}, "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+if "--debug-hang-rank" in args:
+    time.sleep(600)
+impl, p50, wrong, err = {impl!r}, {p50!r}, {wrong!r}, {err!r}
+dtype = args.get("--dtype", "float32")
+esize = {{"float32": 4, "bfloat16": 2, "float16": 2}}[dtype]
+kernel = args.get("--kernel", "auto")
+selected = "1stage" if kernel == "auto" else kernel
+if kernel == "1stage_cpasync":
+    selected = "1stage_cpasync_s" + args.get("--stages", "3")
+if impl != "ours":
+    kernel = selected = "upstream"
+for size in args["--sizes"].split(","):
+    n = int(size.rstrip("KMG")) << {{"K": 10, "M": 20, "G": 30}}.get(size[-1], 0)
+    t = p50.get(selected, p50.get("*")) if isinstance(p50, dict) else p50
+    print(json.dumps({{"suite": "allreduce", "impl": impl, "kernel_requested": kernel, "kernel_selected": selected,
+                      "kernel_confirmed": selected, "dtype": dtype, "ngpus": int(args.get("--ngpus", "2")),
+                      "bytes": n, "elements": n // esize, "iters": int(args.get("--iters", "50")),
+                      "warmup": int(args.get("--warmup", "10")), "timing": args.get("--timing", "host"),
+                      "batch": int(args.get("--batch", "1")),
+                      "p50_us": t, "p90_us": t * 1.05, "min_us": t * 0.95, "mean_us": t, "algbw_gbps": n / t / 1e3,
+                      "busbw_gbps": n / t / 1e3, "max_abs_err": err, "wrong": wrong,
+                      "checked": args.get("--check", "0") == "1", "checked_iters": 1}}))
+"""
+
+SDPA = """#!{python}
+# sdpa_fp8_<variant> double: writes the float64 reference as float16 (optionally corrupted or
+# of another shape) and prints one SdpaLine.
+import json, sys
+sys.path.insert(0, {root!r})
+import numpy as np
+from driver.reference import sdpa as ref
+argv = sys.argv[1:]
+args = dict(zip(argv[::2], argv[1::2]))
+with open({log!r}, "a") as f:
+    f.write(json.dumps(argv) + "\\n")
+q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
+ks, vs = np.load(args["--scales"])
+out = ref.reference(q, k, v, float(ks), float(vs)).astype(np.float16)
+if {corrupt}:
+    out = out + np.float16(1.0)
+if {first_head_only}:
+    out = out[:, :1]
+np.save(args["--out"], out)
+p50 = {p50!r}
+print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
+                  "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
+                  "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
+                  "batch": int(args.get("--batch", "1"))}}))
+"""
+
+
+def _script(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def allreduce_exe(exe_dir: Path, name: str, *, impl: str, p50: float | dict[str, float], wrong: int = 0,
+                  err: float | None = 0.0, log: Path | None = None) -> Path:
+    """`p50`: one time for every kernel, or a time per selected kernel name ("*": the rest)."""
+    log = log or exe_dir / "calls.jsonl"
+    return _script(exe_dir / name, ALLREDUCE.format(python=sys.executable, log=str(log), impl=impl, p50=p50,
+                                                    wrong=wrong, err=err))
+
+
+def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_head_only: str = "",
+              log: Path | None = None) -> Path:
+    """Both SDPA variants; `corrupt` / `first_head_only` name a variant that writes a wrong output."""
+    log = log or exe_dir / "calls.jsonl"
+    for impl, exe in sdpa.VARIANTS.items():
+        _script(exe_dir / exe, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl,
+                                           p50=p50[impl], corrupt=impl == corrupt,
+                                           first_head_only=impl == first_head_only))
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(ln) for ln in log.read_text().splitlines()] if log.is_file() else []
+
+
+def fake_build(tmp_path: Path, monkeypatch) -> Path:
+    """A build folder with build_meta.json that the pipeline takes for the real one; returns the
+    folder the executables go in (build/sm_90)."""
+    build_dir = tmp_path / "build"
+    (build_dir / ARCH).mkdir(parents=True)
+    meta = BuildMeta(created_utc=utc_now(), git_sha="0" * 40, git_dirty=False, toolchain=Toolchain(python="test"),
+                     host=host_info(), archs=[ARCH], targets=[])
+    (build_dir / "build_meta.json").write_text(meta.model_dump_json())
+    monkeypatch.setattr(paths, "build_dir", lambda: build_dir)
+    return build_dir / ARCH

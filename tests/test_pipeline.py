@@ -1,0 +1,134 @@
+"""The whole pipeline on a CPU, through `python -m driver`'s own entry point, with runner doubles
+(tests/runner_doubles.py) in place of the GPU executables and a two-H200 device in place of NVML.
+
+What is checked is the driver's part: which suites run, which gates a run asks for, that a gate
+whose peer was not measured fails the run unless thresholds.toml makes it optional for the host,
+that the sweep writes the dispatch windows only when asked, and what the archive says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from driver import archive, cli, device, paths, peers
+from driver.errors import ConfigError, PerfGateFailed
+from driver.suites import sweep
+from tests.conftest import gpu_skip_reason, run_driver
+from tests.runner_doubles import H200X2, allreduce_exe, calls, fake_build, sdpa_exes
+
+NO_TORCH = "torch is not installed on this host"
+# Ours faster than upstream by 1.6x (gates: 1.0x at 256K, 1.1x at 16M); cp.async 1.25x the baseline (gate 1.10x).
+OURS_US, UPSTREAM_US = 5.0, 8.0
+SDPA_US = {"baseline": 10.0, "cpasync": 8.0}
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch, results_dir):
+    """Doubles for every executable a bench run launches, two H200s, and no torch (so no NCCL or
+    PyTorch peer): the exe folder."""
+    exe_dir = fake_build(tmp_path, monkeypatch)
+    allreduce_exe(exe_dir, "allreduce_bench", impl="ours", p50=OURS_US)
+    allreduce_exe(exe_dir, "upstream_bench", impl="upstream", p50=UPSTREAM_US)
+    sdpa_exes(exe_dir, p50=SDPA_US)
+    monkeypatch.setattr(device, "probe", lambda: H200X2)
+    monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
+    monkeypatch.setattr(peers, "_found", lambda module: False)  # no torch: no NCCL, PyTorch or cuDNN peer
+    return exe_dir
+
+
+BENCH = ["bench", "--no-build", "--arch", "sm_90", "--iters", "5", "--warmup", "0", "--rounds", "1",
+         "--shapes", "mission"]
+
+
+def _only_run(results_dir):
+    (folder,) = archive.archived_runs(results_dir)
+    return folder, archive.load_run(folder)
+
+
+def test_suite_list_runs_every_suite_named(host, results_dir, capsys):
+    """`--suite allreduce,sdpa` runs both (it used to run the first only)."""
+    cli.main([*BENCH, "--suite", "allreduce,sdpa"])
+    _, run = _only_run(results_dir)
+    assert {r.suite for r in run.records} == {"allreduce", "sdpa"}
+    ran = calls(host / "calls.jsonl")
+    assert any("--sizes" in c for c in ran) and any("--q" in c for c in ran)
+
+
+def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
+    """Without torch, the NCCL and PyTorch gates are not measured: exit 8 naming them, archived
+    with every gate's state, failed and not measured first."""
+    code = cli.main([*BENCH, "--suite", "all"])
+    err = capsys.readouterr().err
+    assert code == PerfGateFailed.exit_code, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("performance gate failed: 2 speed gate(s) not measured, e.g. ")
+    assert "ours-vs-nccl" in line and NO_TORCH in line
+    folder, run = _only_run(results_dir)
+    states = {g.gate: (g.status, g.optional) for g in run.gates}
+    assert states["allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B"] == ("not_measured", False)
+    assert states["sdpa/speed/best-vs-torch_sdpa/cold/mission"] == ("not_measured", False)
+    assert states["allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"] == ("pass", False)
+    assert states["sdpa/speed/cpasync-vs-baseline/cold/mission"] == ("pass", False)
+    compare_md = (folder / "COMPARE.md").read_text()
+    table = compare_md[compare_md.index("## Gates"):]
+    assert table.index("| NOT MEASURED | allreduce/speed/ours-vs-nccl") < table.index("| pass |")
+    index = (results_dir / "README.md").read_text()
+    assert ("2 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B: nccl not measured (cold); "
+            f"{NO_TORCH}") in index
+
+
+def test_a_peer_marked_optional_for_this_host_may_be_missing(host, results_dir, tmp_path, monkeypatch, capsys):
+    limits = tmp_path / "thresholds.toml"
+    limits.write_text(paths.thresholds_file().read_text() + """
+[[optional]]
+gates = "*/speed/*-vs-nccl/*"
+hosts = ["2xH200"]
+reason = "this host has no torch"
+
+[[optional]]
+gates = "sdpa/speed/*-vs-torch_sdpa/*"
+hosts = ["2xH*"]
+reason = "this host has no torch"
+""")
+    assert cli.main([*BENCH, "--suite", "all", "--thresholds", str(limits)]) == 0, capsys.readouterr().err
+    _, run = _only_run(results_dir)
+    nccl = next(g for g in run.gates if "vs-nccl" in g.gate)
+    assert (nccl.status, nccl.optional) == ("not_measured", True)
+    assert "optional here: this host has no torch" in nccl.reasons
+    # The same file on another device kind does not make them optional.
+    other = H200X2.model_copy(update={"gpus": H200X2.gpus * 2})  # 4xH200
+    monkeypatch.setattr(device, "probe", lambda: other)
+    assert cli.main([*BENCH, "--suite", "sdpa", "--thresholds", str(limits)]) == PerfGateFailed.exit_code
+
+
+def test_sweep_writes_the_windows_only_when_asked(host, results_dir, tmp_path, monkeypatch, capsys):
+    windows = tmp_path / "dispatch_windows.json"
+    monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
+    real = paths.ROOT / "kernels_mojo" / "dispatch_windows.json"
+    before = real.read_bytes()
+    args = ["sweep", "--no-build", "--arch", "sm_90", "--sizes", "8K,16K", "--iters", "2", "--rounds", "1"]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    assert not windows.exists() and real.read_bytes() == before
+    (folder,) = archive.archived_runs(results_dir)
+    assert json.loads((folder / "dispatch_windows.json").read_text())["defines"]
+    assert cli.main([*args, "--write"]) == 0, capsys.readouterr().err
+    assert json.loads(windows.read_text())["defines"] == json.loads((folder / "dispatch_windows.json").read_text())[
+        "defines"]
+    assert real.read_bytes() == before
+
+
+@pytest.mark.parametrize("cmd", ["bench", "stress"])
+def test_sweep_windows_is_no_longer_a_bench_or_stress_flag(cmd, results_dir):
+    with pytest.raises(ConfigError, match="unrecognized arguments: --sweep-windows"):
+        cli.build_parser().parse_args([cmd, "--sweep-windows"])
+
+
+@pytest.mark.skipif(gpu_skip_reason() is None, reason="this host has a GPU: the stress run would really run")
+def test_stress_without_a_gpu_names_what_was_not_measured(results_dir):
+    """The release gate on a CPU box: builds (cached), then exits 5 saying every stress gate is not measured."""
+    proc = run_driver("stress")
+    assert proc.returncode == 5, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("no GPU: ") and "not measured: every stress gate (allreduce, sdpa, sanitizers, profile)" in last
+    assert not results_dir.exists() or not any(results_dir.iterdir())
