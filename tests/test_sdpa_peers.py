@@ -124,3 +124,15 @@ def test_flash_peer_says_why_it_is_missing(monkeypatch):
     assert flash_sdpa.missing() is None
     monkeypatch.setattr(flash_sdpa, "_found", lambda module: False)
     assert flash_sdpa.missing() == "torch is not installed on this host"
+
+
+def test_cudnn_gates_are_optional_only_where_cudnn_fp8_cannot_run():
+    from driver import thresholds
+
+    limits = thresholds.load(None)
+    gate = "sdpa/speed/best-vs-cudnn_fp8/cold/long_d128"
+    for kind in ("1xH100", "2xH200", "8xH200", "1xGH200"):
+        assert limits.optional_reason(gate, kind) is None, kind
+    for kind in ("1xA100-SXM4-80GB", "1xL40S", "1xL4", "2xA10", "1xGeForce"):
+        assert "needs sm_90" in limits.optional_reason(gate, kind), kind
+    assert limits.optional_reason("sdpa/speed/best-vs-torch_sdpa/cold/mission", "1xL40S") is None
