@@ -36,9 +36,9 @@ def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> 
         cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
         return cmd + [t.entry, "-o", str(out)]
     assert tc.nvcc is not None
-    cc = arch.removeprefix("sm_")
+    cc = t.gencode_cc(arch)  # sm_90 -> 90a for the targets that hold the Hopper kernel
     cmd = [tc.nvcc.path, *t.flags, "-gencode", f"arch=compute_{cc},code=[sm_{cc},compute_{cc}]", "-Xptxas", "-v"]
-    cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
+    cmd += [f"-D{k}={v}" for k, v in sorted(t.defines_for(arch).items())]
     return cmd + ["-keep", "-keep-dir", str(keep_dir), t.entry, "-o", str(out)]
 
 
@@ -95,7 +95,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
         arch=arch,
         source_hash=key,
         command=recorded,
-        defines=dict(t.defines),
+        defines=t.defines_for(arch),
         flags=list(t.flags),
         output=os.path.relpath(out, paths.ROOT),
         build_seconds=round(res.seconds, 2),

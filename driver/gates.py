@@ -167,9 +167,11 @@ def sdpa_correctness(m: SdpaErrors, gates: SdpaGates) -> Verdict:
 
 
 def sdpa_runner_resources(line: SdpaLine, gates: BuildGates) -> list[str]:
-    """Dynamic shared memory is known only to the runner: the static gate, checked on its line."""
-    if line.smem_bytes > gates.max_smem_bytes_per_block:
-        return [f"{line.smem_bytes} B shared memory per block > {gates.max_smem_bytes_per_block}"]
+    """Dynamic shared memory is known only to the runner: the static gate of the kernel that ran
+    (line.kernel: wgmma_sm90 has its own), checked on its line."""
+    limit = gates.smem_limit(line.kernel)
+    if line.smem_bytes > limit:
+        return [f"{line.smem_bytes} B shared memory per block > {limit} ({line.kernel or 'default'} gate)"]
     return []
 
 
@@ -181,12 +183,13 @@ def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[st
     bad: list[str] = []
     where = f"{rec.target} {rec.arch}"
     for k in rec.ptxas:
-        if k.registers > gates.max_registers_per_thread:
-            bad.append(f"{where} {k.name}: {k.registers} registers > {gates.max_registers_per_thread}")
-        if k.smem_bytes > gates.max_smem_bytes_per_block:
-            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {gates.max_smem_bytes_per_block}")
+        g = gates.for_entry(k.name)  # the kernel family's own gates (thresholds.toml [[build.kernels]]) or the defaults
+        if k.registers > g.max_registers_per_thread:
+            bad.append(f"{where} {k.name}: {k.registers} registers > {g.max_registers_per_thread}")
+        if k.smem_bytes > g.max_smem_bytes_per_block:
+            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {g.max_smem_bytes_per_block}")
         spill = k.spill_store_bytes + k.spill_load_bytes
-        if spill > gates.max_spill_bytes:
+        if spill > g.max_spill_bytes:
             bad.append(f"{where} {k.name}: {k.spill_store_bytes} B spill stores, {k.spill_load_bytes} B spill loads")
     if t.lang == "cuda" and not rec.ptxas:
         bad.append(f"{where}: no ptxas report was parsed")
@@ -200,6 +203,17 @@ def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[st
                 bad.append(f"{where} {k.name}: cp.async {'missing' if exp.cp_async else 'present'} in PTX")
             if exp.mma is not None and k.has_mma != exp.mma:
                 bad.append(f"{where} {k.name}: mma {'missing' if exp.mma else 'present'} in PTX")
+    return bad + sass_violations(t, rec)
+
+
+def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
+    """The target's SASS expectations for this arch, where the SASS was read (cuobjdump present)."""
+    if rec.sass is None:
+        return []
+    bad = []
+    for exp in (e for e in t.sass if e.arch == rec.arch):
+        bad += [f"{rec.target} {rec.arch}: {ins} missing in SASS" for ins in exp.require if not rec.sass.get(ins)]
+        bad += [f"{rec.target} {rec.arch}: {ins} present in SASS" for ins in exp.forbid if rec.sass.get(ins)]
     return bad
 
 

@@ -6,10 +6,12 @@ box that a cp.async kernel really contains cp.async and the baseline does not.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
+from driver.errors import BuildFailed
 from driver.records import PtxasKernel, PtxKernel
 
 _COMPILING = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
@@ -68,7 +70,24 @@ def scan_binary_ptx(path: Path) -> list[PtxKernel]:
     return scan_ptx(path.read_bytes().decode("latin-1"))
 
 
+# Instructions looked for in machine code: cp.async (LDGSTS), mma.sync (HMMA), warpgroup MMA
+# (HGMMA; QGMMA for fp8 operands), the copy engine's tensor and plain bulk loads (UTMALDG, UBLKCP).
+SASS_INSTRUCTIONS = ("LDGSTS", "HMMA", "HGMMA", "QGMMA", "UTMALDG", "UBLKCP")
+_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", re.MULTILINE)
+
+
+def sass_opcodes(text: str) -> set[str]:
+    """Opcodes (without modifiers) of `cuobjdump --dump-sass` text."""
+    return set(_SASS_OPCODE.findall(text))
+
+
 def sass_check(cuobjdump: str, exe: Path) -> dict[str, bool]:
-    """Where cuobjdump exists: does the machine code hold LDGSTS (cp.async) and HMMA?"""
-    sass = subprocess.run([cuobjdump, "--dump-sass", str(exe)], capture_output=True, text=True, timeout=120).stdout
-    return {"LDGSTS": "LDGSTS" in sass, "HMMA": "HMMA" in sass}
+    """Where cuobjdump exists: which of SASS_INSTRUCTIONS the machine code holds."""
+    # cuobjdump runs nvdisasm, found on PATH: the one beside it first (the wheels put both in one folder).
+    env = {**os.environ, "PATH": f"{Path(cuobjdump).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    res = subprocess.run([cuobjdump, "--dump-sass", str(exe)], capture_output=True, text=True, timeout=300, env=env,
+                         check=False)
+    if res.returncode != 0:
+        raise BuildFailed(f"cuobjdump --dump-sass {exe} failed: {res.stderr.strip().splitlines()[-1:]}")
+    ops = sass_opcodes(res.stdout)
+    return {ins: ins in ops for ins in SASS_INSTRUCTIONS}

@@ -29,6 +29,16 @@ class PtxExpectation:
 
 
 @dataclass(frozen=True)
+class SassExpectation:
+    """Machine-code instructions a target's executable for `arch` must (not) hold, checked
+    where cuobjdump exists (inspect_ptx.SASS_INSTRUCTIONS lists the ones looked for)."""
+
+    arch: str
+    require: tuple[str, ...] = ()
+    forbid: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     lang: Literal["mojo", "cuda"]
@@ -39,6 +49,18 @@ class Target:
     flags: tuple[str, ...] = ()
     ptx: tuple[PtxExpectation, ...] = ()
     min_arch: int = 80  # compute capability x10; below it the target is not built
+    sass: tuple[SassExpectation, ...] = ()
+    # On sm_90, compile for the arch-specific sm_90a (wgmma, setmaxnreg) and define
+    # SDPA_SM90A=1 so that the host code knows the Hopper kernel is in the binary.
+    sm90a: bool = False
+
+    def gencode_cc(self, arch: str) -> str:
+        cc = arch.removeprefix("sm_")
+        return f"{cc}a" if self.sm90a and cc == "90" else cc
+
+    def defines_for(self, arch: str) -> dict[str, str]:
+        extra = {"SDPA_SM90A": "1"} if self.gencode_cc(arch) == "90a" else {}
+        return {**self.defines, **extra}
 
     def supports(self, arch: str) -> bool:
         return int(arch.removeprefix("sm_")) >= self.min_arch
@@ -60,7 +82,8 @@ CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 
 def all_targets() -> tuple[Target, ...]:
     mojo_sources = ("kernels_mojo/**/*.mojo", "kernels_mojo/dispatch_windows.json")
-    sdpa_sources = ("kernels_cuda/sdpa_fp8/**/*.cu", "kernels_cuda/sdpa_fp8/**/*.cuh", "kernels_cuda/sdpa_fp8/**/*.h")
+    sdpa_sources = ("kernels_cuda/sdpa_fp8/**/*.cu", "kernels_cuda/sdpa_fp8/**/*.cuh", "kernels_cuda/sdpa_fp8/**/*.h",
+                    "kernels_cuda/sdpa_fp8_sm90/**/*.cuh")
     windows = _dispatch_defines()  # read once: the bench and its dispatch table must build with the same windows
     return (
         Target(
@@ -103,6 +126,16 @@ def all_targets() -> tuple[Target, ...]:
                 flags=CUDA_FLAGS,
                 min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
                 ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
+                sm90a=True,
+                # sm_90: the Hopper kernel's warpgroup MMA, and the copy engine's tensor loads in the
+                # cpasync build only (the mma_sync kernel beside it brings HMMA, and LDGSTS in cpasync).
+                # sm_89: the mma_sync kernel alone.
+                sass=(
+                    SassExpectation("sm_90", require=("HGMMA", "HMMA") + (("UTMALDG", "LDGSTS") if cp_async else ()),
+                                    forbid=() if cp_async else ("UTMALDG", "LDGSTS")),
+                    SassExpectation("sm_89", require=("HMMA",) + (("LDGSTS",) if cp_async else ()),
+                                    forbid=("HGMMA", "UTMALDG") + (() if cp_async else ("LDGSTS",))),
+                ),
             )
             for variant, cp_async in (("baseline", False), ("cpasync", True))
         ),

@@ -15,10 +15,34 @@ from driver.errors import ConfigError
 from driver.records import Record, TimingMode
 
 
+class KernelGates(Record):
+    """Resource gates for one kernel family, in place of [build]'s defaults.
+
+    `pattern` picks its PTX entries (ptxas report); `kernel` is the name its runner prints in the
+    JSON line, whose shared memory per block (dynamic + static: only the runner knows) is gated too.
+    """
+
+    kernel: str
+    pattern: str
+    max_registers_per_thread: int = Field(gt=0)
+    max_smem_bytes_per_block: int = Field(gt=0)
+    max_spill_bytes: int = Field(ge=0)
+
+
 class BuildGates(Record):
     max_registers_per_thread: int = Field(gt=0)
     max_smem_bytes_per_block: int = Field(gt=0)
     max_spill_bytes: int = Field(ge=0)
+    kernels: list[KernelGates] = Field(default_factory=list)
+
+    def for_entry(self, name: str) -> KernelGates | BuildGates:
+        """The gates for one PTX entry: its family's, else the defaults."""
+        return next((k for k in self.kernels if k.pattern in name), self)
+
+    def smem_limit(self, kernel: str | None) -> int:
+        """Shared memory per block allowed for a runner's `kernel` (the defaults for any other)."""
+        return next((k.max_smem_bytes_per_block for k in self.kernels if k.kernel == kernel),
+                    self.max_smem_bytes_per_block)
 
 
 class AllreduceSpeedup(Record):

@@ -96,14 +96,21 @@ def find_ptxas() -> ToolVersion:
 
 
 def find_cuobjdump() -> str | None:
-    """Optional: the GPU hosts have it; used for the SASS check where present."""
+    """Optional, for the SASS check: beside nvcc, on PATH (the GPU hosts), or the
+    nvidia-cuda-cuobjdump wheel (with nvidia-cuda-nvdisasm beside it, which it runs)."""
     try:
         cand = Path(find_nvcc().path).parent / "cuobjdump"
         if cand.is_file():
             return str(cand)
     except ToolchainMissing:
         pass
-    return shutil.which("cuobjdump")
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return on_path
+    wheel = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    if wheel.is_file() and (wheel.parent / "nvdisasm").is_file():
+        return str(wheel)
+    return None
 
 
 def describe(need_mojo: bool, need_cuda: bool) -> Toolchain:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, gates, targets, thresholds, toolchain
+from driver import build, gates, inspect_ptx, targets, thresholds, toolchain
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -47,7 +47,11 @@ def test_build_meta_records_provenance(meta):
     assert meta.toolchain.nvcc and meta.toolchain.nvcc.version.startswith("13.")
     assert meta.host.logical_cores > 0 and meta.host.ram_gib > 0
     cu = meta.target("sdpa_fp8_cpasync", "sm_90")
-    assert "-DUSE_CP_ASYNC=1" in cu.command and "arch=compute_90,code=[sm_90,compute_90]" in cu.command
+    # sm_90 builds the arch-specific sm_90a (wgmma, setmaxnreg) and tells the host code so.
+    assert "-DUSE_CP_ASYNC=1" in cu.command and "arch=compute_90a,code=[sm_90a,compute_90a]" in cu.command
+    assert "-DSDPA_SM90A=1" in cu.command and cu.defines["SDPA_SM90A"] == "1"
+    cu89 = meta.target("sdpa_fp8_cpasync", "sm_89")
+    assert "arch=compute_89,code=[sm_89,compute_89]" in cu89.command and "SDPA_SM90A" not in cu89.defines
     mj = meta.target("allreduce_bench", "sm_90")
     assert mj.command[1:6] == ["build", "-I", "kernels_mojo", "--target-accelerator", "sm_90"]
 
@@ -58,10 +62,17 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     rec = meta.target(name, arch)
     assert rec.ptxas, "no ptxas report parsed"
     for k in rec.ptxas:
-        assert k.arch == arch
-        assert 0 < k.registers <= GATES.max_registers_per_thread, k
-        assert k.smem_bytes <= GATES.max_smem_bytes_per_block, k
+        g = GATES.for_entry(k.name)  # the Hopper kernel's own gates, the seed gates for the rest
+        assert k.arch == (arch + "a" if arch == "sm_90" else arch)
+        assert 0 < k.registers <= g.max_registers_per_thread, k
+        assert k.smem_bytes <= g.max_smem_bytes_per_block, k
         assert k.spill_store_bytes == k.spill_load_bytes == 0, k
+    hopper = [k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name]
+    mma_sync = [k for k in rec.ptxas if "sdpa_fp8_fwd_kernel" in k.name]
+    # 2 head dims x 2 block configurations x 3 ablation modes, in sm_90 builds only
+    assert len(hopper) == (12 if arch == "sm_90" else 0)
+    assert mma_sync and all(k.registers <= GATES.max_registers_per_thread for k in mma_sync)
+    assert all(GATES.for_entry(k.name).max_registers_per_thread == 168 for k in hopper)
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_89"])
@@ -96,21 +107,51 @@ def test_bench_without_gpu_builds_then_says_no_gpu(meta, results_dir):
     assert not results_dir.exists()
 
 
-def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
-    """The CPU box has no cuobjdump, so the build records sass=None; a host with one (the GPU
-    hosts) fills it in from the real executables' machine code before archiving."""
-    from driver import build, toolchain
+def test_sass_gates_on_the_real_machine_code(meta):
+    """The build reads each CUDA executable's SASS where cuobjdump exists (on the CPU box: the
+    nvidia-cuda-cuobjdump wheel the test extra installs) and gates it per target and arch."""
+    if toolchain.find_cuobjdump() is None:
+        pytest.skip("no cuobjdump here: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra)")
+    sass = {(t.target, t.arch): t.sass for t in meta.targets if t.lang == "cuda"}
+    cp90, base90 = sass[("sdpa_fp8_cpasync", "sm_90")], sass[("sdpa_fp8_baseline", "sm_90")]
+    assert cp90["HGMMA"] and cp90["UTMALDG"] and cp90["LDGSTS"] and cp90["HMMA"]
+    assert base90["HGMMA"] and not base90["UTMALDG"] and not base90["LDGSTS"]
+    cp89, base89 = sass[("sdpa_fp8_cpasync", "sm_89")], sass[("sdpa_fp8_baseline", "sm_89")]
+    assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not base89["LDGSTS"]
+    for t in targets.select("sdpa"):
+        for arch in ("sm_90", "sm_89"):
+            assert gates.sass_violations(t, meta.target(t.name, arch)) == []
 
+
+def test_sass_violations_name_the_missing_and_forbidden_instructions(meta):
+    t = targets.select("sdpa_fp8_cpasync")[0]
+    rec = meta.target("sdpa_fp8_cpasync", "sm_90")
+    no_tma = rec.model_copy(update={"sass": {**dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True), "UTMALDG": False}})
+    assert gates.sass_violations(t, no_tma) == ["sdpa_fp8_cpasync sm_90: UTMALDG missing in SASS"]
+    base = targets.select("sdpa_fp8_baseline")[0]
+    with_tma = no_tma.model_copy(update={"target": "sdpa_fp8_baseline", "sass": dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True)})
+    assert set(gates.sass_violations(base, with_tma)) == {
+        "sdpa_fp8_baseline sm_90: UTMALDG present in SASS", "sdpa_fp8_baseline sm_90: LDGSTS present in SASS"}
+    assert gates.sass_violations(t, rec.model_copy(update={"sass": None})) == []  # not read: nothing to gate
+
+
+def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
+    """A build made where no cuobjdump was records sass=None; a host with one (the GPU hosts)
+    fills it in from the real executables' machine code before archiving."""
     fake = tmp_path / "cuobjdump"
     # Stands in for `cuobjdump --dump-sass EXE`: machine code of a cp.async build holds LDGSTS.
-    fake.write_text('#!/bin/sh\ncase "$2" in *cpasync*) echo "LDGSTS.E.BYPASS.128 [R1], [R2]";; esac\n'
-                    'echo "HMMA.16816.F32 R4, R8, R12, R4"\n')
+    fake.write_text('#!/bin/sh\ncase "$2" in *cpasync*) echo "        /*0100*/                   LDGSTS.E.BYPASS.128 [R1], [R2] ;";; esac\n'
+                    'echo "        /*0110*/                   HMMA.16816.F32 R4, R8, R12, R4 ;"\n'
+                    'echo "        /*0120*/              @!P0 HGMMA.64x128x16.F32 R24, gdesc[UR8], RZ, !UPT ;"\n')
     fake.chmod(0o755)
     monkeypatch.setattr(toolchain, "find_cuobjdump", lambda: str(fake))
-    meta = build.with_sass(build.load_meta())
+    unread = build.load_meta()
+    unread = unread.model_copy(update={"targets": [t.model_copy(update={"sass": None}) for t in unread.targets]})
+    meta = build.with_sass(unread)
     sass = {t.target: t.sass for t in meta.targets if t.lang == "cuda" and t.arch == "sm_90"}
-    assert sass["sdpa_fp8_cpasync"] == {"LDGSTS": True, "HMMA": True}
-    assert sass["sdpa_fp8_baseline"] == {"LDGSTS": False, "HMMA": True}
+    expect = dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, False) | {"HMMA": True, "HGMMA": True}
+    assert sass["sdpa_fp8_cpasync"] == expect | {"LDGSTS": True}
+    assert sass["sdpa_fp8_baseline"] == expect
     assert all(t.sass is None for t in meta.targets if t.lang == "mojo")
 
 

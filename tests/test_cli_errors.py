@@ -99,7 +99,8 @@ def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, need
 @pytest.mark.parametrize("split", ["2", "4"])
 def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, split):
     """S = 300: 10 tiles of 32 over 4 groups, 5 of 64 over 2. Racecheck reported hazards for
-    exactly these uneven splits on H200, so the runner refuses them (the heuristic avoids them)."""
+    exactly these uneven splits of the mma_sync kernel on H200, so the runner refuses them (the
+    heuristic avoids them). The sm_90 binary picks the Hopper kernel by default, hence --kernel."""
     import subprocess
 
     from driver import paths
@@ -109,10 +110,39 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
     if not exe.exists():
         pytest.fail(f"{exe} is not built: run `python -m driver build --arch sm_90` (nox -s test does)")
     files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
-    cmd = [str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), "--split", split]
+    cmd = [str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), "--split", split,
+           "--kernel", "mma_sync_sm80"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "divide evenly over the groups" in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("arch", "args", "message"),
+    [
+        ("sm_90", ["--kernel", "wgmma_sm90", "--split", "4"], "--split for wgmma_sm90 must be 0, 1 or 2"),
+        ("sm_90", ["--kernel", "wgmma_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
+        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_sm90 or mma_sync_sm80"),
+        ("sm_89", ["--kernel", "wgmma_sm90"], "the wgmma_sm90 kernel is not in this build"),
+    ],
+)
+def test_sdpa_runner_kernel_choice_errors_before_touching_a_gpu(tmp_path, arch, args, message):
+    """Which kernel runs is chosen by architecture; forcing one that cannot run is a bad-input error."""
+    import subprocess
+
+    from driver import paths
+    from driver.suites import sdpa
+
+    exe = paths.build_dir() / arch / "sdpa_fp8_cpasync"
+    if not exe.exists():
+        pytest.fail(f"{exe} is not built: run `python -m driver build --arch {arch} --targets sdpa` (nox -s test does)")
+    files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
+    proc = subprocess.run([str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()  # one clear error line
+    assert line.startswith("error: ") and message in line
     assert proc.stdout == ""
 
 

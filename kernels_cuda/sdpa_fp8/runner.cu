@@ -4,10 +4,20 @@
 //                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--split 0|1|2|4]
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
+//                               [--kernel auto|wgmma_sm90|mma_sync_sm80]
+//
+// Which kernel runs is chosen by the GPU's architecture (--kernel auto, the default):
+//   wgmma_sm90     kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA, tensor copy engine), on sm_90 GPUs,
+//                  in builds for sm_90a (the build defines SDPA_SM90A);
+//   mma_sync_sm80  kernels_cuda/sdpa_fp8/sdpa_fp8.cuh (mma.sync), everywhere else (sm_80/sm_89).
+// --kernel forces one (an error where it cannot run).  The JSON line names the kernel that ran
+// ("kernel"); --warps applies to mma_sync_sm80 only (and makes auto pick it); --split 0|1|2|4
+// picks mma_sync_sm80's split-KV config, --split 0|1|2 wgmma_sm90's (1 = unsplit, 2 = both consumer
+// warpgroups on the same query rows, alternate K/V tiles; 0 = by grid size).
 //
 // q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
-// [k_scale, v_scale].  Writes out.npy fp16 [B,H,S,D] from one launch, then times launches
-// after `warmup` and prints one JSON line.
+// [k_scale, v_scale], finite and > 0.  Writes out.npy fp16 [B,H,S,D] from one launch, then times
+// launches after `warmup` and prints one JSON line.
 //
 // --timing (timing.cuh): cold (default) = `iters` launches, each timed alone by its own event
 // pair, an L2 flush before each, queued behind a single-thread spin kernel (not an SDPA kernel)
@@ -37,9 +47,16 @@
 #include <string>
 #include <vector>
 
+#ifndef SDPA_SM90A
+#define SDPA_SM90A 0
+#endif
+
 #include "npy.h"
 #include "sdpa_fp8.cuh"
 #include "timing.cuh"
+#if SDPA_SM90A
+#include "../sdpa_fp8_sm90/kernel.cuh"
+#endif
 
 namespace {
 
@@ -89,6 +106,8 @@ int main(int argc, char** argv) {
     bool debug_hang = false;     // watchdog tests: a kernel that never finishes, before the output run
     bench_timing::Mode timing = bench_timing::Mode::kCold;
     long batch = 20;             // hot: launches per graph replay
+    std::string kernel_req = "auto";
+    bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto need = [&](const char* name) -> const char* {
@@ -102,7 +121,7 @@ int main(int argc, char** argv) {
         else if (a == "--out") out_path = need("--out");
         else if (a == "--iters") { if (!parse_int(need("--iters"), &iters) || iters < 1 || iters > 10000000) die(2, "--iters must be an integer >= 1"); }
         else if (a == "--warmup") { if (!parse_int(need("--warmup"), &warmup) || warmup < 0 || warmup > 10000000) die(2, "--warmup must be an integer >= 0"); }
-        else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(2, "--warps must be an integer"); }
+        else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(2, "--warps must be an integer"); tuned = true; }
         else if (a == "--split") {
             if (!parse_int(need("--split"), &split) || (split != 0 && split != 1 && split != 2 && split != 4))
                 die(2, "--split must be 0, 1, 2 or 4");
@@ -119,6 +138,11 @@ int main(int argc, char** argv) {
         else if (a == "--no-spin") spin = false;
         else if (a == "--timing") { if (!bench_timing::parse_mode(need("--timing"), &timing)) die(2, "--timing must be cold or hot"); }
         else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(2, "--batch must be an integer 1..100000"); }
+        else if (a == "--kernel") {
+            kernel_req = need("--kernel");
+            if (kernel_req != "auto" && kernel_req != "wgmma_sm90" && kernel_req != "mma_sync_sm80")
+                die(2, "--kernel must be auto, wgmma_sm90 or mma_sync_sm80");
+        }
         else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
         else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(2, "--streams must be 1..8"); }
@@ -154,12 +178,26 @@ int main(int argc, char** argv) {
     float k_scale, v_scale;
     std::memcpy(&k_scale, sc.data.data(), 4);
     std::memcpy(&v_scale, sc.data.data() + 4, 4);
-    if (!std::isfinite(k_scale) || !std::isfinite(v_scale)) die(2, "scales must be finite");
+    // > 0: the kernels take the row max of the raw scores and fold k_scale into the exponent.
+    if (!std::isfinite(k_scale) || !std::isfinite(v_scale) || !(k_scale > 0.f) || !(v_scale > 0.f))
+        die(2, "scales must be finite and > 0");
 
-    {   // flag combinations (--warps / --split / head dim) are checked before the GPU is touched
-        sdpa_fp8::LaunchInfo probe;
+    {   // flag combinations (--warps / --split / --kernel / head dim) are checked before the GPU is touched,
+        // against the kernel that will run where that is known without the GPU
         const char* why = nullptr;
-        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
+        if (kernel_req == "wgmma_sm90" && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
+        if (!SDPA_SM90A && kernel_req == "wgmma_sm90")
+            die(2, "the wgmma_sm90 kernel is not in this build (it is built for sm_90a only)");
+        if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
+            sdpa_fp8::LaunchInfo probe;
+            if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
+        }
+#if SDPA_SM90A
+        if (kernel_req == "wgmma_sm90") {
+            sdpa_sm90::LaunchInfo p90;
+            if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
+        }
+#endif
     }
 
     // ---------------------------------------------------------------- device
@@ -168,19 +206,46 @@ int main(int argc, char** argv) {
     if (de != cudaSuccess) die(4, std::string("no GPU: cudaGetDeviceCount: ") + cudaGetErrorString(de));
     if (ndev < 1) die(4, "no GPU: cudaGetDeviceCount returned 0 devices");
     CK(cudaSetDevice(0));
-    int num_sms = 0;
+    int num_sms = 0, cc_major = 0, cc_minor = 0;
     CK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
+    CK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0));
+    const std::string arch = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
 
-    sdpa_fp8::LaunchInfo li;
+    // ---------------------------------------------------------------- kernel by architecture
+    // wgmma_sm90 needs an sm_90 GPU (sm_90a code runs on compute capability 9.0 only) and a
+    // build for sm_90a; everything else runs mma_sync_sm80.
+    const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
+    if (kernel_req == "wgmma_sm90" && !sm90_possible)
+        die(2, "the wgmma_sm90 kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
+    const bool use_sm90 = kernel_req == "wgmma_sm90" || (kernel_req == "auto" && sm90_possible && !tuned);
+
+    const char* kernel_name = use_sm90 ? "wgmma_sm90" : "mma_sync_sm80";
+
     const char* why = nullptr;
-    if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
-    const int64_t mblocks = (S + li.bm - 1) / li.bm;
-    if (mblocks * BH > INT32_MAX) die(2, "grid too large");
+    sdpa_fp8::LaunchInfo li;   // mma_sync_sm80
+    const void* func = nullptr;
+    int grid = 0, block = 0, smem = 0, li_ablate = ablate, li_split = 1, li_bn = 0;
+#if SDPA_SM90A
+    sdpa_sm90::LaunchInfo l90;
+    sdpa_sm90::TileMaps maps90;
+#endif
+    if (use_sm90) {
+#if SDPA_SM90A
+        if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
+        func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
+#endif
+    } else {
+        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
+        const int64_t mblocks = (S + li.bm - 1) / li.bm;
+        if (mblocks * BH > INT32_MAX) die(2, "grid too large");
+        func = li.func; grid = li.grid; block = li.block; smem = li.smem; li_split = li.nsplit; li_bn = li.bn;
+    }
 
     // Shared memory beyond the 48 KB default must be opted into; set it explicitly always.
-    CK(cudaFuncSetAttribute(li.func, cudaFuncAttributeMaxDynamicSharedMemorySize, li.smem));
+    CK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaFuncAttributes fa;
-    CK(cudaFuncGetAttributes(&fa, li.func));
+    CK(cudaFuncGetAttributes(&fa, func));
 
     const size_t n = (size_t)q.count();
     __half* dq = nullptr;
@@ -198,6 +263,19 @@ int main(int argc, char** argv) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
+#if SDPA_SM90A
+    if (use_sm90) {
+        const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, (int)BH, (int)S, &why);
+        if (me != cudaSuccess) die(3, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
+    }
+#endif
+    auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
+#if SDPA_SM90A
+        if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
+#endif
+        return sdpa_fp8::launch(li, (int)D, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
+    };
+
     if (debug_hang) {  // never returns: the driver's watchdog must kill this process
         std::fprintf(stderr, "debug: --debug-hang: launching a kernel that never finishes\n");
         bench_timing::spin_wait_kernel<<<1, 1, 0, st>>>(~0ull);
@@ -206,7 +284,7 @@ int main(int argc, char** argv) {
     }
 
     // ---------------------------------------------------------------- output run
-    CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
+    CK(launch(dout, st));
     CK(cudaStreamSynchronize(st));
     std::vector<unsigned char> host_out(n * sizeof(__half));
     CK(cudaMemcpy(host_out.data(), dout, host_out.size(), cudaMemcpyDeviceToHost));
@@ -232,7 +310,7 @@ int main(int argc, char** argv) {
         for (long i = 0; i < soak; ++i) {
             const size_t s_ = (size_t)(i % streams);
             CK(cudaMemsetAsync(outs[s_], 0xFF, n * sizeof(__half), ss[s_]));
-            CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, outs[s_], (int)S, k_scale, v_scale, ss[s_]));
+            CK(launch(outs[s_], ss[s_]));
             count_mismatches_kernel<<<cblocks, 256, 0, ss[s_]>>>(
                 reinterpret_cast<const unsigned short*>(outs[s_]), reinterpret_cast<const unsigned short*>(dout), n,
                 dbad);
@@ -248,11 +326,9 @@ int main(int argc, char** argv) {
     }
 
     // ---------------------------------------------------------------- timing
-    for (long i = 0; i < warmup; ++i) CK(sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, st));
+    for (long i = 0; i < warmup; ++i) CK(launch(dout, st));
     CK(cudaStreamSynchronize(st));
-    auto timed_launch = [&](cudaStream_t s_) {
-        return sdpa_fp8::launch(li, (int)D, dq, dk, dv, dout, (int)S, k_scale, v_scale, s_);
-    };
+    auto timed_launch = [&](cudaStream_t s_) { return launch(dout, s_); };
     const bench_timing::Samples timed =
         timing == bench_timing::Mode::kCold
             ? bench_timing::time_cold(timed_launch, st, iters, spin, bench_timing::l2_flush_bytes(0, check_cuda), check_cuda)
@@ -271,19 +347,19 @@ int main(int argc, char** argv) {
     static const char* const kAblNames[] = {"none", "no_compute", "no_loads"};
     std::string extra;
     if (extra_keys)  // only on request: the driver's line schema has no such keys
-        extra = std::string(",\"ablate\":\"") + kAblNames[li.ablate] + "\",\"split\":" + std::to_string(li.nsplit) +
-                ",\"bn\":" + std::to_string(li.bn);
+        extra = std::string(",\"ablate\":\"") + kAblNames[li_ablate] + "\",\"split\":" + std::to_string(li_split) +
+                ",\"bn\":" + std::to_string(li_bn);
     if (soak > 0)
         extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);
     std::printf(
-        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
+        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
         "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
         "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
         "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
-        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", (long long)B, (long long)H, (long long)S, (long long)D, iters,
-        warmup, p50, st_us.p90, st_us.mean, st_us.std, st_us.min, tflops, li.grid, li.block,
-        li.smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
+        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, (long long)B, (long long)H, (long long)S, (long long)D,
+        iters, warmup, p50, st_us.p90, st_us.mean, st_us.std, st_us.min, tflops, grid, block,
+        smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
         timed.hold_overruns, extra.c_str());
     std::fflush(stdout);
     return 0;

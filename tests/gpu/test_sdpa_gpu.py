@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from driver import thresholds
+from driver import device, thresholds
 from driver.config import SDPA_SHAPES
 from driver.errors import ConfigError
 from driver.gates import sdpa_correctness
@@ -16,6 +16,31 @@ from driver.suites import sdpa
 from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa
+
+# Shapes beyond the named ones: both head dims, tails in S (not a multiple of the 128-key tile or the
+# 64/128-row block), a single key, grids small enough for the split configuration and large enough not.
+EXTRA_SHAPES = [(1, 1, 1, 64), (1, 1, 1, 128), (1, 2, 129, 64), (1, 3, 77, 128), (2, 2, 1000, 128),
+                (3, 5, 777, 64), (1, 4, 300, 128)]
+
+
+def expected_kernel(arch: str) -> str:
+    """The kernel the runner picks by architecture (--kernel auto)."""
+    return "wgmma_sm90" if arch == "sm_90" else "mma_sync_sm80"
+
+
+def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
+    files, expected = sdpa.prepare_case(tmp_path, shape, seed)
+    out = tmp_path / f"out_{impl}.npy"
+    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1",
+           *extra]
+    (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
+    got = np.load(out)
+    assert line.impl == impl and line.shape == list(shape)
+    assert got.shape == shape and got.dtype == np.float16
+    m = sdpa_errors(got, expected, bad_err=GATES.bad_err, what=impl)
+    verdict = sdpa_correctness(m, GATES)
+    assert verdict.passed, (verdict.reasons, m, line.kernel)
+    return line, got
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -28,11 +53,43 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
     (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
     assert line.impl == impl and line.shape == list(shape)
+    assert line.kernel == expected_kernel(device.arch_of(0))
     got = np.load(out)
     assert got.shape == shape and got.dtype == np.float16
     m = sdpa_errors(got, expected, bad_err=GATES.bad_err, what=impl)
     verdict = sdpa_correctness(m, GATES)
     assert verdict.passed, (verdict.reasons, m)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("shape", EXTRA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_both_variants_match_reference_and_each_other(exe_dir, tmp_path, shape, seed):
+    """The kernel this GPU's arch selects, both variants, correct and bit-identical (same decode, same math)."""
+    base_line, base = run_case(exe_dir, tmp_path, "baseline", shape, seed)
+    async_line, asyn = run_case(exe_dir, tmp_path, "cpasync", shape, seed)
+    assert base_line.kernel == async_line.kernel == expected_kernel(device.arch_of(0))
+    assert np.array_equal(base.view(np.uint16), asyn.view(np.uint16))
+
+
+@pytest.mark.parametrize("split", ["1", "2"])
+@pytest.mark.parametrize("shape", [(1, 8, 512, 64), (1, 2, 1000, 128), (2, 3, 257, 64), (1, 2, 384, 128)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
+def test_hopper_split_and_unsplit_configs(exe_dir, tmp_path, impl, shape, split):
+    """wgmma_sm90's two block configurations forced on shapes where the grid rule would pick the other one,
+    with odd and even tile counts per consumer warpgroup."""
+    if device.arch_of(0) != "sm_90":
+        pytest.skip(f"wgmma_sm90 runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", "wgmma_sm90", "--split", split)
+    assert line.kernel == "wgmma_sm90" and line.split == int(split)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 512, 64), (1, 3, 77, 128)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
+def test_mma_sync_kernel_still_runs_when_forced(exe_dir, tmp_path, impl, shape):
+    """The sm_80/sm_89 kernel is in every build; --kernel mma_sync_sm80 runs it on any GPU."""
+    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", "mma_sync_sm80")
+    assert line.kernel == "mma_sync_sm80"
 
 
 def test_bad_inputs_give_one_error_and_exit_2(exe_dir, tmp_path):

@@ -1,0 +1,213 @@
+// FP8 (E4M3 K/V) SDPA forward for Hopper (sm_90a): the thin kernel that wires the parts, and
+// its host side (tensor maps, launch configuration, launch).
+//
+//   O = softmax(Q K^T / sqrt(D)) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
+//   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
+//
+// One block = 128 query rows of one (b, h) (64 in the split configuration), three warpgroups:
+//   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys in and decodes them
+//     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
+//     synchronous global loads), two fp16 buffers deep; gives back registers (setmaxnreg).
+//   warpgroups 1, 2, consumers (mainloop.cuh, softmax.cuh, epilogue.cuh): 64 rows each,
+//     wgmma for Q K^T and P V with fp32 accumulators, online softmax in registers, overlapped
+//     with the previous tile's P V; take the producer's registers.
+// Both variants decode the same tiles into the same fp16 layout and run the same math, so
+// their outputs are bit-identical.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "epilogue.cuh"
+#include "mainloop.cuh"
+#include "ptx.cuh"
+#include "tile_load.cuh"
+#include "traits.cuh"
+
+namespace sdpa_sm90 {
+
+constexpr const char* kKernelName = "wgmma_sm90";
+
+template <class T>
+__global__ void __launch_bounds__(T::THREADS, 1)
+sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
+                     const uint8_t* __restrict__ V, __half* __restrict__ O, int S, int mblocks, float scale_log2,
+                     float out_scale) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    // The swizzled tiles need 1024-byte alignment; the dynamic allocation has 1024 bytes of slack.
+    uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    const uint32_t bars = smem_u32(smem + T::OFF_BAR);
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+
+    if (threadIdx.x == 0) {
+        mbar_init(bar(T::BAR_Q), 1);
+        for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
+        for (int b = 0; b < T::NF16; ++b) {
+            mbar_init(bar(T::BAR_KFULL + b), 128);
+            mbar_init(bar(T::BAR_VFULL + b), 128);
+            mbar_init(bar(T::BAR_KEMPTY + b), T::CONSUMER_WARPS);
+            mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
+        }
+        fence_mbar_init();
+        if constexpr (T::ASYNC) {
+            prefetch_tensormap(&maps.q);
+            prefetch_tensormap(&maps.k);
+            prefetch_tensormap(&maps.v);
+        }
+    }
+    __syncthreads();
+
+    // Block coordinates are computed inside each role, after the register reallocation, so
+    // that nothing is live across it.
+    auto coords = [&](int& m0, int& bh, int& ntiles, size_t& head) {
+        m0 = (int)(blockIdx.x % (unsigned)mblocks) * T::BM;
+        bh = (int)(blockIdx.x / (unsigned)mblocks);
+        ntiles = (S + T::BN - 1) / T::BN;
+        head = (size_t)bh * S * T::D;
+    };
+    int m0, bh, ntiles;
+    size_t head;
+    if (threadIdx.x < 128) {
+        regs_dealloc<T::PRODUCER_REGS>();
+        coords(m0, bh, ntiles, head);
+        producer<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
+    } else {
+        regs_alloc<T::CONSUMER_REGS>();
+        coords(m0, bh, ntiles, head);
+        const int cw = threadIdx.x / 128 - 1;
+        if constexpr (T::ASYNC) {
+            mbar_wait(bar(T::BAR_Q), 0);
+        } else if constexpr (T::SPLIT) {
+            load_q_rows_global<T>(Q + head, S, m0, smem, 0, threadIdx.x - 128, 256);
+            consumers_barrier();
+        } else {
+            load_q_rows_global<T>(Q + head, S, m0, smem, cw * 64, threadIdx.x % 128, 128);
+            consumer_wg_barrier(cw);
+        }
+        ConsumerState<T> st;
+        consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
+        if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------
+// host side
+// ------------------------------------------------------------------------------------------
+struct LaunchInfo {
+    const void* func = nullptr;
+    int D = 0;
+    int grid = 0;
+    int block = 0;
+    int smem = 0;
+    int bm = 0;
+    int bn = 0;
+    int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
+    int ablate = kAblNone;
+};
+
+template <int D, int ABL, bool SPLIT>
+inline LaunchInfo info_for(int BH, int S) {
+    using T = Traits<D, kAsync, ABL, SPLIT>;
+    LaunchInfo li;
+    li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
+    li.D = D;
+    li.grid = (int)(((long long)S + T::BM - 1) / T::BM * BH);
+    li.block = T::THREADS;
+    li.smem = T::SMEM;
+    li.bm = T::BM;
+    li.bn = T::BN;
+    li.split = SPLIT ? 2 : 1;
+    li.ablate = ABL;
+    return li;
+}
+
+template <int D, bool SPLIT>
+inline LaunchInfo info_for(int BH, int S, int ablate) {
+    switch (ablate) {
+        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT>(BH, S);
+        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT>(BH, S);
+        default: return info_for<D, kAblNone, SPLIT>(BH, S);
+    }
+}
+
+// Split (both consumer warpgroups on the same 64 rows, alternate K/V tiles) when the unsplit grid
+// would fill at most half of the SMs and there are at least two K/V tiles: twice the blocks,
+// half the tiles per warpgroup.  split_override: 0 = that rule, 1 = unsplit, 2 = split.
+// Returns false (reason in *err) for an unsupported head dim or override, or a grid too large.
+inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
+                          const char** err) {
+    if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
+    if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
+    if (split_override < 0 || split_override > 2) { *err = "--split for wgmma_sm90 must be 0, 1 or 2"; return false; }
+    const long long blocks = ((long long)S + 127) / 128 * BH;  // unsplit: 128 rows per block
+    if (2 * blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
+    const int ntiles = (S + (D == 64 ? SDPA_SM90_BN64 : 128) - 1) / (D == 64 ? SDPA_SM90_BN64 : 128);
+    const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * blocks <= num_sms);
+    if (D == 64) *li = split ? info_for<64, true>(BH, S, ablate) : info_for<64, false>(BH, S, ablate);
+    else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
+    return true;
+}
+
+// Tensor maps for the copy engine: Q fp16 {D, S, BH} in boxes {64, BM, 1} with the 128-byte
+// swizzle (one box per 64-column panel); K, V uint8 {D, S, BH} in boxes {D, BN, 1}.  The
+// baseline does not use them (zeroed maps).
+inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half* q, const uint8_t* k,
+                             const uint8_t* v, int BH, int S, const char** err) {
+    *maps = TileMaps{};
+    if (!kAsync) return cudaSuccess;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult qr;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);
+    if (e != cudaSuccess) return e;
+    if (qr != cudaDriverEntryPointSuccess || fn == nullptr) {
+        *err = "cuTensorMapEncodeTiled is not available from the driver";
+        return cudaErrorNotSupported;
+    }
+    auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    const cuuint64_t D = (cuuint64_t)li.D;
+    const cuuint32_t ones[3] = {1, 1, 1};
+    {
+        const cuuint64_t dims[3] = {D, (cuuint64_t)S, (cuuint64_t)BH};
+        const cuuint64_t strides[2] = {D * 2, D * 2 * (cuuint64_t)S};
+        const cuuint32_t box[3] = {64, (cuuint32_t)li.bm, 1};
+        if (encode(&maps->q, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(q), dims, strides, box, ones,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+            *err = "cuTensorMapEncodeTiled failed for Q";
+            return cudaErrorInvalidValue;
+        }
+    }
+    const cuuint64_t dims[3] = {D, (cuuint64_t)S, (cuuint64_t)BH};
+    const cuuint64_t strides[2] = {D, D * (cuuint64_t)S};
+    const cuuint32_t box[3] = {(cuuint32_t)D, (cuuint32_t)li.bn, 1};
+    for (int i = 0; i < 2; ++i) {
+        if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
+                   const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+            *err = i == 0 ? "cuTensorMapEncodeTiled failed for K" : "cuTensorMapEncodeTiled failed for V";
+            return cudaErrorInvalidValue;
+        }
+    }
+    return cudaSuccess;
+}
+
+inline cudaError_t launch(const LaunchInfo& li, const TileMaps& maps, const __half* q, const uint8_t* k,
+                          const uint8_t* v, __half* o, int S, float k_scale, float v_scale, cudaStream_t stream) {
+    const float scale_log2 = k_scale * 1.4426950408889634f / sqrtf((float)li.D);
+    int mblocks = (S + li.bm - 1) / li.bm;
+    void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&S, (void*)&mblocks,
+                    (void*)&scale_log2, (void*)&v_scale};
+    cudaError_t e = cudaLaunchKernel(li.func, dim3(li.grid), dim3(li.block), args, (size_t)li.smem, stream);
+    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+}
+
+}  // namespace sdpa_sm90

@@ -1,0 +1,183 @@
+// Hopper (sm_90 / sm_90a) PTX the SDPA kernel needs, each wrapped once: mbarriers, the tensor
+// copy engine (TMA), proxy fences, warpgroup MMA sequencing, register reallocation, named
+// barriers, shared-memory matrix descriptors and the exact E4M3 -> fp16 decode.
+//
+// Written against the PTX ISA (9.x) rather than taken from CUTLASS/CuTe: the kernel needs a
+// decode stage between the copy engine and the tensor cores (uint8 in global memory, fp16 in
+// shared memory), which none of CUTLASS's collective main loops has, so only the thin atoms
+// below would have been used, at the price of CuTe's compile time (minutes per instantiation
+// on the 2-core build hosts, for 2 variants x 2 head dims x 3 ablation modes).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace sdpa_sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ------------------------------------------------------------------------------ mbarrier
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes the initialised barriers visible to the other threads and to the copy engine.
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// Arrive (release semantics at CTA scope): writes before it are visible to a thread whose
+// wait on the completed phase returns.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+// Arrive and add `bytes` to the phase's expected transaction count (the copies that follow
+// complete it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+
+// Wait until the phase with the given parity (0, 1, 0, ... for the barrier's 1st, 2nd, 3rd
+// completion) has completed (acquire semantics).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+}
+
+// ------------------------------------------------------------------------------ copy engine
+// 3-D tiled tensor copy global -> shared, completing on `bar` (bytes counted there).  The
+// map is a __grid_constant__ kernel parameter; coordinates are (innermost, middle, outer)
+// elements, and a box reaching past the tensor is zero-filled (and still counts in full).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Generic-proxy shared-memory writes (st.shared) become visible to the async proxy (wgmma,
+// the copy engine).  Every writing thread runs it before the barrier that hands over.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ------------------------------------------------------------------------------ warpgroup MMA
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Pins registers an asynchronous wgmma reads or writes: the compiler may not move their
+// reads or writes across this point (placed right after wgmma_wait and before wgmma_fence).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// ptxas hoists a wgmma.wait_group above independent arithmetic (seen with nvcc 13.0: the
+// softmax exponentials of tile t sank below the wait for P V of tile t-1, serialising them).
+// A shared-memory store of a value computed from that arithmetic is not moved across the
+// wait, so storing one such value to a per-thread scratch word keeps the work above it.
+__device__ __forceinline__ void keep_above_wait(uint32_t scratch, float v) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(scratch), "f"(v) : "memory");
+}
+
+// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format", sm_90):
+//   bits 0-13 start address >> 4, 16-29 leading-dimension byte offset >> 4,
+//   32-45 stride-dimension byte offset >> 4, 62-63 swizzle (1 = 128-byte).
+// Every tile here uses the 128-byte swizzle: rows of 128 bytes (64 fp16), 8-row atoms of
+// 1024 bytes aligned to 1024, 16-byte chunk c of row r stored at chunk c ^ (r % 8).
+//   K-major operand (Q, K): SBO = 1024 (next 8 rows), LBO unused (1); a k-step of 16
+//     elements inside a 64-wide panel adds 32 bytes to the start address.
+//   MN-major operand (V as B of P V): SBO = 1024 (next 8 keys), LBO = bytes between
+//     64-column panels; a k-step of 16 keys adds 16 * 128 bytes.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+    uint64_t d = (uint64_t)((addr & 0x3FFFFu) >> 4);
+    d |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
+    d |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
+    d |= (uint64_t)1 << 62;
+    return d;
+}
+
+// Byte offset of 16-byte chunk `c` (0..7) of row `r` in a 128-byte-swizzled panel.
+__device__ __forceinline__ uint32_t swz128(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+// ------------------------------------------------------------------------------ misc
+template <int R>
+__device__ __forceinline__ void regs_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// bar.sync among `nthreads` threads (whole warps); id 0 is __syncthreads.
+template <int ID, int NTHREADS>
+__device__ __forceinline__ void named_barrier() {
+    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
+}
+
+// bar.arrive: counts toward the barrier's NTHREADS without waiting for it.
+template <int ID, int NTHREADS>
+__device__ __forceinline__ void named_barrier_arrive() {
+    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Four E4M3 codes (little-endian in x) -> two half2 words (lo: codes 0,1; hi: codes 2,3).
+// Exact: every E4M3 value is an fp16 value.
+__device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) {
+    asm("{\n\t.reg .b16 l16, h16;\n\t"
+        "mov.b32 {l16, h16}, %2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %0, l16;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %1, h16;\n\t}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(x));
+}
+
+}  // namespace sdpa_sm90

@@ -1,0 +1,91 @@
+// Online softmax on the wgmma accumulator fragment of S = Q K^T (m64nBN, f32).
+//
+// Warp w of a consumer warpgroup owns rows 16w .. 16w+15 of the warpgroup's 64; lane l holds
+// rows 16w + l/4 (r = 0) and 16w + l/4 + 8 (r = 1), columns 8j + 2(l%4) + {0,1} for every
+// 8-column chunk j: s[4j + 2r + {0,1}].  A row lives in one lane quad (shuffles over xor 1, 2).
+// The running max is kept in the log2 domain (scores times log2(e) k_scale / sqrt(D)); the
+// running sum l is a per-lane partial sum, quad-reduced once in the epilogue.
+#pragma once
+
+#include "ptx.cuh"
+
+namespace sdpa_sm90 {
+
+template <int BN>
+struct OnlineSoftmax {
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.f, 0.f};
+
+    // Keys at or past S (the last tile's tail) get score -inf.
+    __device__ __forceinline__ static void mask_tail(float (&s)[BN / 2], int n0, int S, int lane) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (n0 + 8 * j + 2 * (lane & 3) + (e & 1) >= S) s[4 * j + e] = -INFINITY;
+    }
+
+    // s (raw scores) -> unnormalised probabilities p = 2^(s * scale - m_new) in place; returns
+    // in alpha the factor 2^(m_old - m_new) by which O must be rescaled.  scale_log2 > 0, and
+    // every tile holds at least one key < S, so m_new is finite.
+    __device__ __forceinline__ void step(float (&s)[BN / 2], float scale_log2, float (&alpha)[2]) {
+        // Reductions as trees / four partial sums: a serial chain of BN/4 dependent FMNMX or
+        // FADD would put ~BN clocks of latency on every tile's critical path.
+        constexpr int NJ = BN / 8;
+        static_assert(NJ % 4 == 0, "four partial reductions");
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx4[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+            for (int j = 4; j < NJ; ++j)
+                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx * scale_log2);
+            alpha[r] = fast_exp2(m[r] - m_new);  // 0 on the first tile (m = -inf)
+            m[r] = m_new;
+            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float p = fast_exp2(fmaf(s[4 * j + 2 * r + e], scale_log2, -m_new));
+                    s[4 * j + 2 * r + e] = p;
+                    sum4[j & 3] += p;
+                }
+            }
+            l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+        }
+    }
+};
+
+// O (m64nD accumulator fragment, same layout as S) *= alpha per row.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 0] *= alpha[0];
+        o[4 * j + 1] *= alpha[0];
+        o[4 * j + 2] *= alpha[1];
+        o[4 * j + 3] *= alpha[1];
+    }
+}
+
+// P (fp32 probabilities in the S fragment) -> fp16 A fragments of P V, one per 16 keys:
+// the m64nN accumulator layout of columns 16k .. 16k+15 is exactly the m64k16 A register
+// layout, so this is a pack, no shuffle.
+template <int BN>
+__device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&p)[BN / 16][4]) {
+#pragma unroll
+    for (int k = 0; k < BN / 16; ++k) {
+        p[k][0] = pack_half2(s[8 * k + 0], s[8 * k + 1]);
+        p[k][1] = pack_half2(s[8 * k + 2], s[8 * k + 3]);
+        p[k][2] = pack_half2(s[8 * k + 4], s[8 * k + 5]);
+        p[k][3] = pack_half2(s[8 * k + 6], s[8 * k + 7]);
+    }
+}
+
+}  // namespace sdpa_sm90

@@ -1,0 +1,183 @@
+// Tile loads: the producer warpgroup brings K/V tiles in and decodes them (E4M3 codes -> fp16,
+// exact) into the 128-byte-swizzled fp16 tiles the consumers' wgmma reads.
+//
+//   cpasync (ASYNC): thread 0 keeps NU8 uint8 stages in flight through the tensor copy engine
+//     (cp.async.bulk.tensor, one mbarrier per stage, rows past S zero-filled by the engine);
+//     all 128 threads decode stage t % NU8 into fp16 buffer t % NF16 while the copies of the
+//     next tiles are in flight.  Q comes through the copy engine too (swizzled on the way).
+//   baseline: the same decode, from ordinary 16-byte global loads issued right before it
+//     (rows past S read as zero); Q is loaded by the consumers themselves (consumer.cuh).
+//
+// Hand-over: fp16 K and V buffers each have a "full" barrier (128 producer arrivals, after
+// fence.proxy.async) and an "empty" barrier (one arrival per consumer warp after its wgmma
+// reading the buffer completed).
+#pragma once
+
+#include "ptx.cuh"
+#include "traits.cuh"
+
+namespace sdpa_sm90 {
+
+// Producer thread ptid decodes the 16-byte chunks c = ptid + 128 i of a uint8 tile [BN][D]
+// (16 codes each): row r = c / (D/16), codes [16 c16, 16 c16 + 16) with c16 = c % (D/16) the
+// same for every i.  They become two 16-byte fp16 chunks 2 (c16 % 4) and +1 of row r in panel
+// c16 / 4.  Rows advance by ROW_STEP (a multiple of 8) per i, so the swizzle (chunk ^ row % 8)
+// is the same for every i and every address is a per-thread base plus a constant.
+template <class T>
+struct DecodeMap {
+    static constexpr int ROW_STEP = 128 / (T::D / 16);
+    static_assert(ROW_STEP % 8 == 0, "the swizzle must repeat every i");
+    uint32_t lo, hi;  // byte offsets of the two fp16 chunks for i = 0
+    __device__ __forceinline__ explicit DecodeMap(int ptid) {
+        const int c16 = ptid % (T::D / 16), r = ptid / (T::D / 16);
+        const uint32_t panel = (uint32_t)(c16 >> 2) * (T::BN * 128);
+        lo = panel + swz128(r, (c16 & 3) * 2);
+        hi = panel + swz128(r, (c16 & 3) * 2 + 1);
+    }
+};
+
+__device__ __forceinline__ void decode16(uint4 w, uint4& lo, uint4& hi) {
+    decode4(w.x, lo.x, lo.y);
+    decode4(w.y, lo.z, lo.w);
+    decode4(w.z, hi.x, hi.y);
+    decode4(w.w, hi.z, hi.w);
+}
+
+// uint8 tile in shared memory -> fp16 tile, all 128 producer threads.
+template <class T>
+__device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16, int ptid) {
+    const DecodeMap<T> map(ptid);
+    const uint8_t* src = u8 + ptid * 16;
+    // All loads of a batch first: the compiler may not move a shared load above a shared store
+    // (they might alias), so a load-decode-store loop would wait out every load's latency.
+    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;
+    static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
+#pragma unroll
+    for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {
+        uint4 w[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) w[i] = *reinterpret_cast<const uint4*>(src + (i0 + i) * 2048);
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            uint4 lo, hi;
+            decode16(w[i], lo, hi);
+            *reinterpret_cast<uint4*>(t16 + map.lo + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = lo;
+            *reinterpret_cast<uint4*>(t16 + map.hi + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = hi;
+        }
+    }
+}
+
+// uint8 tile straight from global memory (synchronous loads) -> fp16 tile.  Rows past S are
+// decoded from zero codes (0.0), like the copy engine's fill.
+template <class T>
+__device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restrict__ g, int n0, int S, uint8_t* t16,
+                                                        int ptid) {
+    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // loads in flight per thread (more spill at 64 registers)
+    static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
+    constexpr int ROW_STEP = DecodeMap<T>::ROW_STEP;
+    const DecodeMap<T> map(ptid);
+    const int r0 = ptid / (T::D / 16);
+    const uint8_t* src = g + (size_t)n0 * T::D + ptid * 16;
+#pragma unroll 1
+    for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {
+        uint4 w[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            w[i] = make_uint4(0u, 0u, 0u, 0u);
+            if (n0 + r0 + (i0 + i) * ROW_STEP < S) w[i] = __ldg(reinterpret_cast<const uint4*>(src + (i0 + i) * 2048));
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            uint4 lo, hi;
+            decode16(w[i], lo, hi);
+            *reinterpret_cast<uint4*>(t16 + map.lo + (i0 + i) * ROW_STEP * 128) = lo;
+            *reinterpret_cast<uint4*>(t16 + map.hi + (i0 + i) * ROW_STEP * 128) = hi;
+        }
+    }
+}
+
+// baseline: the consumers load the 64 Q rows r0 .. r0+63 of the block's tile (fp16) with 16-byte
+// global loads into Q's 128-byte-swizzled panels (rows past S as zero), `nthreads` threads
+// together (one warpgroup for its own rows; both, for the split configuration's shared rows).
+template <class T>
+__device__ __forceinline__ void load_q_rows_global(const __half* __restrict__ Qg, int S, int m0, uint8_t* smem, int r0,
+                                                   int tid, int nthreads) {
+    constexpr int CHUNKS_PER_ROW = T::D / 8;
+    for (int c = tid; c < 64 * CHUNKS_PER_ROW; c += nthreads) {
+        const int r = r0 + c / CHUNKS_PER_ROW, col = c % CHUNKS_PER_ROW;
+        uint4 w = make_uint4(0u, 0u, 0u, 0u);
+        if (m0 + r < S) w = __ldg(reinterpret_cast<const uint4*>(Qg + (size_t)(m0 + r) * T::D) + col);
+        *reinterpret_cast<uint4*>(smem + T::OFF_Q + (col >> 3) * (T::BM * 128) + swz128(r, col & 7)) = w;
+    }
+    fence_proxy_async();
+}
+
+struct TileMaps {
+    CUtensorMap q;  // fp16 {D, S, BH}, box {64, BM, 1}, 128-byte swizzle
+    CUtensorMap k;  // uint8 {D, S, BH}, box {D, BN, 1}
+    CUtensorMap v;
+};
+
+// The producer warpgroup's whole job for one block.
+template <class T>
+__device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const TileMaps* maps, const uint8_t* __restrict__ Kg /* this head's */,
+                                         const uint8_t* __restrict__ Vg, int S, int m0, int bh, int ntiles) {
+    const int ptid = threadIdx.x;  // 0..127
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    uint8_t* f16 = smem + T::OFF_F16;
+    // no_loads: the first tile of each consumer warpgroup only (tile 0; split: tiles 0 and 1), which
+    // the consumers then reuse for every tile.
+    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1)) : ntiles;
+
+    [[maybe_unused]] uint8_t* u8 = smem + T::OFF_U8;
+    if constexpr (T::ASYNC) {
+        auto issue = [&](int t) {
+            const int s = t % T::NU8;
+            mbar_arrive_expect_tx(bar(T::BAR_U8 + s), 2 * T::U8_TILE);
+            tma_load_3d(smem_u32(u8 + s * 2 * T::U8_TILE), &maps->k, bar(T::BAR_U8 + s), 0, t * T::BN, bh);
+            tma_load_3d(smem_u32(u8 + s * 2 * T::U8_TILE + T::U8_TILE), &maps->v, bar(T::BAR_U8 + s), 0, t * T::BN, bh);
+        };
+        if (ptid == 0) {
+            mbar_arrive_expect_tx(bar(T::BAR_Q), T::Q_BYTES);
+#pragma unroll
+            for (int p = 0; p < T::PANELS; ++p)
+                tma_load_3d(smem_u32(smem + T::OFF_Q + p * T::BM * 128), &maps->q, bar(T::BAR_Q), 64 * p, m0, bh);
+            for (int t = 0; t < nload && t < T::NU8; ++t) issue(t);
+        }
+        for (int t = 0; t < nload; ++t) {
+            const int s = t % T::NU8, b = t % T::NF16;
+            const uint8_t* stage = u8 + s * 2 * T::U8_TILE;
+            uint8_t* k16 = f16 + b * 2 * T::T16_BYTES;
+            mbar_wait(bar(T::BAR_U8 + s), (uint32_t)(t / T::NU8) & 1u);
+            if (t >= T::NF16) mbar_wait(bar(T::BAR_KEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
+            decode_tile_smem<T>(stage, k16, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_KFULL + b));
+            if (t >= T::NF16) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
+            decode_tile_smem<T>(stage + T::U8_TILE, k16 + T::T16_BYTES, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_VFULL + b));
+            if (t + T::NU8 < nload) {
+                named_barrier<1, 128>();  // every producer thread has read stage s
+                if (ptid == 0) issue(t + T::NU8);
+            }
+        }
+    } else {
+        (void)maps;
+        (void)m0;
+        for (int t = 0; t < nload; ++t) {
+            const int b = t % T::NF16;
+            uint8_t* k16 = f16 + b * 2 * T::T16_BYTES;
+            if (t >= T::NF16) mbar_wait(bar(T::BAR_KEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
+            load_decode_tile_global<T>(Kg, t * T::BN, S, k16, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_KFULL + b));
+            if (t >= T::NF16) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
+            load_decode_tile_global<T>(Vg, t * T::BN, S, k16 + T::T16_BYTES, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_VFULL + b));
+        }
+    }
+}
+
+}  // namespace sdpa_sm90
