@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")
     u.add_argument("--out", default="bundle")
     u.add_argument("--arch", default=config.DEFAULT_ARCH)
-    u.add_argument("--python", default="3.10,3.11,3.12,3.13", help="Python versions the GPU host may have")
+    u.add_argument("--python", default="3.11,3.12,3.13", help="Python versions the GPU host may have")
     u.set_defaults(func=cmd_bundle)
 
     c = sub.add_parser("compare", help="per-config deltas between two archived runs")
@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "with stress); the kernels' per-launch --timeout goes after `--`")
     sm.add_argument("--shared", default=None, help="folder the nodes see at the same path (default $DRIVER_CLUSTER_DIR, "
                     "else cluster_runs/ in this checkout)")
-    sm.add_argument("--python", default="3.10,3.11,3.12,3.13", help="the nodes' python3 versions the bundle carries")
+    sm.add_argument("--python", default="3.11,3.12,3.13", help="the nodes' python3 versions the bundle carries")
     sm.add_argument("--node-python", default="python3", help="the Python (with numpy) the nodes run the bundle with")
     sm.add_argument("--sbatch", action="append", default=[], help="an sbatch option for this site, as is "
                     "(repeatable): --sbatch=--account=abc --sbatch=--qos=high")

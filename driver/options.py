@@ -46,7 +46,7 @@ class SubmitOptions(Record):
     gpus: tuple[int, ...] | None = None  # None: every GPU of a node of each partition's GPU type
     time_limit_s: int = Field(gt=0)  # each task's Slurm time limit (sbatch --time, whole minutes)
     shared_dir: Path  # a folder the nodes see at the same path: bundle, job script, logs, run folders
-    pythons: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13")  # the nodes' python3 versions the bundle carries
+    pythons: tuple[str, ...] = ("3.11", "3.12", "3.13")  # the nodes' python3 versions the bundle carries
     node_python: str = "python3"
     sbatch_args: tuple[str, ...] = ()  # site options passed to sbatch as they are (--account, --qos, ...)
     driver_args: tuple[str, ...] = ()  # bench/stress arguments every task runs with

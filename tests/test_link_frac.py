@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from test_archive import _run
 
 from driver import plots, report
 from driver.parse import parse_lines
 from driver.peers import torch_allreduce
 from driver.records import AllreduceLine, ArchivedRecord, Verdict
 from driver.suites.allreduce import LINK_CEILING, link_frac
-from test_archive import _run
 
 CAPTURED = Path(__file__).parent / "data" / "captured" / "allreduce_h200x2.jsonl"
 
