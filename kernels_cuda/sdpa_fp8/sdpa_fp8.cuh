@@ -37,6 +37,8 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "half_ops.cuh"
+
 #ifndef USE_CP_ASYNC
 #define USE_CP_ASYNC 0
 #endif
@@ -79,16 +81,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
+using sdpa_half_ops::fast_exp2;
+using sdpa_half_ops::pack_half2;
 
 #if USE_CP_ASYNC
 // 16-byte async copy global -> shared; src_bytes = 0 zero-fills the destination.

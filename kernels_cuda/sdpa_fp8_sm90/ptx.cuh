@@ -13,6 +13,8 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "../sdpa_fp8/half_ops.cuh"
+
 namespace sdpa_sm90 {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -158,16 +160,8 @@ __device__ __forceinline__ void named_barrier_arrive() {
     asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
+using sdpa_half_ops::fast_exp2;
+using sdpa_half_ops::pack_half2;
 
 // Four E4M3 codes (little-endian in x) -> two half2 words (lo: codes 0,1; hi: codes 2,3).
 // Exact: every E4M3 value is an fp16 value.
