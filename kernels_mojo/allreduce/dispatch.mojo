@@ -189,7 +189,19 @@ comptime AR_BULK_MAX_BYTES_2GPU = get_defined_int["AR_BULK_MAX_BYTES_2GPU", 0]()
 comptime AR_BULK_STAGES = get_defined_int["AR_BULK_STAGES", 4]()
 comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
-"""Packs per thread per chunk row in the push kernels."""
+"""Packs per thread per chunk row in 2stage_push."""
+comptime AR_PUSHFLAG_BLOCK_THREADS = get_defined_int["AR_PUSHFLAG_BLOCK_THREADS", 512]()
+comptime AR_PUSHFLAG_UNROLL = get_defined_int["AR_PUSHFLAG_UNROLL", 2]()
+comptime AR_PUSHFLAG_BLOCKS_PER_SM = get_defined_int["AR_PUSHFLAG_BLOCKS_PER_SM", 2]()
+"""1stage_pushflag's shape: a chunk (one flag) is block_threads x unroll 16-byte packs (16 KiB by
+default) and the grid is blocks_per_sm x SMs (264 on H100/H200), not AR_MAX_BLOCKS. Each block pushes
+a chunk, releases its flag, then reduces the chunk before, so a flag's round trip stalls only its own
+block and the other block on the SM keeps the link fed. 2x H200, fp32/bf16, 2026-11-23
+(experiments/2026-11-23-allreduce-push-tuned): 256 MiB 759 us (354 GB/s, 1.07x 1stage) against 865 us
+with 32 KiB chunks (unroll 4: 128 registers, one 512-thread block per SM), 762 with 256-thread blocks x
+4 per SM, 851 with one 1024-thread block per SM, 967 with the shape before (256 threads, 8 KiB chunks,
+216 blocks; experiments/2026-11-23-allreduce-link); 16 MiB 60.1 us (0.97x 1stage)."""
+
 
 
 @always_inline
@@ -201,6 +213,13 @@ def _check_defines():
         "AR_MAX_BLOCKS must be in [1, 1024]"
     )
     comptime assert AR_UNROLL in (1, 2, 4, 8), "AR_UNROLL must be 1, 2, 4 or 8"
+    comptime assert AR_PUSHFLAG_UNROLL in (1, 2, 4, 8), "AR_PUSHFLAG_UNROLL must be 1, 2, 4 or 8"
+    comptime assert AR_PUSHFLAG_BLOCK_THREADS >= 32 and AR_PUSHFLAG_BLOCK_THREADS <= 1024, (
+        "AR_PUSHFLAG_BLOCK_THREADS must be in [32, 1024]"
+    )
+    comptime assert AR_PUSHFLAG_BLOCKS_PER_SM >= 1 and AR_PUSHFLAG_BLOCKS_PER_SM <= 4, (
+        "AR_PUSHFLAG_BLOCKS_PER_SM must be 1..4"
+    )
     comptime assert AR_BLOCK_THREADS >= 32 and AR_BLOCK_THREADS <= 1024, (
         "AR_BLOCK_THREADS must be in [32, 1024]"
     )
@@ -362,6 +381,15 @@ def max_grid_blocks(ctx: DeviceContext) raises -> Int:
     return max(1, min(AR_MAX_BLOCKS, 2 * sms, MAX_BLOCKS))
 
 
+@always_inline
+def pushflag_unroll[ngpus: Int]() -> Int:
+    """Packs per thread per chunk in 1stage_pushflag: AR_PUSHFLAG_UNROLL, halved above 4 GPUs (its
+    reduction holds unroll x ngpus packs in registers; 512 threads leave 128 registers each)."""
+    comptime if ngpus > 4:
+        return max(1, AR_PUSHFLAG_UNROLL // 2)
+    return AR_PUSHFLAG_UNROLL
+
+
 def _grid_for(work_items: Int, block_threads: Int, grid_cap: Int) -> Int:
     return max(1, min((work_items + block_threads - 1) // block_threads, grid_cap))
 
@@ -450,6 +478,13 @@ def launch_kernel[
         if kernel_id == KERNEL_ID_2STAGE_PUSH:
             rows_per_rank = (packs + ngpus - 1) // ngpus
         var grid = _grid_for(rows_per_rank, AR_BLOCK_THREADS * AR_PUSH_UNROLL, grid_cap)
+        if kernel_id == KERNEL_ID_PUSHFLAG:
+            # its own grid (AR_PUSHFLAG_BLOCKS_PER_SM per SM) unless --max-blocks asked for fewer
+            var sms = Int(ctx.get_attribute(DeviceAttribute.MULTIPROCESSOR_COUNT))
+            var cap = min(AR_PUSHFLAG_BLOCKS_PER_SM * sms, MAX_BLOCKS)
+            if grid_cap < min(AR_MAX_BLOCKS, 2 * sms):
+                cap = min(cap, grid_cap)
+            grid = _grid_for(rows_per_rank, AR_PUSHFLAG_BLOCK_THREADS * pushflag_unroll[ngpus](), cap)
         if kernel_id == KERNEL_ID_2STAGE_PUSH:
             comptime k = ar_pushsig_k[dtype, ngpus, AR_PUSH_UNROLL, True]
             ctx.enqueue_function[k](
@@ -462,7 +497,7 @@ def launch_kernel[
                 block_dim=AR_BLOCK_THREADS,
             )
         else:
-            comptime k = ar_pushsig_k[dtype, ngpus, AR_PUSH_UNROLL, False]
+            comptime k = ar_pushsig_k[dtype, ngpus, pushflag_unroll[ngpus](), False]
             ctx.enqueue_function[k](
                 inputs[rank],
                 outputs[0 % ngpus], outputs[1 % ngpus], outputs[2 % ngpus], outputs[3 % ngpus], outputs[4 % ngpus], outputs[5 % ngpus], outputs[6 % ngpus], outputs[7 % ngpus],
@@ -470,7 +505,7 @@ def launch_kernel[
                 sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
                 kernel_id_out, n, Int32(calls.pushflag % 2), r, skip,
                 grid_dim=grid,
-                block_dim=AR_BLOCK_THREADS,
+                block_dim=AR_PUSHFLAG_BLOCK_THREADS,
             )
     elif kernel_id == KERNEL_ID_BULK:
         comptime if BULK_AVAILABLE:
