@@ -119,6 +119,24 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(ns: argparse.Namespace) -> int:
+    if ns.from_run is None:
+        return cmd_bench(ns)
+    from driver.suites import sweep
+
+    folder = Path(ns.from_run)
+    if not folder.is_dir():
+        from driver.errors import ConfigError
+
+        raise ConfigError(f"--from {folder}: no such run folder", "pass a folder under bench_results/")
+    text, md = sweep.from_run(folder)
+    print(md)
+    if ns.write:
+        paths.write_atomic(targets.DISPATCH_WINDOWS_FILE, text)
+        print(f"wrote {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)}")
+    return 0
+
+
 def cmd_bundle(ns: argparse.Namespace) -> int:
     from driver import bundle
 
@@ -279,7 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--write", action="store_true",
                    help=f"write the measured windows to {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)} "
                         "(without it they are only archived with the run)")
-    w.set_defaults(func=cmd_bench)
+    w.add_argument("--from", dest="from_run", metavar="RUN", default=None,
+                   help="no GPU: re-derive the windows from an archived sweep run folder with today's rules "
+                        "(prints its table and defines; --write writes them)")
+    w.set_defaults(func=cmd_sweep)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")
     u.add_argument("--out", default="bundle")

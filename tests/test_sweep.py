@@ -8,7 +8,11 @@ kernel forced, fp32, sizes 256K..256M; provenance in tests/data/captured/README.
 import json
 from pathlib import Path
 
+import pytest
+
+from driver.errors import ConfigError
 from driver.suites import sweep
+from driver.targets import DISPATCH_WINDOWS_FILE as DISPATCH_FILE
 
 RUN2 = Path(__file__).resolve().parent / "data" / "captured" / "allreduce_run2_kernels_h200x2.jsonl"
 TAGS = {"tim_1stage": "1stage", "tim_2stage": "2stage", **{f"tim_cpasync_s{s}": f"1stage_cpasync_s{s}" for s in (2, 3, 4)}}
@@ -63,8 +67,17 @@ def test_push_window_starts_at_the_smallest_size_and_ends_at_the_first_loss():
     sizes = (8192, 16384, 32768, 65536)
     wins_then_loses = {(2, d, s): row(10, p) for d in ("float32", "bfloat16") for s, p in zip(sizes, (7, 8, 9.9, 8))}
     d = sweep.crossovers(wins_then_loses, noise=0.02)
-    # 9.9 vs 10 is inside the 2% noise: the window ends at 16K even though push wins again at 64K.
-    assert d["AR_PUSH_MAX_BYTES"] == 16384
+    # 9.9 vs 10 is inside the 2% noise, but push is still the faster of the two: the window it won at 8K-16K
+    # keeps 32K rather than handing it to the slower 1stage, and goes on to 64K.
+    assert d["AR_PUSH_MAX_BYTES"] == 65536
+    # Slower than the fallback at 32K (10.1 vs 10): the window ends at 16K even though push wins again at 64K.
+    slower = {(2, dt, s): row(10, p) for dt in ("float32", "bfloat16") for s, p in zip(sizes, (7, 8, 10.1, 8))}
+    assert sweep.crossovers(slower, noise=0.02)["AR_PUSH_MAX_BYTES"] == 16384
+    # Faster than 1stage but beaten by another kernel by more than the noise: the window ends there too.
+    beaten = {k: dict(v) for k, v in wins_then_loses.items()}
+    for dt in ("float32", "bfloat16"):
+        beaten[(2, dt, 32768)]["1stage_cpasync_s2"] = 9.0
+    assert sweep.crossovers(beaten, noise=0.02)["AR_PUSH_MAX_BYTES"] == 16384
     one_dtype_loses = dict(wins_then_loses) | {(2, "bfloat16", 8192): row(10, 11)}
     assert sweep.crossovers(one_dtype_loses, noise=0.02)["AR_PUSH_MAX_BYTES"] == 0
     no_push = {k: {n: t for n, t in v.items() if n != "1stage_push"} for k, v in wins_then_loses.items()}
@@ -95,3 +108,29 @@ def test_new_kernel_windows_need_a_win_over_every_kernel_in_every_dtype():
     assert sweep.crossovers(t2, noise=0.02)["AR_CPASYNC_MIN_BYTES"] == 1
     md = sweep.markdown(t, d, "note")
     assert "2stage_push ratio" in md and "| 4M |" in md
+
+
+SWEEP_RUN = Path(__file__).resolve().parents[1] / "bench_results" / "20261123T084522Z-431897db-2xH200"
+
+
+def test_windows_are_re_derived_from_an_archived_sweep_without_a_gpu():
+    # The device-timed sweep of 2026-11-23 (2x H200, fp32/bf16/fp16, 8 KiB..256 MiB), as archived. Its own
+    # dispatch_windows.json was written by the rule before the push window could keep a size it stayed
+    # fastest at: 1 MiB (push 11.46/11.68/11.68 us vs 1stage 11.81 in all three dtypes) went to 1stage.
+    saved = json.loads((SWEEP_RUN / "dispatch_windows.json").read_text())
+    assert saved["defines"]["AR_PUSH_MAX_BYTES"] == 512 * 1024
+    text, md = sweep.from_run(SWEEP_RUN)
+    derived = json.loads(text)
+    assert derived["defines"]["AR_PUSH_MAX_BYTES"] == 1 << 20
+    assert derived["defines"]["AR_1STAGE_MAX_BYTES_2GPU"] == 256 << 20
+    # 1stage_pushflag is the fastest from 32 MiB up but never by the 5% margin in every dtype (bf16 at
+    # 256 MiB: 766.56 vs 805.76 us is 4.9%): no window
+    assert derived["defines"]["AR_PUSHFLAG_MIN_BYTES_2GPU"] > derived["defines"]["AR_PUSHFLAG_MAX_BYTES_2GPU"]
+    assert derived["margin"] == saved["margin"] and "| 256M |" in md
+    # what the source tree builds with is exactly what that run justifies
+    assert json.loads(DISPATCH_FILE.read_text())["defines"] == derived["defines"]
+
+
+def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="not a sweep run"):
+        sweep.from_run(Path(__file__).resolve().parents[1] / "bench_results" / "20261123T073635Z-b3ccd16e-2xH200")

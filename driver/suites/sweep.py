@@ -82,9 +82,12 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     if table and all(PUSH in row for row in table.values()):
         push_limit = 0
         for size, rows in by_size.items():
-            if size <= PUSH_REGION_MAX_BYTES and all(
-                    row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
-                push_limit = size
+            if size > PUSH_REGION_MAX_BYTES:
+                break
+            if all(row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
+                push_limit = size  # a clear win
+            elif push_limit and all(_holds(row, PUSH, noise) for row in rows):
+                push_limit = size  # the window it won extends while push stays faster than the fallback
             else:
                 break
         defines["AR_PUSH_MAX_BYTES"] = push_limit
@@ -109,6 +112,13 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     else:
         defines |= {"AR_CPASYNC_MIN_BYTES": 1, "AR_CPASYNC_MAX_BYTES": 0}
     return defines
+
+
+def _holds(row: dict[str, float], kernel: str, noise: float) -> bool:
+    """Whether `kernel` keeps a size next to the window it won: it is faster than 1stage and 2stage (what
+    serves the size once its window ends) and no other kernel beats it by more than the noise."""
+    fallback = min(row[k] for k in ("1stage", "2stage") if k in row)
+    return row[kernel] < fallback and all(t >= row[kernel] * (1 - noise) for k, t in row.items() if k != kernel)
 
 
 def _longest_run(sizes: list[int], measured: list[int]) -> list[int]:
@@ -140,6 +150,45 @@ def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
         lines.append("")
     lines += ["## Defines written", "", "```", *(f"-D{k}={v}" for k, v in sorted(defines.items())), "```", ""]
     return "\n".join(lines)
+
+
+def windows_json(defines: dict[str, int], measured_on: str, git_sha: str, margin: float, sizes: list[int],
+                 note: str) -> str:
+    return json.dumps({"defines": defines, "measured_on": measured_on, "git_sha": git_sha, "margin": margin,
+                       "sizes_bytes": sizes, "note": note}, indent=1) + "\n"
+
+
+def from_run(folder: Path) -> tuple[str, str]:
+    """The windows today's rules find in an archived sweep (no GPU): (dispatch_windows.json text, DISPATCH.md).
+
+    The table is rebuilt from the run's records (timed, correct ones only, as the sweep itself keeps them), the
+    margin is the one that sweep used."""
+    from driver.archive import load_run
+
+    run = load_run(folder)
+    saved = folder / "dispatch_windows.json"
+    if not saved.is_file():
+        raise ConfigError(f"{folder} holds no dispatch_windows.json: not a sweep run",
+                          "pass the folder of a `python -m driver sweep` run in bench_results/")
+    margin = float(json.loads(saved.read_text())["margin"])
+    table: Table = {}
+    for rec in run.records:
+        parts = rec.config.split("/")
+        if parts[0] != "sweep" or not rec.passed or not isinstance(rec.measurement, AllreduceLine):
+            continue
+        line = rec.measurement
+        if line.timed:
+            table.setdefault((line.ngpus, line.dtype, line.bytes), {})[parts[1]] = line.p50_us
+    if not table:
+        raise ConfigError(f"{folder} has no timed, correct sweep records", "re-run the sweep")
+    defines = crossovers(table, margin)
+    note = (f"derived by `python -m driver sweep --from {folder.name}` from that archived sweep; see its DISPATCH.md")
+    sizes = sorted({k[2] for k in table})
+    text = windows_json(defines, run.device.kind, run.git_sha,
+                        margin, sizes, note)
+    md = markdown(table, defines, f"Re-derived from {folder.name} (measured at {run.git_sha[:8]}); a kernel must "
+                  f"win by more than {margin:.0%}.")
+    return text, md
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -183,10 +232,8 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)
-    windows = {"defines": defines, "measured_on": dev.kind, "git_sha": git_sha,
-               "margin": margin, "sizes_bytes": list(sizes),
-               "note": "written by `python -m driver sweep --write`; see DISPATCH.md in the run folder"}
-    text = json.dumps(windows, indent=1) + "\n"
+    text = windows_json(defines, dev.kind, git_sha, margin, list(sizes),
+                        "written by `python -m driver sweep --write`; see DISPATCH.md in the run folder")
     result.extra_files["dispatch_windows.json"] = text.encode()
     result.extra_files["DISPATCH.md"] = markdown(
         table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
