@@ -12,8 +12,8 @@ from driver.gates import sdpa_correctness
 from driver.launch import launch
 from driver.parse import launch_lines
 from driver.records import SdpaLine
-from driver.suites.sdpa import HOPPER_KERNEL
 from driver.suites import sdpa
+from driver.suites.sdpa import HOPPER_KERNEL
 from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa
