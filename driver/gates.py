@@ -168,7 +168,7 @@ def sdpa_correctness(m: SdpaErrors, gates: SdpaGates) -> Verdict:
 
 def sdpa_runner_resources(line: SdpaLine, gates: BuildGates) -> list[str]:
     """Dynamic shared memory is known only to the runner: the static gate of the kernel that ran
-    (line.kernel: wgmma_sm90 has its own), checked on its line."""
+    (line.kernel: the Hopper kernel has its own), checked on its line."""
     limit = gates.smem_limit(line.kernel)
     if line.smem_bytes > limit:
         return [f"{line.smem_bytes} B shared memory per block > {limit} ({line.kernel or 'default'} gate)"]

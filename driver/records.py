@@ -177,9 +177,10 @@ class SdpaLine(Record):
 
     suite: Literal["sdpa"]
     impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
-    # Which of our kernels ran (chosen by the GPU's architecture): the Hopper warpgroup-MMA kernel or
+    # Which of our kernels ran (chosen by the GPU's architecture): the Hopper warpgroup-MMA kernel
+    # (wgmma_fp8_sm90; wgmma_sm90 = its fp16-operand build variant and the records before 2026-11-23) or
     # the mma.sync kernel of sm_80/sm_89. Our runners always print it; peers leave it out.
-    kernel: Literal["wgmma_sm90", "mma_sync_sm80"] | None = None
+    kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"] | None = None
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt

@@ -114,10 +114,12 @@ def test_sass_gates_on_the_real_machine_code(meta):
         pytest.skip("no cuobjdump here: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra)")
     sass = {(t.target, t.arch): t.sass for t in meta.targets if t.lang == "cuda"}
     cp90, base90 = sass[("sdpa_fp8_cpasync", "sm_90")], sass[("sdpa_fp8_baseline", "sm_90")]
-    assert cp90["HGMMA"] and cp90["UTMALDG"] and cp90["LDGSTS"] and cp90["HMMA"]
-    assert base90["HGMMA"] and not base90["UTMALDG"] and not base90["LDGSTS"]
+    assert cp90["QGMMA"] and cp90["UTMALDG"] and cp90["LDGSTS"] and cp90["HMMA"]
+    assert base90["QGMMA"] and not base90["UTMALDG"] and not base90["LDGSTS"]
+    # FP8 operands only: no fp16 warpgroup MMA left in the Hopper kernel
+    assert not cp90["HGMMA"] and not base90["HGMMA"]
     cp89, base89 = sass[("sdpa_fp8_cpasync", "sm_89")], sass[("sdpa_fp8_baseline", "sm_89")]
-    assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not base89["LDGSTS"]
+    assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not cp89["QGMMA"] and not base89["LDGSTS"]
     for t in targets.select("sdpa"):
         for arch in ("sm_90", "sm_89"):
             assert gates.sass_violations(t, meta.target(t.name, arch)) == []

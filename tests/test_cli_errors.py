@@ -121,10 +121,11 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
 @pytest.mark.parametrize(
     ("arch", "args", "message"),
     [
-        ("sm_90", ["--kernel", "wgmma_sm90", "--split", "4"], "--split for wgmma_sm90 must be 0, 1 or 2"),
-        ("sm_90", ["--kernel", "wgmma_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
-        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_sm90 or mma_sync_sm80"),
-        ("sm_89", ["--kernel", "wgmma_sm90"], "the wgmma_sm90 kernel is not in this build"),
+        ("sm_90", ["--kernel", "wgmma_fp8_sm90", "--split", "4"], "--split for wgmma_fp8_sm90 must be 0, 1 or 2"),
+        ("sm_90", ["--kernel", "wgmma_fp8_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
+        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_fp8_sm90 or mma_sync_sm80"),
+        ("sm_90", ["--kernel", "wgmma_sm90"], "--kernel must be auto, wgmma_fp8_sm90 or mma_sync_sm80"),
+        ("sm_89", ["--kernel", "wgmma_fp8_sm90"], "the wgmma_fp8_sm90 kernel is not in this build"),
     ],
 )
 def test_sdpa_runner_kernel_choice_errors_before_touching_a_gpu(tmp_path, arch, args, message):

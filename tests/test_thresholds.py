@@ -19,7 +19,9 @@ def test_build_gates_per_kernel_family():
     assert (hopper.max_registers_per_thread, hopper.max_smem_bytes_per_block, hopper.max_spill_bytes) == (168, 232448, 0)
     seed = b.for_entry("_ZN8sdpa_fp819sdpa_fp8_fwd_kernelINS_3CfgILi64ELi64ELi4ELi1ELb1EEELi0EEEvPK6__half")
     assert (seed.max_registers_per_thread, seed.max_smem_bytes_per_block) == (128, 65536)
-    assert b.smem_limit("wgmma_sm90") == 232448
+    assert b.smem_limit("wgmma_fp8_sm90") == b.smem_limit("wgmma_sm90") == 232448
+    fp8 = b.for_entry("_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi128ELb1ELi0ELb0EEEEEvNS_8TileMapsE")
+    assert (fp8.max_registers_per_thread, fp8.max_smem_bytes_per_block, fp8.max_spill_bytes) == (168, 232448, 0)
     assert b.smem_limit("mma_sync_sm80") == b.smem_limit(None) == 65536
 
 

@@ -12,3 +12,29 @@ def test_wgmma_ops_is_what_the_generator_renders():
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (folder / "wgmma_ops.cuh").read_text() == gen.render()
+
+
+def _generator():
+    folder = paths.ROOT / "kernels_cuda" / "sdpa_fp8_sm90"
+    spec = importlib.util.spec_from_file_location("gen_wgmma_ops", folder / "gen_wgmma_ops.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def test_e4m3_wrappers_spell_the_fp8_instruction_and_its_operands():
+    """The FP8 wrappers the wgmma_fp8_sm90 kernel calls: m64nNk32 with E4M3 A and B and f32 accumulators,
+    A from 4 registers, B by descriptor, and no transpose immediates (PTX allows none for FP8 operands);
+    operand numbers: N/2 accumulators, then the 4 A registers, the descriptor, the scale-d flag."""
+    gen = _generator()
+    assert gen.RS_E4M3_N == (64, 128)  # P V at head dims 64 / 128; Q K^T at 128 keys
+    for n in gen.RS_E4M3_N:
+        nd = n // 2
+        text = gen.rs_e4m3(n)
+        assert f"void rs_e4m3_m64n{n}k32(float (&d)[{nd}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate)" in text
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 " in text
+        assert f"setp.ne.b32 p, %{nd + 5}, 0;" in text
+        a_regs = ", ".join(f"%{i}" for i in range(nd, nd + 4))
+        assert f"}}, {{{a_regs}}}, %{nd + 4}, p, 1, 1;" in text  # scale-a, scale-b; nothing after them
+        assert text.count('"+f"(d[') == nd
+        assert f"rs_e4m3_m64n{n}k32" in gen.render()

@@ -23,7 +23,7 @@ from driver.verify import SdpaErrors, sdpa_errors
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
 PEERS = peers.of_suite("sdpa")  # torch_sdpa, cudnn_fp8, flash_attn: each reads our inputs, writes --out
-HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_sm90", "mma_sync_sm80"
+HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "mma_sync_sm80"
 
 
 def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:

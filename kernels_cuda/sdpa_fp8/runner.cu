@@ -4,15 +4,17 @@
 //                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--split 0|1|2|4]
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
-//                               [--kernel auto|wgmma_sm90|mma_sync_sm80]
+//                               [--kernel auto|wgmma_fp8_sm90|mma_sync_sm80]
 //
 // Which kernel runs is chosen by the GPU's architecture (--kernel auto, the default):
-//   wgmma_sm90     kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA, tensor copy engine), on sm_90 GPUs,
-//                  in builds for sm_90a (the build defines SDPA_SM90A);
+//   wgmma_fp8_sm90 kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA on E4M3 operands, tensor copy
+//                  engine), on sm_90 GPUs, in builds for sm_90a (the build defines SDPA_SM90A);
+//                  a build with -DSDPA_SM90_FP8=0 has the fp16-operand variant, named wgmma_sm90,
+//                  in its place;
 //   mma_sync_sm80  kernels_cuda/sdpa_fp8/sdpa_fp8.cuh (mma.sync), everywhere else (sm_80/sm_89).
 // --kernel forces one (an error where it cannot run).  The JSON line names the kernel that ran
 // ("kernel"); --warps applies to mma_sync_sm80 only (and makes auto pick it); --split 0|1|2|4
-// picks mma_sync_sm80's split-KV config, --split 0|1|2 wgmma_sm90's (1 = unsplit, 2 = both consumer
+// picks mma_sync_sm80's split-KV config, --split 0|1|2 the Hopper kernel's (1 = unsplit, 2 = both consumer
 // warpgroups on the same query rows, alternate K/V tiles; 0 = by grid size).
 //
 // q.npy fp16 [B,H,S,D]; k.npy, v.npy uint8 (E4M3 codes) [B,H,S,D]; scales.npy float32 (2,) =
@@ -50,6 +52,9 @@
 #ifndef SDPA_SM90A
 #define SDPA_SM90A 0
 #endif
+#ifndef SDPA_SM90_FP8
+#define SDPA_SM90_FP8 1
+#endif
 
 #include "npy.h"
 #include "sdpa_fp8.cuh"
@@ -59,6 +64,9 @@
 #endif
 
 namespace {
+
+// The Hopper kernel's name (kernels_cuda/sdpa_fp8_sm90/kernel.cuh kKernelName), known in every build.
+const std::string kHopper = SDPA_SM90_FP8 ? "wgmma_fp8_sm90" : "wgmma_sm90";
 
 [[noreturn]] void die(int code, const std::string& msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
@@ -140,8 +148,8 @@ int main(int argc, char** argv) {
         else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(2, "--batch must be an integer 1..100000"); }
         else if (a == "--kernel") {
             kernel_req = need("--kernel");
-            if (kernel_req != "auto" && kernel_req != "wgmma_sm90" && kernel_req != "mma_sync_sm80")
-                die(2, "--kernel must be auto, wgmma_sm90 or mma_sync_sm80");
+            if (kernel_req != "auto" && kernel_req != kHopper && kernel_req != "mma_sync_sm80")
+                die(2, "--kernel must be auto, " + kHopper + " or mma_sync_sm80");
         }
         else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
@@ -185,15 +193,15 @@ int main(int argc, char** argv) {
     {   // flag combinations (--warps / --split / --kernel / head dim) are checked before the GPU is touched,
         // against the kernel that will run where that is known without the GPU
         const char* why = nullptr;
-        if (kernel_req == "wgmma_sm90" && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
-        if (!SDPA_SM90A && kernel_req == "wgmma_sm90")
-            die(2, "the wgmma_sm90 kernel is not in this build (it is built for sm_90a only)");
+        if (kernel_req == kHopper && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
+        if (!SDPA_SM90A && kernel_req == kHopper)
+            die(2, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
         if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
             sdpa_fp8::LaunchInfo probe;
             if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
         }
 #if SDPA_SM90A
-        if (kernel_req == "wgmma_sm90") {
+        if (kernel_req == kHopper) {
             sdpa_sm90::LaunchInfo p90;
             if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
         }
@@ -213,14 +221,14 @@ int main(int argc, char** argv) {
     const std::string arch = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
 
     // ---------------------------------------------------------------- kernel by architecture
-    // wgmma_sm90 needs an sm_90 GPU (sm_90a code runs on compute capability 9.0 only) and a
+    // The Hopper kernel needs an sm_90 GPU (sm_90a code runs on compute capability 9.0 only) and a
     // build for sm_90a; everything else runs mma_sync_sm80.
     const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
-    if (kernel_req == "wgmma_sm90" && !sm90_possible)
-        die(2, "the wgmma_sm90 kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
-    const bool use_sm90 = kernel_req == "wgmma_sm90" || (kernel_req == "auto" && sm90_possible && !tuned);
+    if (kernel_req == kHopper && !sm90_possible)
+        die(2, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
+    const bool use_sm90 = kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned);
 
-    const char* kernel_name = use_sm90 ? "wgmma_sm90" : "mma_sync_sm80";
+    const char* kernel_name = use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
 
     const char* why = nullptr;
     sdpa_fp8::LaunchInfo li;   // mma_sync_sm80

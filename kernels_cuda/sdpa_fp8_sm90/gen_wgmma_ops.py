@@ -5,12 +5,15 @@ wrappers are generated rather than typed: `python3 kernels_cuda/sdpa_fp8_sm90/ge
 
   ss_m64n{N}k16:    D(64xN f32) (+)= A(64x16 f16, smem, K-major) * B(16xN f16, smem, K-major)
   rs_m64n{N}k16_tb: D(64xN f32) (+)= A(64x16 f16, registers)    * B(16xN f16, smem, MN-major)
+  rs_e4m3_m64n{N}k32: D(64xN f32) (+)= A(64x32 e4m3, registers) * B(32xN e4m3, smem, K-major)
+                      (FP8 operands: K-major only, no transpose immediates)
 """
 
 from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (64, 128)
+RS_E4M3_N = (64, 128)
 
 
 def regs(first: int, n: int) -> str:
@@ -47,6 +50,19 @@ def rs(n: int) -> str:
 '''
 
 
+def rs_e4m3(n: int) -> str:
+    nd = n // 2
+    return f'''__device__ __forceinline__ void rs_e4m3_m64n{n}k32(float (&d)[{nd}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "
+        "{{{regs(0, nd)}}}, {{{regs(nd, 4)}}}, %{nd + 4}, p, 1, 1;\\n}}\\n"
+        : {outs(nd)}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}}
+'''
+
+
 def render() -> str:
     """The text of wgmma_ops.cuh."""
     body = [
@@ -67,6 +83,10 @@ def render() -> str:
         "// A from registers (the fp16 fragment of mma.sync m16n8k16 per warp), B from shared memory",
         "// MN-major (imm-trans-b = 1): O += P V with V stored [keys][D].",
         *[rs(n) for n in RS_N],
+        "// FP8: A from registers (4 E4M3 codes per register: rows g and g+8, columns 4t..4t+3 and",
+        "// 16+4t..16+4t+3 of the 32), B (E4M3) from shared memory K-major: S = Q K^T with K [keys][D],",
+        "// O += P V with V stored transposed [D][keys].",
+        *[rs_e4m3(n) for n in RS_E4M3_N],
         "}  // namespace wgmma",
         "}  // namespace sdpa_sm90",
         "",

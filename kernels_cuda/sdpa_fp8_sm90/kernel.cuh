@@ -24,14 +24,31 @@
 #include <cstdint>
 
 #include "epilogue.cuh"
+#include "fp8_mainloop.cuh"
 #include "mainloop.cuh"
 #include "ptx.cuh"
 #include "tile_load.cuh"
 #include "traits.cuh"
 
+// Which matrix products the Hopper kernel runs (compile time; see README.md "Variants"):
+//   1 (default): wgmma_fp8_sm90, E4M3 operands (Q and P rounded to E4M3, K used as loaded, V
+//                transposed in shared memory; fp8_*.cuh);
+//   0:           wgmma_sm90, fp16 operands (K and V decoded to fp16 in shared memory).
+#ifndef SDPA_SM90_FP8
+#define SDPA_SM90_FP8 1
+#endif
+
 namespace sdpa_sm90 {
 
+#if SDPA_SM90_FP8
+template <int D, bool ASYNC, int ABL, bool SPLIT>
+using KernelTraits = Fp8Traits<D, ASYNC, ABL, SPLIT>;
+constexpr const char* kKernelName = "wgmma_fp8_sm90";
+#else
+template <int D, bool ASYNC, int ABL, bool SPLIT>
+using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;
 constexpr const char* kKernelName = "wgmma_sm90";
+#endif
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
@@ -47,12 +64,24 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 
     if (threadIdx.x == 0) {
         mbar_init(bar(T::BAR_Q), 1);
-        for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
-        for (int b = 0; b < T::NF16; ++b) {
-            mbar_init(bar(T::BAR_KFULL + b), 128);
-            mbar_init(bar(T::BAR_VFULL + b), 128);
-            mbar_init(bar(T::BAR_KEMPTY + b), T::CONSUMER_WARPS);
-            mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
+        if constexpr (T::FP8) {
+            for (int s = 0; s < T::NS; ++s) {
+                mbar_init(bar(T::BAR_KFULL + s), T::ASYNC ? 1 : 128);  // copy engine (+ bytes) or 128 producer threads
+                mbar_init(bar(T::BAR_VRAW + s), 1);
+                mbar_init(bar(T::BAR_KEMPTY + s), T::CONSUMER_WARPS);
+            }
+            for (int b = 0; b < T::NVT; ++b) {
+                mbar_init(bar(T::BAR_VFULL + b), 128);
+                mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
+            }
+        } else {
+            for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
+            for (int b = 0; b < T::NF16; ++b) {
+                mbar_init(bar(T::BAR_KFULL + b), 128);
+                mbar_init(bar(T::BAR_VFULL + b), 128);
+                mbar_init(bar(T::BAR_KEMPTY + b), T::CONSUMER_WARPS);
+                mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
+            }
         }
         fence_mbar_init();
         if constexpr (T::ASYNC) {
@@ -76,7 +105,8 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     if (threadIdx.x < 128) {
         regs_dealloc<T::PRODUCER_REGS>();
         coords(m0, bh, ntiles, head);
-        producer<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
+        if constexpr (T::FP8) producer_fp8<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
+        else producer<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
     } else {
         regs_alloc<T::CONSUMER_REGS>();
         coords(m0, bh, ntiles, head);
@@ -91,7 +121,8 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
             consumer_wg_barrier(cw);
         }
         ConsumerState<T> st;
-        consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
+        if constexpr (T::FP8) consumer_mainloop_fp8<T>(st, smem, bars, cw, S, ntiles, scale_log2);
+        else consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
         if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
     }
 #endif
@@ -114,7 +145,7 @@ struct LaunchInfo {
 
 template <int D, int ABL, bool SPLIT>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = Traits<D, kAsync, ABL, SPLIT>;
+    using T = KernelTraits<D, kAsync, ABL, SPLIT>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -145,10 +176,14 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
                           const char** err) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
-    if (split_override < 0 || split_override > 2) { *err = "--split for wgmma_sm90 must be 0, 1 or 2"; return false; }
+    if (split_override < 0 || split_override > 2) {
+        *err = SDPA_SM90_FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
+        return false;
+    }
     const long long blocks = ((long long)S + 127) / 128 * BH;  // unsplit: 128 rows per block
     if (2 * blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
-    const int ntiles = (S + (D == 64 ? SDPA_SM90_BN64 : 128) - 1) / (D == 64 ? SDPA_SM90_BN64 : 128);
+    const int bn = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN : KernelTraits<128, kAsync, kAblNone, false>::BN;
+    const int ntiles = (S + bn - 1) / bn;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * blocks <= num_sms);
     if (D == 64) *li = split ? info_for<64, true>(BH, S, ablate) : info_for<64, false>(BH, S, ablate);
     else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
@@ -187,10 +222,15 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const cuuint64_t dims[3] = {D, (cuuint64_t)S, (cuuint64_t)BH};
     const cuuint64_t strides[2] = {D, D * (cuuint64_t)S};
     const cuuint32_t box[3] = {(cuuint32_t)D, (cuuint32_t)li.bn, 1};
+    // FP8 operands: K lands in the swizzled K-major layout wgmma reads (rows of D bytes: 64- or
+    // 128-byte swizzle); V unswizzled (the producer transposes it).  fp16 operands: both unswizzled.
+    const CUtensorMapSwizzle k_swizzle = !SDPA_SM90_FP8 ? CU_TENSOR_MAP_SWIZZLE_NONE
+                                         : li.D == 64   ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                        : CU_TENSOR_MAP_SWIZZLE_128B;
     for (int i = 0; i < 2; ++i) {
         if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                    const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   i == 0 ? k_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
             *err = i == 0 ? "cuTensorMapEncodeTiled failed for K" : "cuTensorMapEncodeTiled failed for V";
             return cudaErrorInvalidValue;

@@ -220,7 +220,7 @@ __device__ __forceinline__ bool split_merge(ConsumerState<T>& st, uint8_t* smem,
     } else {
         constexpr int NO = T::D / 2;
         const int ctid = threadIdx.x % 128;
-        float* red = reinterpret_cast<float*>(smem + T::OFF_F16) + ctid;  // [NO + 4][128], element-major
+        float* red = reinterpret_cast<float*>(smem + T::OFF_MERGE) + ctid;  // [NO + 4][128], element-major
         consumers_barrier();  // both warpgroups are done with the fp16 buffers
         if (cw == 1) {
 #pragma unroll

@@ -125,16 +125,23 @@ __device__ __forceinline__ void keep_above_wait(uint32_t scratch, float v) {
 //     elements inside a 64-wide panel adds 32 bytes to the start address.
 //   MN-major operand (V as B of P V): SBO = 1024 (next 8 keys), LBO = bytes between
 //     64-column panels; a k-step of 16 keys adds 16 * 128 bytes.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+// The FP8 kernel also uses the 64-byte swizzle (swizzle = 2) for K tiles of head dim 64: rows of
+// 64 bytes, 8-row atoms of 512 bytes (SBO 512), chunk c of row r at chunk c ^ ((r / 2) % 4).
+constexpr uint32_t kSwizzle128B = 1, kSwizzle64B = 2;
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                              uint32_t swizzle = kSwizzle128B) {
     uint64_t d = (uint64_t)((addr & 0x3FFFFu) >> 4);
     d |= (uint64_t)((lbo_bytes >> 4) & 0x3FFFu) << 16;
     d |= (uint64_t)((sbo_bytes >> 4) & 0x3FFFu) << 32;
-    d |= (uint64_t)1 << 62;
+    d |= (uint64_t)swizzle << 62;
     return d;
 }
 
 // Byte offset of 16-byte chunk `c` (0..7) of row `r` in a 128-byte-swizzled panel.
 __device__ __forceinline__ uint32_t swz128(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+// Byte offset of 16-byte chunk `c` (0..3) of row `r` in a 64-byte-swizzled tile (the copy engine's
+// CU_TENSOR_MAP_SWIZZLE_64B: address bits 4-5 ^= bits 7-8).
+__device__ __forceinline__ uint32_t swz64(int r, int c) { return (uint32_t)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
 
 // ------------------------------------------------------------------------------ misc
 template <int R>
@@ -172,6 +179,26 @@ __device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) 
         "cvt.rn.f16x2.e4m3x2 %1, h16;\n\t}\n"
         : "=r"(lo), "=r"(hi)
         : "r"(x));
+}
+
+// Four floats -> four E4M3 codes (a in the lowest byte), round to nearest even, saturating to
+// +-448 (cvt's first source goes to the upper byte of each pair).
+__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
+    uint32_t r;
+    asm("{\n\t.reg .b16 lo, hi;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+        "mov.b32 %0, {lo, hi};\n\t}\n"
+        : "=r"(r)
+        : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+}
+
+// Byte permute: bytes of {b, a} (a = bytes 0-3, b = 4-7) picked by the selector's nibbles.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
 }
 
 }  // namespace sdpa_sm90

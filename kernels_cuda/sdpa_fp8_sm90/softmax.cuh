@@ -60,6 +60,42 @@ struct OnlineSoftmax {
             l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
+
+    // The FP8 kernel's step: a score scale per row (the row's Q scale folded in) and
+    // probabilities 2^bias * 2^(s * scale - m_new), scaled for their rounding to E4M3 (l sums the
+    // same scaled values, so the factor cancels in O / l).
+    __device__ __forceinline__ void step_rows(float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
+                                              float (&alpha)[2]) {
+        constexpr int NJ = BN / 8;
+        static_assert(NJ % 4 == 0, "four partial reductions");
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx4[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+            for (int j = 4; j < NJ; ++j)
+                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx * scale_log2[r]);
+            alpha[r] = fast_exp2(m[r] - m_new);
+            m[r] = m_new;
+            const float off = bias - m_new;
+            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float p = fast_exp2(fmaf(s[4 * j + 2 * r + e], scale_log2[r], off));
+                    s[4 * j + 2 * r + e] = p;
+                    sum4[j & 3] += p;
+                }
+            }
+            l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+        }
+    }
 };
 
 // O (m64nD accumulator fragment, same layout as S) *= alpha per row.
@@ -85,6 +121,21 @@ __device__ __forceinline__ void pack_p(const float (&s)[BN / 2], uint32_t (&p)[B
         p[k][1] = pack_half2(s[8 * k + 2], s[8 * k + 3]);
         p[k][2] = pack_half2(s[8 * k + 4], s[8 * k + 5]);
         p[k][3] = pack_half2(s[8 * k + 6], s[8 * k + 7]);
+    }
+}
+
+// P (fp32, scaled) -> E4M3 A fragments of P V, one per 32 keys, in the order the thread holds
+// them: register [0] row r=0 columns 8j + 2t + {0,1} for j = 4k, 4k+1; [1] the same for row r=1;
+// [2], [3] j = 4k+2, 4k+3.  V^T's keys are permuted to match (fp8_load.cuh, vt_key_perm).
+template <int BN>
+__device__ __forceinline__ void pack_p_e4m3(const float (&s)[BN / 2], uint32_t (&p)[BN / 32][4]) {
+#pragma unroll
+    for (int k = 0; k < BN / 32; ++k) {
+        const float* x = s + 16 * k;
+        p[k][0] = pack_e4m3x4(x[0], x[1], x[4], x[5]);
+        p[k][1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);
+        p[k][2] = pack_e4m3x4(x[8], x[9], x[12], x[13]);
+        p[k][3] = pack_e4m3x4(x[10], x[11], x[14], x[15]);
     }
 }
 

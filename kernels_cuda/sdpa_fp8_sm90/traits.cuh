@@ -31,6 +31,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Traits {
+    static constexpr bool FP8 = false;  // fp16 operands (wgmma_sm90)
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;   // TMA pipeline (cpasync) or synchronous loads (baseline)
     static constexpr int ABL = ABL_;
@@ -61,6 +62,7 @@ struct Traits {
     static constexpr int OFF_U8 = OFF_F16 + NF16 * 2 * T16_BYTES;       // [NU8][K, V]
     static constexpr int OFF_SCRATCH = OFF_U8 + NU8 * 2 * U8_TILE;   // one word per consumer thread (ptx.cuh keep_above_wait)
     static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
+    static constexpr int OFF_MERGE = OFF_F16;  // split merge space (the fp16 K/V buffers, free at the end)
     // mbarriers (8 bytes each)
     static constexpr int BAR_Q = 0;                    // Q landed (copy engine)
     static constexpr int BAR_U8 = 1;                   // [NU8] uint8 stage landed (copy engine)

@@ -13,6 +13,7 @@ from driver.launch import launch
 from driver.parse import launch_lines
 from driver.records import SdpaLine
 from driver.suites import sdpa
+from driver.suites.sdpa import HOPPER_KERNEL
 from driver.verify import sdpa_errors
 
 GATES = thresholds.load().sdpa
@@ -25,7 +26,7 @@ EXTRA_SHAPES = [(1, 1, 1, 64), (1, 1, 1, 128), (1, 2, 129, 64), (1, 3, 77, 128),
 
 def expected_kernel(arch: str) -> str:
     """The kernel the runner picks by architecture (--kernel auto)."""
-    return "wgmma_sm90" if arch == "sm_90" else "mma_sync_sm80"
+    return HOPPER_KERNEL if arch == "sm_90" else "mma_sync_sm80"
 
 
 def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
@@ -76,12 +77,12 @@ def test_both_variants_match_reference_and_each_other(exe_dir, tmp_path, shape, 
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
 def test_hopper_split_and_unsplit_configs(exe_dir, tmp_path, impl, shape, split):
-    """wgmma_sm90's two block configurations forced on shapes where the grid rule would pick the other one,
+    """The Hopper kernel's two block configurations forced on shapes where the grid rule would pick the other one,
     with odd and even tile counts per consumer warpgroup."""
     if device.arch_of(0) != "sm_90":
-        pytest.skip(f"wgmma_sm90 runs on sm_90 only; this GPU is {device.arch_of(0)}")
-    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", "wgmma_sm90", "--split", split)
-    assert line.kernel == "wgmma_sm90" and line.split == int(split)
+        pytest.skip(f"{HOPPER_KERNEL} runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", HOPPER_KERNEL, "--split", split)
+    assert line.kernel == HOPPER_KERNEL and line.split == int(split)
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 512, 64), (1, 3, 77, 128)], ids=lambda s: "x".join(map(str, s)))

@@ -1,0 +1,160 @@
+// Tile loads of the FP8-operand kernel (wgmma_fp8_sm90): the producer warpgroup brings K/V tiles
+// in as E4M3 codes and transposes V; nothing is decoded.
+//
+//   K: [BN keys][D] as in global memory, D contiguous = K-major, which is what Q K^T's B operand
+//      needs: the copy engine writes it swizzled (64-byte swizzle for D 64, 128-byte for D 128)
+//      into one of NS stages, and the consumers' wgmma read it there.  baseline: the producer
+//      writes the same swizzled layout from ordinary 16-byte global loads.
+//   V: P V's B operand must be K-major too (FP8 wgmma has no transpose), i.e. V^T [D][BN keys]:
+//      the copy engine brings V [BN][D] unswizzled (cpasync; baseline: global loads), the producer
+//      transposes it in 4x4-byte blocks (prmt) into V^T, 128-byte swizzle, two buffers deep.
+//
+// Key order in V^T.  P is the A operand of P V, built in registers from the accumulator of S:
+// a thread holds S columns 8j + 2t, 8j + 2t + 1 (t = lane % 4), while the E4M3 A fragment of a
+// 32-key step wants columns 4t .. 4t+3 and 16 + 4t .. 16 + 4t+3.  Instead of exchanging registers,
+// P is packed in the order the thread holds it, and V^T stores its keys in the same order:
+// position L (0..15) of every 16-key group holds key vt_key_perm(L) of that group.  The sum over
+// keys is the same in any order, as long as P and V agree.
+#pragma once
+
+#include "fp8_traits.cuh"
+#include "ptx.cuh"
+#include "tile_load.cuh"  // TileMaps, load_q_rows_global
+
+namespace sdpa_sm90 {
+
+// Position L = 4t + i of a 16-key group holds key 8 (i / 2) + 2t + i % 2: keys 2t, 2t+1, 8+2t, 9+2t,
+// the four columns thread t holds in two consecutive 8-column chunks of the S accumulator.
+__host__ __device__ constexpr int vt_key_perm(int L) { return 8 * ((L >> 1) & 1) + 2 * (L >> 2) + (L & 1); }
+
+// V tile [BN][D] (shared memory, or global memory with keys >= nvalid read as zero) -> V^T.
+// Work item = 16 keys (group G) x 4 dims (4 dq .. 4 dq + 3): 16 word loads, four 4x4 byte
+// transposes, four 16-byte stores (row d of V^T, chunk G).  Bank conflicts: the loads of odd
+// groups take their keys in pair-swapped order (perm ^ 1), so that the two half-warps of a D-64
+// warp read rows of different parity (different banks); the store slots are rotated by (dq / 2)
+// so that 8 consecutive lanes write 8 different swizzled chunks.
+template <class T, bool GLOBAL>
+__device__ __forceinline__ void transpose_v_tile(const uint8_t* __restrict__ src, int nvalid, uint8_t* vt, int ptid) {
+#pragma unroll 1  // one item's 16 words in flight at a time (64 registers)
+    for (int it = 0; it < T::VT_ITEMS; ++it) {
+        const int item = ptid + 128 * it;
+        const int dq = item % (T::D / 4), G = item / (T::D / 4), swap = G & 1;
+        uint32_t w[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const int key = 16 * G + (vt_key_perm(i) ^ swap);
+            const uint8_t* a = src + key * T::D + 4 * dq;
+            if constexpr (GLOBAL) w[i] = key < nvalid ? __ldg(reinterpret_cast<const unsigned int*>(a)) : 0u;
+            else w[i] = *reinterpret_cast<const uint32_t*>(a);
+        }
+        const int rot = (dq >> 1) & 3;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const uint32_t dd = (uint32_t)((s + rot) & 3);
+            // byte dd of the group's 4 keys, in position order (swap: registers hold pairs swapped)
+            const uint32_t sel = swap ? ((dd + 4) | (dd << 4)) : (dd | ((dd + 4) << 4));
+            uint32_t o[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], sel), prmt(w[4 * b + 2], w[4 * b + 3], sel), 0x5410u);
+            const int d = 4 * dq + (int)dd;
+            *reinterpret_cast<uint4*>(vt + d * 128 + ((G ^ (d & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+    }
+}
+
+// Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
+template <class T>
+__device__ __forceinline__ uint32_t k_chunk(int r, int c) {
+    if constexpr (T::D == 64) return swz64(r, c);
+    else return swz128(r, c);
+}
+
+// baseline: K tile from global memory (keys >= nvalid as zero, like the copy engine's fill) into
+// the K stage's swizzled layout.
+template <class T>
+__device__ __forceinline__ void load_k_tile_global(const uint8_t* __restrict__ g, int nvalid, uint8_t* kst, int ptid) {
+    constexpr int CPR = T::D / 16;  // 16-byte chunks per key row
+    constexpr int BATCH = 4;
+    static_assert(T::K_CHUNKS_PER_THREAD % BATCH == 0, "batches");
+#pragma unroll
+    for (int i0 = 0; i0 < T::K_CHUNKS_PER_THREAD; i0 += BATCH) {
+        uint4 w[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int c = ptid + 128 * (i0 + i);
+            w[i] = make_uint4(0u, 0u, 0u, 0u);
+            if (c / CPR < nvalid) w[i] = __ldg(reinterpret_cast<const uint4*>(g) + c);
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int c = ptid + 128 * (i0 + i);
+            *reinterpret_cast<uint4*>(kst + k_chunk<T>(c / CPR, c % CPR)) = w[i];
+        }
+    }
+}
+
+// The producer warpgroup's whole job for one block.
+template <class T>
+__device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const TileMaps* maps,
+                                             const uint8_t* __restrict__ Kg /* this head's */,
+                                             const uint8_t* __restrict__ Vg, int S, int m0, int bh, int ntiles) {
+    const int ptid = threadIdx.x;  // 0..127
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    uint8_t* kst = smem + T::OFF_K;
+    uint8_t* vt = smem + T::OFF_VT;
+    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1)) : ntiles;
+
+    if constexpr (T::ASYNC) {
+        uint8_t* vraw = smem + T::OFF_V;
+        auto issue = [&](int t) {
+            const int s = t % T::NS;
+            mbar_arrive_expect_tx(bar(T::BAR_KFULL + s), T::K_TILE);
+            tma_load_3d(smem_u32(kst + s * T::K_TILE), &maps->k, bar(T::BAR_KFULL + s), 0, t * T::BN, bh);
+            mbar_arrive_expect_tx(bar(T::BAR_VRAW + s), T::V_TILE);
+            tma_load_3d(smem_u32(vraw + s * T::V_TILE), &maps->v, bar(T::BAR_VRAW + s), 0, t * T::BN, bh);
+        };
+        if (ptid == 0) {
+            mbar_arrive_expect_tx(bar(T::BAR_Q), T::Q_BYTES);
+#pragma unroll
+            for (int p = 0; p < T::PANELS; ++p)
+                tma_load_3d(smem_u32(smem + T::OFF_Q + p * T::BM * 128), &maps->q, bar(T::BAR_Q), 64 * p, m0, bh);
+            for (int t = 0; t < nload && t < T::NS; ++t) issue(t);
+        }
+        for (int t = 0; t < nload; ++t) {
+            const int s = t % T::NS, b = t % T::NVT;
+            mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(t / T::NS) & 1u);
+            if (t >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NVT - 1) & 1u);
+            transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_VFULL + b));
+            // Refill the stage of the previous tile (its K is usually released by now): every
+            // producer thread has read its V (named barrier), the consumers its K (KEMPTY).
+            const int r = t - 1;
+            if (r >= 0 && r + T::NS < nload) {
+                named_barrier<1, 128>();
+                if (ptid == 0) {
+                    mbar_wait(bar(T::BAR_KEMPTY + r % T::NS), (uint32_t)(r / T::NS) & 1u);
+                    issue(r + T::NS);
+                }
+            }
+        }
+    } else {
+        (void)maps;
+        (void)m0;
+        (void)bh;
+        for (int t = 0; t < nload; ++t) {
+            const int s = t % T::NS, b = t % T::NVT;
+            if (t >= T::NS) mbar_wait(bar(T::BAR_KEMPTY + s), (uint32_t)(t / T::NS - 1) & 1u);
+            load_k_tile_global<T>(Kg + (size_t)t * T::BN * T::D, S - t * T::BN, kst + s * T::K_TILE, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_KFULL + s));
+            if (t >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NVT - 1) & 1u);
+            transpose_v_tile<T, true>(Vg + (size_t)t * T::BN * T::D, S - t * T::BN, vt + b * T::VT_BYTES, ptid);
+            fence_proxy_async();
+            mbar_arrive(bar(T::BAR_VFULL + b));
+        }
+    }
+}
+
+}  // namespace sdpa_sm90

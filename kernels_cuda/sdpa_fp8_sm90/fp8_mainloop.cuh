@@ -1,0 +1,217 @@
+// The consumer warpgroups' main loop of the FP8-operand kernel (wgmma_fp8_sm90): S = Q K^T and
+// O += P V on E4M3 wgmma (m64nNk32, fp32 accumulators), the online softmax of tile t overlapped
+// with P V of tile t-1, as in mainloop.cuh.
+//
+//   Q: fp16 in shared memory (copy engine or consumer loads), turned once per block into E4M3 A
+//      fragments in registers, each row scaled so that its largest |q| becomes 448; 1/scale of
+//      the row goes into the softmax's exponent scale.
+//   K: the E4M3 tile as the copy engine wrote it (B operand, K-major).
+//   P: 2^8 * 2^(s * scale - m) in [0, 256], rounded to E4M3 (A fragments in registers, in the
+//      key order fp8_load.cuh describes); l sums the same values in fp32 before rounding.
+//   V: the producer's V^T (B operand, K-major).
+#pragma once
+
+#include "fp8_load.cuh"
+#include "fp8_traits.cuh"
+#include "mainloop.cuh"  // ConsumerState, ping-pong barriers, split_merge
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "wgmma_ops.cuh"
+
+namespace sdpa_sm90 {
+
+template <int N>
+struct RsE4m3;
+template <>
+struct RsE4m3<64> {
+    __device__ __forceinline__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc) {
+        wgmma::rs_e4m3_m64n64k32(d, a, b, acc);
+    }
+};
+template <>
+struct RsE4m3<128> {
+    __device__ __forceinline__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int acc) {
+        wgmma::rs_e4m3_m64n128k32(d, a, b, acc);
+    }
+};
+
+// The thread's E4M3 A fragments of Q (rows g = 16 warp + lane/4 and g + 8 of the warpgroup's 64,
+// k-step kk: [0] row g, columns 32kk + 4t .. +3; [1] row g+8, same; [2] row g, 32kk + 16 + 4t ..;
+// [3] row g+8), and each row's 1/scale.  q: the warpgroup's first row in Q's panel 0.
+template <class T>
+__device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[T::D / 32][4], float (&qinv)[2],
+                                            int ctid) {
+    const int lane = ctid & 31, warp = ctid >> 5, t = lane & 3;
+    uint2 h[T::D / 32][4];
+    float amax[2] = {0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < T::D / 32; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = e & 1, row = 16 * warp + (lane >> 2) + 8 * r, col = 32 * kk + 16 * (e >> 1) + 4 * t;
+            h[kk][e] = *reinterpret_cast<const uint2*>(q + (col >> 6) * (T::BM * 128) + swz128(row, (col & 63) >> 3) +
+                                                       (col & 7) * 2);
+            const __half2 a = __habs2(*reinterpret_cast<const __half2*>(&h[kk][e].x));
+            const __half2 b = __habs2(*reinterpret_cast<const __half2*>(&h[kk][e].y));
+            const __half2 m = __hmax2(a, b);
+            amax[r] = fmaxf(amax[r], fmaxf(__low2float(m), __high2float(m)));
+        }
+    float qs[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 1));
+        amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 2));
+        qs[r] = amax[r] > 0.f ? kE4M3Max / amax[r] : 1.f;
+        qinv[r] = amax[r] > 0.f ? amax[r] / kE4M3Max : 1.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < T::D / 32; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h[kk][e].x));
+            const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[kk][e].y));
+            const float s = qs[e & 1];
+            qa[kk][e] = pack_e4m3x4(a.x * s, a.y * s, b.x * s, b.y * s);
+        }
+}
+
+// S = Q K^T for one warpgroup: D/32 k-steps of m64n128k32, K-major K (+32 bytes per step).
+template <class T>
+__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint32_t k8) {
+    static_assert(T::BN == 128, "one m64n128k32 per k-step");
+#pragma unroll
+    for (int kk = 0; kk < T::D / 32; ++kk)
+        wgmma::rs_e4m3_m64n128k32(s, qa[kk], smem_desc(k8 + kk * 32, 16, T::K_SBO, T::K_SWIZZLE), kk > 0);
+}
+
+// O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (128-byte rows of keys).
+template <class T>
+__device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 32][4], uint32_t vt) {
+#pragma unroll
+    for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], smem_desc(vt + kk * 32, 16, 1024), 1);
+}
+
+template <class T>
+__device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
+                                                      int S, int ntiles, float scale_log2) {
+    const int ctid = threadIdx.x % 128;
+    const int lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    const uint32_t k8 = smem_u32(smem + T::OFF_K);
+    const uint32_t vt8 = smem_u32(smem + T::OFF_VT);
+    const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(cw * 128 + ctid);
+    constexpr bool kNoLoads = T::ABL == kAblNoLoads;
+    constexpr int step = T::SPLIT ? 2 : 1;
+    const int first = T::SPLIT ? cw : 0;
+    auto kbuf = [&](int t) { return k8 + (uint32_t)((kNoLoads ? first : t) % T::NS * T::K_TILE); };
+    auto vbuf = [&](int t) { return vt8 + (uint32_t)((kNoLoads ? first : t) % T::NVT * T::VT_BYTES); };
+    auto wait_k = [&](int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_KFULL + t % T::NS), (uint32_t)(t / T::NS) & 1u);
+    };
+    auto wait_v = [&](int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_VFULL + t % T::NVT), (uint32_t)(t / T::NVT) & 1u);
+    };
+    auto release_k = [&](int t) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + t % T::NS));
+    };
+    auto release_v = [&](int t) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + t % T::NVT));
+    };
+
+    // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
+    uint32_t qa[T::D / 32][4];
+    float qinv[2];
+    load_q_e4m3<T>(smem + T::OFF_Q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
+    const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
+
+#pragma unroll
+    for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
+    if (first >= ntiles) return;
+
+    if constexpr (T::ABL == kAblNoCompute) {
+        float s[T::BN / 2];
+        for (int t = first; t < ntiles; t += step) {
+            wait_k(t);
+            if (t == first) {
+                wgmma_fence();
+                issue_qk_fp8<T>(s, qa, kbuf(t));
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(s);
+#pragma unroll
+                for (int i = 0; i < T::D / 2; ++i) st.o[i] = s[i];
+            }
+            release_k(t);
+            wait_v(t);
+            release_v(t);
+        }
+        st.sm.m[0] = st.sm.m[1] = 0.f;
+        st.sm.l[0] = st.sm.l[1] = 1.f;
+        return;
+    }
+
+    float s[T::BN / 2];
+    uint32_t p[T::BN / 32][4];
+    float alpha[2];
+    if (T::PINGPONG && cw == 1) pingpong_pass_turn(cw);
+
+    // ---- first tile: S, softmax, P ---------------------------------------------------------
+    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    wait_k(first);
+    wgmma_fence();
+    issue_qk_fp8<T>(s, qa, kbuf(first));
+    wgmma_commit();
+    if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
+    wgmma_wait<0>();
+    fence_regs(s);
+    release_k(first);
+    if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
+    st.sm.step_rows(s, sc, kPExp2Bias, alpha);
+    pack_p_e4m3<T::BN>(s, p);
+
+    // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
+    int tp = first;
+    for (int t = first + step; t < ntiles; t += step) {
+        fence_regs(s);
+        fence_regs(st.o);
+        fence_regs(p);
+        if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+        wait_k(t);
+        wgmma_fence();
+        issue_qk_fp8<T>(s, qa, kbuf(t));
+        wgmma_commit();
+        wait_v(tp);
+        issue_pv_fp8<T>(st.o, p, vbuf(tp));
+        wgmma_commit();
+        if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
+        wgmma_wait<1>();
+        fence_regs(s);
+        release_k(t);
+        const int n0 = t * T::BN;
+        if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
+        st.sm.step_rows(s, sc, kPExp2Bias, alpha);
+        keep_above_wait(scratch, st.sm.l[0] + st.sm.l[1]);
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        fence_regs(p);
+        release_v(tp);
+        rescale_o<T::D>(st.o, alpha);
+        pack_p_e4m3<T::BN>(s, p);
+        tp = t;
+    }
+
+    // ---- last P V ------------------------------------------------------------------------------
+    fence_regs(st.o);
+    fence_regs(p);
+    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    wait_v(tp);
+    wgmma_fence();
+    issue_pv_fp8<T>(st.o, p, vbuf(tp));
+    wgmma_commit();
+    if (T::PINGPONG && cw == 0) pingpong_pass_turn(cw);
+    wgmma_wait<0>();
+    fence_regs(st.o);
+    release_v(tp);
+}
+
+}  // namespace sdpa_sm90

@@ -1,0 +1,80 @@
+// Compile-time shape of the FP8-operand Hopper SDPA kernel (wgmma_fp8_sm90): Q K^T and P V on
+// E4M3 wgmma (m64nNk32), K straight from the copy engine, V transposed by the producer.
+#pragma once
+
+#include <cstdint>
+
+#include "ptx.cuh"
+#include "traits.cuh"  // USE_CP_ASYNC, Ablate, SDPA_SM90_PINGPONG
+
+namespace sdpa_sm90 {
+
+// Scale of the probabilities before they are rounded to E4M3: P in [0, 1] becomes 2^8 P in
+// [0, 256] (within E4M3's 448), so probabilities down to 2^-14 stay normal numbers.  The row sums
+// l are taken in fp32 over the same scaled values, so the factor cancels in O / l.
+constexpr float kPExp2Bias = 8.f;
+// Largest finite E4M3 value: each Q row is scaled so that its largest |q| lands there.
+constexpr float kE4M3Max = 448.f;
+
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
+struct Fp8Traits {
+    static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
+    static constexpr int D = D_;
+    static constexpr bool ASYNC = ASYNC_;
+    static constexpr int ABL = ABL_;
+    static constexpr bool SPLIT = SPLIT_;
+    static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
+    static constexpr int BN = 128;          // keys per K/V tile: one 128-byte row of V^T
+    static constexpr int NCWG = 2;          // consumer warpgroups, 64 query rows each
+    static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
+    static constexpr int THREADS = 128 * (1 + NCWG);
+    static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
+    static constexpr int PRODUCER_REGS = 64;
+    static constexpr int CONSUMER_REGS = 216;
+    static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register budget");
+
+    // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
+    // producer fills K); K is read by the consumers' wgmma in place, V by the producer's transpose.
+    static constexpr int NS = D == 64 ? 4 : 3;
+    static constexpr int NVT = 2;           // transposed V buffers [D][BN]
+
+    static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
+    static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
+    static constexpr int V_TILE = BN * D;               // [BN][D], unswizzled (cpasync only)
+    static constexpr int VT_BYTES = D * BN;             // [D][BN], 128-byte swizzle, keys permuted
+    static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
+    static constexpr uint32_t K_SBO = 8 * D;            // bytes per 8 key rows
+
+    static constexpr int OFF_Q = 0;
+    static constexpr int OFF_K = OFF_Q + Q_BYTES;
+    static constexpr int OFF_V = OFF_K + NS * K_TILE;
+    static constexpr int OFF_VT = OFF_V + (ASYNC ? NS * V_TILE : 0);
+    static constexpr int OFF_SCRATCH = OFF_VT + NVT * VT_BYTES;
+    static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
+    // The split configuration's merge goes through the K stages (free once both warpgroups are done).
+    static constexpr int OFF_MERGE = OFF_K;
+    static_assert((D / 2 + 4) * 128 * 4 <= NS * K_TILE, "merge space");
+
+    static constexpr int BAR_Q = 0;
+    static constexpr int BAR_KFULL = 1;                 // [NS] K landed (copy engine / 128 producer threads)
+    static constexpr int BAR_VRAW = BAR_KFULL + NS;     // [NS] V landed (copy engine; cpasync only)
+    static constexpr int BAR_KEMPTY = BAR_VRAW + NS;    // [NS] consumers done with K (one arrival per consumer warp)
+    static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
+    static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T
+    static constexpr int NBARS = BAR_VEMPTY + NVT;
+    static constexpr int SMEM_USED = OFF_BAR + NBARS * 8;
+    static constexpr int SMEM = SMEM_USED + 1024;
+    static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
+    static_assert(!SPLIT || NVT == NCWG, "split: one V^T buffer per consumer warpgroup");
+
+    static_assert(D == 64 || D == 128, "head dim");
+    static_assert(OFF_K % 1024 == 0 && K_TILE % 1024 == 0 && OFF_VT % 1024 == 0 && VT_BYTES % 1024 == 0,
+                  "swizzle atoms");
+    static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
+    // V transpose: items of 16 keys x 4 dims, (BN / 16) * (D / 4) per tile over 128 threads.
+    static constexpr int VT_ITEMS = (BN / 16) * (D / 4) / 128;
+    static_assert((BN / 16) * (D / 4) % 128 == 0, "transpose work divides over the producer warpgroup");
+    static constexpr int K_CHUNKS_PER_THREAD = K_TILE / 16 / 128;
+};
+
+}  // namespace sdpa_sm90
