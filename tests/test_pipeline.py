@@ -62,19 +62,20 @@ def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
     err = capsys.readouterr().err
     assert code == PerfGateFailed.exit_code, err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("performance gate failed: 2 speed gate(s) not measured, e.g. ")
+    assert line.startswith("performance gate failed: 3 speed gate(s) not measured, e.g. ")
     assert "ours-vs-nccl" in line and NO_TORCH in line
     folder, run = _only_run(results_dir)
     states = {g.gate: (g.status, g.optional) for g in run.gates}
     assert states["allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B"] == ("not_measured", False)
     assert states["sdpa/speed/best-vs-torch_sdpa/cold/mission"] == ("not_measured", False)
+    assert states["sdpa/speed/best-vs-torch_sdpa/hot/mission"] == ("not_measured", False)
     assert states["allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"] == ("pass", False)
     assert states["sdpa/speed/cpasync-vs-baseline/cold/mission"] == ("pass", False)
     compare_md = (folder / "COMPARE.md").read_text()
     table = compare_md[compare_md.index("## Gates"):]
     assert table.index("| NOT MEASURED | allreduce/speed/ours-vs-nccl") < table.index("| pass |")
     index = (results_dir / "README.md").read_text()
-    assert ("2 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B: nccl not measured (cold); "
+    assert ("3 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B: nccl not measured (cold); "
             f"{NO_TORCH}") in index
 
 

@@ -29,3 +29,38 @@ def test_random_sizes_have_odd_tails_and_whole_elements():
             sizes = soak.random_sizes(rng, dtype)
             assert all(s % e == 0 and s > 0 for s in sizes)
             assert any((s // e) % 8 for s in sizes)  # not all multiples of a 16-byte vector
+
+
+
+def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
+    """`stress --suite sdpa` on a 1-GPU host sanitizes the SDPA runners only: the allreduce kernels are not
+    its business, so they are neither run nor reported as not measured (that failed such a run with exit 7,
+    2026-11-23 on 1x H100). `--suite allreduce` on 2 GPUs sanitizes every allreduce kernel and no runner."""
+    from types import SimpleNamespace
+
+    from driver.options import RunOptions
+    from driver.records import DeviceInfo, GpuInfo
+    from driver.suites import stress
+    from driver.thresholds import load
+
+    ran: list[str] = []
+    def fake_sanitize(opts, tool, cmd, kernel, config, dev, sha):
+        ran.append(kernel)
+        return SimpleNamespace(kernel=kernel)
+
+    monkeypatch.setattr(stress, "sanitize", fake_sanitize)
+    monkeypatch.setattr(stress.sdpa, "write_inputs", lambda folder, shape, seed: {})
+    monkeypatch.setattr(stress.sdpa, "file_args", lambda files: [])
+    h100 = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    one_gpu = DeviceInfo(driver_version="580.159.04", gpus=[h100])
+    result = stress.run(RunOptions(suites=("stress",), stress_parts=("sdpa", "sanitizers"), shapes=()),
+                        tmp_path, one_gpu, load(), "0" * 40)
+    assert ran and set(ran) == set(stress.sdpa.VARIANTS.values())
+    assert not [r for r in result.records if r.kernel in stress.ALLREDUCE_KERNEL_NAMES]
+    ran.clear()
+    two_gpus = DeviceInfo(driver_version="580.159.04", gpus=[h100, h100.model_copy(update={"index": 1})])
+    monkeypatch.setattr(stress, "soak_allreduce", lambda *args: "soak")
+    monkeypatch.setattr(stress, "allreduce_hang", lambda *args: "watchdog")
+    stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
+               two_gpus, load(), "0" * 40)
+    assert set(ran) == set(stress.ALLREDUCE_KERNEL_NAMES)

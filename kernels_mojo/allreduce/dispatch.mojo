@@ -94,12 +94,16 @@
 #                          two-shot, the flagged one-shot push and the
 #                          cp.async.bulk pipeline; checked in that order after
 #                          1stage_push and before cp.async. Default: empty
-#                          (MIN=1 > MAX=0): on 2x H200 (2026-11-23, fp32,
-#                          device timing, 1-256 MiB) none beat 1stage by more
-#                          than 1% (2stage_push 0.87-0.92x, pushflag 0.82-0.84x
-#                          from 4 MiB, bulk 0.99-1.01x); see
-#                          experiments/2026-11-23-allreduce-link. Written by
-#                          `python -m driver sweep` where a sweep measures a win.
+#                          (MIN=1 > MAX=0). The device-timed sweep on 2x H200
+#                          (2026-11-23, fp32/bf16/fp16, 8 KiB-256 MiB,
+#                          bench_results/20261123T084522Z-431897db-2xH200)
+#                          gives none a window: 1stage_pushflag (16 KiB per
+#                          flag, 2 blocks per SM) is fastest from 32 MiB
+#                          (256 MiB 766 us vs 806-812) but under the 5% margin
+#                          in bf16; 2stage_push 0.87-0.93x, bulk 0.99-1.01x
+#                          (experiments/2026-11-23-allreduce-push-tuned).
+#                          kernels_mojo/dispatch_windows.json holds what that
+#                          sweep justifies; `python -m driver sweep` rewrites it.
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
 #                          default 4).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of

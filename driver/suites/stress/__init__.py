@@ -15,7 +15,8 @@
   On a single-GPU host, an SDPA runner stuck behind a kernel that never finishes
   (`--debug-hang`) instead, followed by a checked SDPA run.
 - Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
-  both SDPA variants and on the allreduce kernels at small sizes. Zero hazards is
+  both SDPA variants and on the allreduce kernels at small sizes (those of the
+  suites `--suite` names). Zero hazards is
   the gate; where the tool cannot follow the run, the record says "not covered"
   with the tool's own message, never clean.
 - Profile (profile.py beside this file): Nsight Compute bank-conflict and stall counters for both
@@ -72,16 +73,16 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if "sanitizers" in opts.stress_parts:
         with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
             inputs: dict[str, dict[str, Path]] = {}
-            for name in SANITIZED_SHAPES:
+            for name in SANITIZED_SHAPES if "sdpa" in opts.stress_parts else ():
                 (Path(tmp) / name).mkdir()
                 inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_SHAPES[name], 0)
             for tool in SANITIZER_TOOLS:
-                for shape_name, files in inputs.items():
+                for shape_name, files in inputs.items() if "sdpa" in opts.stress_parts else ():
                     for impl, exe_name in sdpa.VARIANTS.items():
                         cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
                                "--iters", "2", "--warmup", "0", "--no-spin"]
                         result.records.append(sanitize(opts, tool, cmd, exe_name, shape_name, dev, git_sha))
-                for kernel in ALLREDUCE_KERNEL_NAMES:
+                for kernel in ALLREDUCE_KERNEL_NAMES if "allreduce" in opts.stress_parts else ():
                     config = "2gpu/8K,32772B"
                     if not counts:
                         result.records.append(not_measured(dev, git_sha, "sanitizer", kernel, f"{tool}/{config}",
