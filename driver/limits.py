@@ -21,8 +21,11 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from driver import gates as gating
 from driver import paths
+from driver.config import SDPA_SHAPES
 from driver.gates import ratio_verdict
+from driver.options import RunOptions
 from driver.records import Record, RunArchive
 from driver.thresholds import Thresholds
 
@@ -62,8 +65,10 @@ class GateState(Record):
     git_sha: str
 
     @property
-    def key(self) -> tuple[str, str, str, str, str, str]:
-        return self.device, self.suite, self.config, self.impl, self.peer, self.timing
+    def key(self) -> tuple[str, str, str, str, str]:
+        """One gate: its peer and mode at a config. Not the candidate: a `best` gate judges whichever of our
+        variants was fastest in that run, and a newer run's state replaces an older one's either way."""
+        return self.device, self.suite, self.config, self.peer, self.timing
 
     @property
     def short_by(self) -> float | None:
@@ -124,16 +129,47 @@ def is_current(s: GateState, gates: Thresholds) -> bool:
                for g in gates.sdpa.speedup)
 
 
+def _options_of(run: RunArchive) -> RunOptions | None:
+    """What the run measured, as the options that would ask for it: its suites, named SDPA shapes, allreduce
+    sizes, dtypes and GPU counts, and the timing modes it timed (sweeps and stress runs have no speed gates)."""
+    shapes = tuple((n, SDPA_SHAPES[n]) for n in dict.fromkeys(r.config.split("/")[0] for r in run.records
+                                                               if r.suite == "sdpa") if n in SDPA_SHAPES)
+    ar = [m for r in run.records if r.suite == "allreduce" and (m := _AR_CONFIG.match(r.config))]
+    suites = tuple(s for s, present in (("allreduce", bool(ar)), ("sdpa", bool(shapes))) if present)
+    modes = tuple(dict.fromkeys(r.timing_mode for r in run.records if r.round_p50_us))
+    if not suites or not modes:
+        return None
+    return RunOptions(suites=suites, shapes=shapes, timing=modes,
+                      sizes_bytes=tuple(sorted({int(m["bytes"]) for m in ar})) or (256 << 10,),
+                      dtypes=tuple(dict.fromkeys(m["dtype"] for m in ar)) or ("float32",),
+                      ngpus=tuple(sorted({int(m["ngpus"]) for m in ar})) or None)
+
+
+def rejudged(run: RunArchive, gates: Thresholds) -> list[GateState]:
+    """Today's speed gates judged on the run's timed records with the rule the bench uses (gates.evaluate),
+    so a gate added after the run still shows what that run measured."""
+    opts = _options_of(run)
+    if opts is None:
+        return []
+    _, attached = gating.evaluate(run.records, run.skipped, opts, gates, run.device.kind)
+    return gate_states(run.model_copy(update={"records": attached}), gates.noise.min_rel_noise)
+
+
 def newest(folders: Iterable[Path], default_noise: float, gates: Thresholds | None = None) -> list[GateState]:
     """Per gate key, the state in the newest run (by creation time) that has it; with `gates`, only the
-    gates it still holds."""
+    gates it still holds, and also those of its gates the run was not judged by (added since) as its
+    records judge them today."""
     best: dict[tuple[str, ...], GateState] = {}
     for folder in folders:
         try:
             run = RunArchive.model_validate_json((folder / "results.json").read_text())
         except (OSError, ValidationError):
             continue  # not a run folder this schema can read; `index` skips it the same way
-        for s in gate_states(run, _noise(folder, default_noise)):
+        states = gate_states(run, _noise(folder, default_noise))
+        if gates is not None:
+            stored = {s.key for s in states}
+            states += [s for s in rejudged(run, gates) if s.key not in stored]
+        for s in states:
             if gates is not None and not is_current(s, gates):
                 continue
             if s.key not in best or s.created_utc > best[s.key].created_utc:

@@ -149,3 +149,35 @@ def test_only_gates_thresholds_still_holds_are_known_limits():
     states = {s.timing: s for s in limits.gate_states(run, noise=0.02)}
     assert limits.is_current(states["cold"], GATES)  # thresholds.toml gates cpasync vs baseline on cold
     assert not limits.is_current(states["hot"], GATES)
+
+
+FP8_RUN = ROOT / "bench_results" / "20261123T085011Z-8fe71009-1xH100"
+
+
+def test_a_gate_added_after_a_run_is_judged_on_its_records():
+    """That run (1x H100, 2026-11-23, the FP8 kernel) was gated before the per-shape torch gates existed: its
+    archived verdicts hold none for batch8. Today's gate is judged on its timed records, the bench's rule."""
+    run = RunArchive.model_validate_json((FP8_RUN / "results.json").read_text())
+    stored = {s.key for s in limits.gate_states(run, NOISE)}
+    assert ("1xH100", "sdpa", "batch8", "torch_sdpa", "cold") not in stored
+    today = {s.key: s for s in limits.rejudged(run, GATES)}
+    batch8 = today[("1xH100", "sdpa", "batch8", "torch_sdpa", "cold")]
+    assert (batch8.status, batch8.impl, batch8.ratio, batch8.ours_us, batch8.peer_us) == (
+        "fail", "cpasync", 0.88, 53.09, 46.46)
+    assert today[("1xH100", "sdpa", "mission", "torch_sdpa", "hot")].status == "pass"
+    states = {s.key: s for s in limits.newest([FP8_RUN], NOISE, GATES)}
+    assert states[batch8.key] == batch8
+
+
+def test_a_best_gate_is_one_gate_whichever_variant_it_judged(tmp_path):
+    """`best` judged the baseline in an old run and cpasync in a newer one: the newer state replaces the
+    older, it does not stand beside it as a second limit."""
+    def state(impl: str, ratio: float, created: str) -> limits.GateState:
+        return limits.GateState(device="1xH100", suite="sdpa", config="large", impl=impl, kernel=f"sdpa_fp8_{impl}",
+                                peer="torch_sdpa", timing="cold", status="fail", ratio=ratio, floor=1.0, ours_us=1.0, peer_us=ratio,
+                                run_id=created, created_utc=created, git_sha="0" * 40)
+
+    old = state("baseline", 0.60, "2026-11-22T13:11:44Z")
+    new = state("cpasync", 0.91, "2026-11-23T08:50:11Z")
+    assert old.key == new.key
+    assert limits.markdown([new]).count("| 1xH100 |") == 1
