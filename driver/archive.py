@@ -53,5 +53,8 @@ def load_run(folder: Path) -> RunArchive:
 
 
 def archived_runs(root: Path | None = None) -> list[Path]:
+    """Run folders, oldest first: not a `.tmp-*` folder that a killed run left half-written."""
     root = root or paths.results_dir()
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / RESULTS_FILE).is_file()) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / RESULTS_FILE).is_file())

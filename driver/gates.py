@@ -117,7 +117,21 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
     v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
                       peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
+    untrusted = [why for rec in (subject, peer) if (why := overrun_reason(rec))]
+    if untrusted and v.status != "inconclusive":  # the ratio stays in the reasons, the verdict does not stand
+        return GateResult(gate=g.gate, kind="speed", status="inconclusive", reasons=[*v.reasons, *untrusted]), subject
     return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=v.reasons), subject
+
+
+def overrun_reason(rec: ArchivedRecord) -> str | None:
+    """Why a device-timed p50 is not to be trusted: more than half of its samples were enqueued after the
+    stream hold ended, so host launch time sits inside their event pairs (the executables count these)."""
+    m = rec.measurement
+    overruns, samples = getattr(m, "hold_overruns", None) or 0, getattr(m, "iters", 0)
+    if samples and overruns * 2 > samples:
+        return (f"{rec.impl} timing not trusted: {overruns} of {samples} samples outlasted the stream hold "
+                "(host enqueue time inside the interval); re-run with fewer launches per sample or a longer hold")
+    return None
 
 
 def allreduce_inconclusive(reps: dict[tuple[str, str, int], AllreduceLine], limits: Thresholds) -> bool:

@@ -63,6 +63,16 @@ def test_interrupted_write_leaves_nothing(results_dir):
     assert [p.name for p in results_dir.iterdir()] == []
 
 
+def test_a_half_written_folder_of_a_killed_run_is_no_run(results_dir):
+    """A run killed harder than KeyboardInterrupt (SIGKILL, power) can leave `.tmp-<id>/` with its
+    results.json already written: index, compare and known limits must not read it as a run."""
+    folder = report.publish(_run(), _meta(), "version = 1\n", {})
+    leftover = results_dir / f".tmp-{folder.name}-killed"
+    leftover.mkdir()
+    (leftover / "results.json").write_text((folder / "results.json").read_text())
+    assert archive.archived_runs(results_dir) == [folder]
+
+
 def test_compare_flags_a_slowdown_past_the_noise(results_dir, capsys):
     old = report.publish(_run(1.0), _meta(), "")
     same = report.publish(_run(1.01, sha="b" * 40), _meta(), "")
