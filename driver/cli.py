@@ -126,8 +126,6 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
 
     folder = Path(ns.from_run)
     if not folder.is_dir():
-        from driver.errors import ConfigError
-
         raise ConfigError(f"--from {folder}: no such run folder", "pass a folder under bench_results/")
     text, md = sweep.from_run(folder)
     print(md)
@@ -182,8 +180,6 @@ def cmd_limits(ns: argparse.Namespace) -> int:
 
     if ns.write:
         if not _write_limits():
-            from driver.errors import ConfigError
-
             raise ConfigError(f"{limits.README_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
         return 0

@@ -32,5 +32,5 @@ for dtype in float32 bfloat16; do
     done
   done
 done
-python3 "$X/summarize.py" "$AB" > "$OUT/ratio_table.md" 2>&1; cat "$OUT/ratio_table.md"
+python3 "$X/../2026-11-23-allreduce-link/summarize.py" "$AB" > "$OUT/ratio_table.md" 2>&1; cat "$OUT/ratio_table.md"
 log done

@@ -27,45 +27,21 @@ struct OnlineSoftmax {
 
     // s (raw scores) -> unnormalised probabilities p = 2^(s * scale - m_new) in place; returns
     // in alpha the factor 2^(m_old - m_new) by which O must be rescaled.  scale_log2 > 0, and
-    // every tile holds at least one key < S, so m_new is finite.
+    // every tile holds at least one key < S, so m_new is finite. (The fp16 kernel's step: one
+    // scale for both rows, no bias.)
     __device__ __forceinline__ void step(float (&s)[BN / 2], float scale_log2, float (&alpha)[2]) {
-        // Reductions as trees / four partial sums: a serial chain of BN/4 dependent FMNMX or
-        // FADD would put ~BN clocks of latency on every tile's critical path.
-        constexpr int NJ = BN / 8;
-        static_assert(NJ % 4 == 0, "four partial reductions");
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx4[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
-#pragma unroll
-            for (int j = 4; j < NJ; ++j)
-                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx * scale_log2);
-            alpha[r] = fast_exp2(m[r] - m_new);  // 0 on the first tile (m = -inf)
-            m[r] = m_new;
-            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float p = fast_exp2(fmaf(s[4 * j + 2 * r + e], scale_log2, -m_new));
-                    s[4 * j + 2 * r + e] = p;
-                    sum4[j & 3] += p;
-                }
-            }
-            l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
-        }
+        const float both[2] = {scale_log2, scale_log2};
+        step_rows<false>(s, both, 0.f, alpha);
     }
 
     // The FP8 kernel's step: a score scale per row (the row's Q scale folded in) and
     // probabilities 2^bias * 2^(s * scale - m_new), scaled for their rounding to E4M3 (l sums the
     // same scaled values, so the factor cancels in O / l).
+    template <bool kBias = true>
     __device__ __forceinline__ void step_rows(float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
                                               float (&alpha)[2]) {
+        // Reductions as trees / four partial sums: a serial chain of BN/4 dependent FMNMX or
+        // FADD would put ~BN clocks of latency on every tile's critical path.
         constexpr int NJ = BN / 8;
         static_assert(NJ % 4 == 0, "four partial reductions");
 #pragma unroll
@@ -82,7 +58,7 @@ struct OnlineSoftmax {
             const float m_new = fmaxf(m[r], mx * scale_log2[r]);
             alpha[r] = fast_exp2(m[r] - m_new);
             m[r] = m_new;
-            const float off = bias - m_new;
+            const float off = kBias ? bias - m_new : -m_new;  // 0 - m_new would cost an FADD per row
             float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
