@@ -136,7 +136,8 @@ from .kernels import (
     KERNEL_ID_2STAGE_PUSH,
     KERNEL_ID_PUSHFLAG,
     KERNEL_ID_BULK,
-    ar_pushsig_k,
+    ar_2stage_push_k,
+    ar_pushflag_k,
     ar_bulk_k,
     bulk_shared_bytes,
     push_scratch_packs,
@@ -195,7 +196,7 @@ comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
 """Packs per thread per chunk row in 2stage_push."""
 comptime AR_PUSHFLAG_BLOCK_THREADS = get_defined_int["AR_PUSHFLAG_BLOCK_THREADS", 512]()
-comptime AR_PUSHFLAG_UNROLL = get_defined_int["AR_PUSHFLAG_UNROLL", 2]()
+comptime AR_PUSHFLAG_UNROLL = get_defined_int["AR_PUSHFLAG_UNROLL", 4]()
 comptime AR_PUSHFLAG_BLOCKS_PER_SM = get_defined_int["AR_PUSHFLAG_BLOCKS_PER_SM", 2]()
 """1stage_pushflag's shape: a chunk (one flag) is block_threads x unroll 16-byte packs (16 KiB by
 default) and the grid is blocks_per_sm x SMs (264 on H100/H200), not AR_MAX_BLOCKS. Each block pushes
@@ -218,8 +219,8 @@ def _check_defines():
     )
     comptime assert AR_UNROLL in (1, 2, 4, 8), "AR_UNROLL must be 1, 2, 4 or 8"
     comptime assert AR_PUSHFLAG_UNROLL in (1, 2, 4, 8), "AR_PUSHFLAG_UNROLL must be 1, 2, 4 or 8"
-    comptime assert AR_PUSHFLAG_BLOCK_THREADS >= 32 and AR_PUSHFLAG_BLOCK_THREADS <= 1024, (
-        "AR_PUSHFLAG_BLOCK_THREADS must be in [32, 1024]"
+    comptime assert AR_PUSHFLAG_BLOCK_THREADS >= 32 and AR_PUSHFLAG_BLOCK_THREADS <= 512, (
+        "AR_PUSHFLAG_BLOCK_THREADS must be in [32, 512] (the kernel's launch bounds ask for two blocks per SM)"
     )
     comptime assert AR_PUSHFLAG_BLOCKS_PER_SM >= 1 and AR_PUSHFLAG_BLOCKS_PER_SM <= 4, (
         "AR_PUSHFLAG_BLOCKS_PER_SM must be 1..4"
@@ -387,9 +388,12 @@ def max_grid_blocks(ctx: DeviceContext) raises -> Int:
 
 @always_inline
 def pushflag_unroll[ngpus: Int]() -> Int:
-    """Packs per thread per chunk in 1stage_pushflag: AR_PUSHFLAG_UNROLL, halved above 4 GPUs (its
-    reduction holds unroll x ngpus packs in registers; 512 threads leave 128 registers each)."""
+    """Packs per thread per chunk in 1stage_pushflag: AR_PUSHFLAG_UNROLL on 2 GPUs, halved on 3-4 and
+    quartered above (its reduction holds unroll x ngpus packs in registers, and its launch bounds leave
+    64 registers at 512 threads: ptxas fits unroll x ngpus = 8 without spilling)."""
     comptime if ngpus > 4:
+        return max(1, AR_PUSHFLAG_UNROLL // 4)
+    comptime if ngpus > 2:
         return max(1, AR_PUSHFLAG_UNROLL // 2)
     return AR_PUSHFLAG_UNROLL
 
@@ -490,7 +494,7 @@ def launch_kernel[
                 cap = min(cap, grid_cap)
             grid = _grid_for(rows_per_rank, AR_PUSHFLAG_BLOCK_THREADS * pushflag_unroll[ngpus](), cap)
         if kernel_id == KERNEL_ID_2STAGE_PUSH:
-            comptime k = ar_pushsig_k[dtype, ngpus, AR_PUSH_UNROLL, True]
+            comptime k = ar_2stage_push_k[dtype, ngpus, AR_PUSH_UNROLL]
             ctx.enqueue_function[k](
                 inputs[rank],
                 outputs[0 % ngpus], outputs[1 % ngpus], outputs[2 % ngpus], outputs[3 % ngpus], outputs[4 % ngpus], outputs[5 % ngpus], outputs[6 % ngpus], outputs[7 % ngpus],
@@ -501,7 +505,7 @@ def launch_kernel[
                 block_dim=AR_BLOCK_THREADS,
             )
         else:
-            comptime k = ar_pushsig_k[dtype, ngpus, pushflag_unroll[ngpus](), False]
+            comptime k = ar_pushflag_k[dtype, ngpus, pushflag_unroll[ngpus](), AR_PUSHFLAG_BLOCK_THREADS]
             ctx.enqueue_function[k](
                 inputs[rank],
                 outputs[0 % ngpus], outputs[1 % ngpus], outputs[2 % ngpus], outputs[3 % ngpus], outputs[4 % ngpus], outputs[5 % ngpus], outputs[6 % ngpus], outputs[7 % ngpus],

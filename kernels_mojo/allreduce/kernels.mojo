@@ -9,7 +9,8 @@
 from std.collections import Array
 from std.memory import bitcast
 from std.sys import size_of
-from max.gpu import global_idx, thread_idx, block_idx, block_dim, grid_dim
+from max.gpu import global_idx, thread_idx, block_idx, block_dim, grid_dim, MAX_THREADS_PER_BLOCK_METADATA
+from std.utils.index import StaticTuple
 from max.gpu.memory import (
     AddressSpace,
     async_copy,
@@ -614,11 +615,72 @@ def push_scratch_packs(num_packs: Int, ngpus: Int, twoshot: Bool) -> Int:
     return 2 * ngpus * num_packs
 
 
-def ar_pushsig_k[
+def ar_2stage_push_k[
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+](
+    input: ElemPtr[dtype],
+    out0: ElemPtr[dtype], out1: ElemPtr[dtype], out2: ElemPtr[dtype], out3: ElemPtr[dtype], out4: ElemPtr[dtype], out5: ElemPtr[dtype], out6: ElemPtr[dtype], out7: ElemPtr[dtype],
+    scr0: ElemPtr[dtype], scr1: ElemPtr[dtype], scr2: ElemPtr[dtype], scr3: ElemPtr[dtype], scr4: ElemPtr[dtype], scr5: ElemPtr[dtype], scr6: ElemPtr[dtype], scr7: ElemPtr[dtype],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    generation: Int32,
+    my_rank: Int32,
+    debug_skip: Int32,
+):
+    _pushsig_body[dtype, ngpus, unroll, True, 0](
+        input,
+        out0, out1, out2, out3, out4, out5, out6, out7,
+        scr0, scr1, scr2, scr3, scr4, scr5, scr6, scr7,
+        sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7,
+        kernel_id_out, num_elements, generation, my_rank, debug_skip,
+    )
+
+
+# Launch bounds (CUDA's __launch_bounds__(block_threads, 2)): PTX `.maxntid` and `.minnctapersm 2`, so
+# ptxas keeps the kernel within 65536 / (2 * block_threads) registers (64 at 512 threads) and two blocks
+# fit on an SM (AR_PUSHFLAG_BLOCKS_PER_SM's default). Without them, unroll 4 took 128 registers (one
+# block per SM). Mojo 1.2 names no constant for the second bound: the NVVM attribute is spelled out,
+# quoted (an alias defined here would not be resolved where another module instantiates the kernel),
+# with an MLIR integer as its value.
+@__llvm_metadata(
+    MAX_THREADS_PER_BLOCK_METADATA=StaticTuple[Int32, 1](Int32(block_threads)),
+    `nvvm.minctasm`=__mlir_attr.`2 : i32`,
+)
+def ar_pushflag_k[
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+    block_threads: Int,
+](
+    input: ElemPtr[dtype],
+    out0: ElemPtr[dtype], out1: ElemPtr[dtype], out2: ElemPtr[dtype], out3: ElemPtr[dtype], out4: ElemPtr[dtype], out5: ElemPtr[dtype], out6: ElemPtr[dtype], out7: ElemPtr[dtype],
+    scr0: ElemPtr[dtype], scr1: ElemPtr[dtype], scr2: ElemPtr[dtype], scr3: ElemPtr[dtype], scr4: ElemPtr[dtype], scr5: ElemPtr[dtype], scr6: ElemPtr[dtype], scr7: ElemPtr[dtype],
+    sig0: SignalPtr, sig1: SignalPtr, sig2: SignalPtr, sig3: SignalPtr, sig4: SignalPtr, sig5: SignalPtr, sig6: SignalPtr, sig7: SignalPtr,
+    kernel_id_out: KernelIdPtr,
+    num_elements: Int64,
+    generation: Int32,
+    my_rank: Int32,
+    debug_skip: Int32,
+):
+    _pushsig_body[dtype, ngpus, unroll, False, block_threads](
+        input,
+        out0, out1, out2, out3, out4, out5, out6, out7,
+        scr0, scr1, scr2, scr3, scr4, scr5, scr6, scr7,
+        sig0, sig1, sig2, sig3, sig4, sig5, sig6, sig7,
+        kernel_id_out, num_elements, generation, my_rank, debug_skip,
+    )
+
+
+@always_inline
+def _pushsig_body[
     dtype: DType,
     ngpus: Int,
     unroll: Int,
     twoshot: Bool,
+    block_threads: Int,  # the launch's block size, or 0: read block_dim
 ](
     input: ElemPtr[dtype],
     out0: ElemPtr[dtype], out1: ElemPtr[dtype], out2: ElemPtr[dtype], out3: ElemPtr[dtype], out4: ElemPtr[dtype], out5: ElemPtr[dtype], out6: ElemPtr[dtype], out7: ElemPtr[dtype],
@@ -645,7 +707,9 @@ def ar_pushsig_k[
     var part = num_packs
     comptime if twoshot:
         part = (num_packs + ngpus - 1) // ngpus
-    var bt = Int(block_dim.x)
+    var bt = block_threads
+    comptime if block_threads == 0:
+        bt = Int(block_dim.x)
     var tid = Int(thread_idx.x)
     var blk = Int(block_idx.x)
     var grid = Int(grid_dim.x)
@@ -657,6 +721,18 @@ def ar_pushsig_k[
     var counter = sigs[rank].unsafe_offset(COUNTER_BASE + blk * MAX_GPUS)
     var base = counter.unsafe_load(0)
     var gen = Int(generation) & 1
+    # One-shot rows of whole packs (all but at most the last row) take a path without bounds checks,
+    # through pointers set up once: srcs[q] = rank q's copy of the message here (this rank's input or
+    # its scratch slot q), dsts[kk] = this rank's slot in peer (rank + kk)'s scratch.
+    var srcs = Array[ElemPtr[dtype], ngpus](fill=input)
+    var dsts = Array[ElemPtr[dtype], ngpus](fill=input)
+    comptime if not twoshot:
+        comptime for q in range(ngpus):
+            if q != rank:
+                srcs[q] = scr[rank].unsafe_offset((gen * ngpus + q) * num_packs * V)
+        comptime for kk in range(1, ngpus):
+            dsts[kk] = scr[(rank + kk) % ngpus].unsafe_offset((gen * ngpus + rank) * num_packs * V)
+    var my_out = outs[rank]
 
     for k in range(chunks + 1):
         if k < chunks:
@@ -677,22 +753,48 @@ def ar_pushsig_k[
                             scr[p].unsafe_store[alignment=VECTOR_BYTES]((rank * part + o) * V, vals[u])
             else:
                 var vals = Array[SIMD[dtype, V], unroll](uninitialized=True)
-                comptime for u in range(unroll):
-                    var o = i * row + u * bt + tid
-                    if o < num_packs:
-                        vals[u] = _load_pack[dtype](input, o, n)
-                comptime for kk in range(1, ngpus):
-                    var p = (rank + kk) % ngpus
+                if (i + 1) * row * V <= n:
+                    var first = (i * row + tid) * V
                     comptime for u in range(unroll):
+                        vals[u] = input.unsafe_load[width=V, alignment=VECTOR_BYTES](first + u * bt * V)
+                    if not skip:
+                        comptime for kk in range(1, ngpus):
+                            comptime for u in range(unroll):
+                                dsts[kk].unsafe_store[alignment=VECTOR_BYTES](first + u * bt * V, vals[u])
+                else:
+                    # the last row: one pack at a time (a partial pack travels zero-padded)
+                    for u in range(unroll):
                         var o = i * row + u * bt + tid
                         if o < num_packs and not skip:
-                            scr[p].unsafe_store[alignment=VECTOR_BYTES](((gen * ngpus + rank) * num_packs + o) * V, vals[u])
+                            var v = _load_pack[dtype](input, o, n)
+                            comptime for kk in range(1, ngpus):
+                                dsts[kk].unsafe_store[alignment=VECTOR_BYTES](o * V, v)
             signal_peers[ngpus](sigs, rank, PUSHED_BASE, base + UInt32(k + 1), skip)
         if k >= 1:
             # reduce chunk k - 1 once every peer has pushed it
             wait_peers[ngpus](sigs, rank, PUSHED_BASE, base + UInt32(k))
             var i = blk + (k - 1) * grid
             var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
+            comptime if not twoshot:
+                if (i + 1) * row * V <= n:
+                    var first = (i * row + tid) * V
+                    comptime for u in range(unroll):
+                        comptime for q in range(ngpus):
+                            vals[u * ngpus + q] = srcs[q].unsafe_load[width=V, alignment=VECTOR_BYTES](first + u * bt * V)
+                    comptime for u in range(unroll):
+                        var acc = vals[u * ngpus].cast[DType.float32]()
+                        comptime for q in range(1, ngpus):
+                            acc += vals[u * ngpus + q].cast[DType.float32]()
+                        my_out.unsafe_store[alignment=VECTOR_BYTES](first + u * bt * V, acc.cast[dtype]())
+                else:
+                    for u in range(unroll):
+                        var o = i * row + u * bt + tid
+                        if o < num_packs:
+                            var acc = _load_pack[dtype](srcs[0], o, n).cast[DType.float32]()
+                            comptime for q in range(1, ngpus):
+                                acc += _load_pack[dtype](srcs[q], o, n).cast[DType.float32]()
+                            _store_pack[dtype](my_out, o, n, acc.cast[dtype]())
+                continue  # the rest of this step is 2stage_push's
             comptime for u in range(unroll):
                 var o = i * row + u * bt + tid
                 var g = o
