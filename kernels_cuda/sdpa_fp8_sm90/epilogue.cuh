@@ -13,16 +13,19 @@
 
 namespace sdpa_sm90 {
 
-// Barrier among the 128 threads of consumer warpgroup wg (ids 2, 3, ...; 1 is the producer's).
+// Barrier among the 128 threads of consumer warpgroup wg (ids 2, 3 and 8 for a third; 1 is the
+// producer's).
+template <int NC = 2>
 __device__ __forceinline__ void consumer_wg_barrier(int wg) {
     if (wg == 0) named_barrier<2, 128>();
-    else named_barrier<3, 128>();
+    else if (NC == 2 || wg == 1) named_barrier<3, 128>();
+    else named_barrier<8, 128>();
 }
 
 template <class T>
 __device__ __forceinline__ void epilogue(const float (&o)[T::D / 2], const OnlineSoftmax<T::BN>& sm, uint8_t* smem,
                                          int wg, __half* __restrict__ Og, int S, int row0, float out_scale) {
-    static_assert(T::NCWG == 2, "consumer_wg_barrier has ids for two consumer warpgroups");
+    static_assert(T::NCWG == 2 || T::NCWG == 3, "consumer_wg_barrier has ids for three consumer warpgroups");
     constexpr int D = T::D;
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31, warp = ctid >> 5;
@@ -47,7 +50,7 @@ __device__ __forceinline__ void epilogue(const float (&o)[T::D / 2], const Onlin
             *reinterpret_cast<uint32_t*>(chunk_addr(row, j) + (lane & 3) * 4) =
                 pack_half2(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
     }
-    consumer_wg_barrier(wg);
+    consumer_wg_barrier<T::NCWG>(wg);
     constexpr int CHUNKS_PER_ROW = D / 8;
 #pragma unroll
     for (int i = 0; i < 64 * CHUNKS_PER_ROW / 128; ++i) {

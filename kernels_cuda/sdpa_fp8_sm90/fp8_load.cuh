@@ -94,6 +94,23 @@ __device__ __forceinline__ void load_k_tile_global(const uint8_t* __restrict__ g
     }
 }
 
+// baseline with three consumer warpgroups: V tile from global memory (keys >= nvalid as zero) into
+// a raw V stage, unswizzled [BN][D], as the copy engine writes it.
+template <class T>
+__device__ __forceinline__ void load_v_tile_global(const uint8_t* __restrict__ g, int nvalid, uint8_t* vst, int ptid) {
+    constexpr int CPR = T::D / 16;
+    constexpr int N = T::V_TILE / 16 / 128;
+    uint4 w[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int c = ptid + 128 * i;
+        w[i] = make_uint4(0u, 0u, 0u, 0u);
+        if (c / CPR < nvalid) w[i] = __ldg(reinterpret_cast<const uint4*>(g) + c);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) reinterpret_cast<uint4*>(vst)[ptid + 128 * i] = w[i];
+}
+
 // The producer warpgroup's whole job for one block.
 template <class T>
 __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const TileMaps* maps,
@@ -150,7 +167,16 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             fence_proxy_async();
             mbar_arrive(bar(T::BAR_KFULL + s));
             if (t >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NVT - 1) & 1u);
-            transpose_v_tile<T, true>(Vg + (size_t)t * T::BN * T::D, S - t * T::BN, vt + b * T::VT_BYTES, ptid);
+            if constexpr (T::V_STAGED) {
+                // Stage s was last read two tiles ago; every producer thread passed the barrier
+                // below for the tile since, after its transpose of that one.
+                uint8_t* vst = smem + T::OFF_V + s * T::V_TILE;
+                load_v_tile_global<T>(Vg + (size_t)t * T::BN * T::D, S - t * T::BN, vst, ptid);
+                named_barrier<1, 128>();
+                transpose_v_tile<T, false>(vst, T::BN, vt + b * T::VT_BYTES, ptid);
+            } else {
+                transpose_v_tile<T, true>(Vg + (size_t)t * T::BN * T::D, S - t * T::BN, vt + b * T::VT_BYTES, ptid);
+            }
             fence_proxy_async();
             mbar_arrive(bar(T::BAR_VFULL + b));
         }

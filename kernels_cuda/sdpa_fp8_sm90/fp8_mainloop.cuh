@@ -153,21 +153,36 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     float s[T::BN / 2];
     uint32_t p[T::BN / 32][4];
     float alpha[2];
-    if (T::PINGPONG && cw == 1) pingpong_pass_turn(cw);
+    // The softmax step on S and the packing of P; at head dim 64 with SDPA_SM90_EX2_F16X2, P is kept
+    // as f16 pairs in between, and SDPA_SM90_EXP2_POLY moves part of the exponentials off MUFU.
+    constexpr bool kH2 = T::D == 64 && SDPA_SM90_EX2_F16X2 != 0;
+    constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : 0;
+    uint32_t ph[T::BN / 8][2];
+    auto softmax_step = [&] {
+        if constexpr (kH2) st.sm.step_rows_h2(s, sc, kPExp2Bias, alpha, ph);
+        else st.sm.template step_rows<true, kPoly>(s, sc, kPExp2Bias, alpha);
+    };
+    auto pack_p = [&] {
+        if constexpr (kH2) pack_p_e4m3_h2<T::BN>(ph, p);
+        else pack_p_e4m3<T::BN>(s, p);
+    };
+    // The last consumer warpgroup starts by passing a turn (warpgroup 0 issues first) and skips its
+    // last pass (every turn passed is taken).
+    if (T::PINGPONG && cw == T::NCWG - 1) pingpong_pass_turn<T::NCWG>(cw);
 
     // ---- first tile: S, softmax, P ---------------------------------------------------------
-    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
     wait_k(first);
     wgmma_fence();
     issue_qk_fp8<T>(s, qa, kbuf(first));
     wgmma_commit();
-    if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
+    if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
     fence_regs(s);
     release_k(first);
     if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
-    st.sm.step_rows(s, sc, kPExp2Bias, alpha);
-    pack_p_e4m3<T::BN>(s, p);
+    softmax_step();
+    pack_p();
 
     // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
     int tp = first;
@@ -175,7 +190,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         fence_regs(s);
         fence_regs(st.o);
         fence_regs(p);
-        if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+        if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
         wait_k(t);
         wgmma_fence();
         issue_qk_fp8<T>(s, qa, kbuf(t));
@@ -183,32 +198,32 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         wait_v(tp);
         issue_pv_fp8<T>(st.o, p, vbuf(tp));
         wgmma_commit();
-        if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
+        if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
         wgmma_wait<1>();
         fence_regs(s);
         release_k(t);
         const int n0 = t * T::BN;
         if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
-        st.sm.step_rows(s, sc, kPExp2Bias, alpha);
+        softmax_step();
         keep_above_wait(scratch, st.sm.l[0] + st.sm.l[1]);
         wgmma_wait<0>();
         fence_regs(st.o);
         fence_regs(p);
         release_v(tp);
         rescale_o<T::D>(st.o, alpha);
-        pack_p_e4m3<T::BN>(s, p);
+        pack_p();
         tp = t;
     }
 
     // ---- last P V ------------------------------------------------------------------------------
     fence_regs(st.o);
     fence_regs(p);
-    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
+    if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
     wait_v(tp);
     wgmma_fence();
     issue_pv_fp8<T>(st.o, p, vbuf(tp));
     wgmma_commit();
-    if (T::PINGPONG && cw == 0) pingpong_pass_turn(cw);
+    if (T::PINGPONG && (T::NCWG == 2 ? cw == 0 : cw != T::NCWG - 1)) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
     fence_regs(st.o);
     release_v(tp);

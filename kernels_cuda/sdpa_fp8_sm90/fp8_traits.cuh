@@ -16,6 +16,12 @@ constexpr float kPExp2Bias = 8.f;
 // Largest finite E4M3 value: each Q row is scaled so that its largest |q| lands there.
 constexpr float kE4M3Max = 448.f;
 
+// Head-dim-64 experiment (compile time, default 0 = off): three consumer warpgroups in the unsplit
+// configuration at head dim 64 (192 query rows per block, 512 threads; setmaxnreg 56 / 152).
+#ifndef SDPA_SM90_NCWG3_D64
+#define SDPA_SM90_NCWG3_D64 0
+#endif
+
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Fp8Traits {
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
@@ -25,12 +31,12 @@ struct Fp8Traits {
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
     static constexpr int BN = 128;          // keys per K/V tile: one 128-byte row of V^T
-    static constexpr int NCWG = 2;          // consumer warpgroups, 64 query rows each
+    static constexpr int NCWG = (!SPLIT && D_ == 64 && SDPA_SM90_NCWG3_D64) ? 3 : 2;  // consumer warpgroups, 64 rows each
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
     static constexpr int THREADS = 128 * (1 + NCWG);
     static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
-    static constexpr int PRODUCER_REGS = 64;
-    static constexpr int CONSUMER_REGS = 216;
+    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 64;
+    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
     static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register budget");
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
@@ -48,7 +54,11 @@ struct Fp8Traits {
     static constexpr int OFF_Q = 0;
     static constexpr int OFF_K = OFF_Q + Q_BYTES;
     static constexpr int OFF_V = OFF_K + NS * K_TILE;
-    static constexpr int OFF_VT = OFF_V + (ASYNC ? NS * V_TILE : 0);
+    // Raw V stages: cpasync (the copy engine's), and the baseline with three consumer warpgroups,
+    // whose producer (56 registers) stages V through shared memory rather than transposing it
+    // straight from global memory (16 words in flight per item: spills at 56).
+    static constexpr bool V_STAGED = ASYNC || NCWG == 3;
+    static constexpr int OFF_VT = OFF_V + (V_STAGED ? NS * V_TILE : 0);
     static constexpr int OFF_SCRATCH = OFF_VT + NVT * VT_BYTES;
     static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
     // The split configuration's merge goes through the K stages (free once both warpgroups are done).

@@ -118,7 +118,7 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
             consumers_barrier();
         } else {
             load_q_rows_global<T>(Q + head, S, m0, smem, cw * 64, threadIdx.x % 128, 128);
-            consumer_wg_barrier(cw);
+            consumer_wg_barrier<T::NCWG>(cw);
         }
         ConsumerState<T> st;
         if constexpr (T::FP8) consumer_mainloop_fp8<T>(st, smem, bars, cw, S, ntiles, scale_log2);
@@ -180,7 +180,9 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         *err = SDPA_SM90_FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
         return false;
     }
-    const long long blocks = ((long long)S + 127) / 128 * BH;  // unsplit: 128 rows per block
+    // unsplit: 128 rows per block (192 at head dim 64 with SDPA_SM90_NCWG3_D64)
+    const int bm = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BM : KernelTraits<128, kAsync, kAblNone, false>::BM;
+    const long long blocks = ((long long)S + bm - 1) / bm * BH;
     if (2 * blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
     const int bn = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN : KernelTraits<128, kAsync, kAblNone, false>::BN;
     const int ntiles = (S + bn - 1) / bn;

@@ -1,0 +1,239 @@
+"""Check several builds of the SDPA runners (NAME=DIR each: DIR holds sdpa_fp8_baseline and
+sdpa_fp8_cpasync) against the float64 reference at many shapes, sharing each shape's inputs and
+reference between them, time them at the --time-shapes, and time torch SDPA (fp16: the default
+backend and the flash backend) at the same shapes the same way, in one process.  (A copy of
+experiments/2026-11-23-sdpa-hopper/check_and_time.py made for several builds per call.)
+
+  python3 check_variants.py --variants main=DIR,poly4=DIR2 --out OUT_DIR [--shapes 1x8x512x64,...]
+                            [--time-shapes 2x16x2048x64,...] [--iters 50] [--kernels wgmma_fp8_sm90]
+
+Inputs: driver.reference.sdpa.make_inputs (the driver's own generator). Reference: the driver's exact
+E4M3 decode, softmax(Q K^T / sqrt(D)) V in float64 on the GPU through torch (numpy's reference is
+cross-checked on the smallest shape). Gates: thresholds.toml [sdpa] (max_abs_err, bad_err,
+max_bad_frac). Each runner writes its output from one launch into a NaN-poisoned buffer, so unwritten
+elements fail. baseline and cpasync outputs are also compared bit for bit. Timing: the runners' own
+per-launch CUDA events (p50); torch with one event pair per launch behind a sleep kernel, as
+driver/peers/torch_sdpa.py does. Writes results.jsonl under OUT_DIR and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
+
+DEFAULT_SHAPES = ",".join((
+    "1x2x128x64", "1x8x512x64", "1x8x1000x64", "3x5x777x64", "2x16x2048x64", "8x8x1024x64", "4x32x4096x64",
+    "2x16x2048x128", "1x16x8192x128", "1x1x1x64", "1x1x1x128", "1x3x77x128", "2x2x1000x128", "1x2x129x64",
+))
+
+
+def parse_shape(s: str) -> tuple[int, int, int, int]:
+    b, h, sq, d = (int(x) for x in s.lower().split("x"))
+    return b, h, sq, d
+
+
+def torch_reference(torch, q, k_u8, v_u8, ks, vs):
+    dev = torch.device("cuda", 0)
+    B, H, S, D = q.shape
+    qd = torch.from_numpy(q.astype(np.float64)).to(dev)
+    kd = torch.from_numpy(ref.decode_e4m3_sim(k_u8) * ks).to(dev)
+    vd = torch.from_numpy(ref.decode_e4m3_sim(v_u8) * vs).to(dev)
+    out = torch.empty((B, H, S, D), dtype=torch.float64, device=dev)
+    per = max(1, int(2e9 // (S * S * 8)))  # heads per chunk: ~2 GB of float64 scores
+    qf, kf, vf, of = (t.reshape(B * H, S, D) for t in (qd, kd, vd, out))
+    for i in range(0, B * H, per):
+        s = torch.matmul(qf[i:i + per], kf[i:i + per].transpose(1, 2)) / math.sqrt(D)
+        s = torch.softmax(s, dim=-1)
+        of[i:i + per] = torch.matmul(s, vf[i:i + per])
+    return out
+
+
+def metrics(torch, out_f16: np.ndarray, expected, gates: dict) -> dict:
+    o = torch.from_numpy(out_f16.astype(np.float64)).to(expected.device)
+    err = (o - expected).abs()
+    finite = torch.isfinite(err)
+    err = torch.where(finite, err, torch.full_like(err, math.inf))
+    max_abs = float(err.max())
+    bad = float((err > gates["bad_err"]).double().mean())
+    rel = float(torch.linalg.norm(torch.where(finite, err, torch.zeros_like(err))) / torch.linalg.norm(expected))
+    ok = math.isfinite(max_abs) and max_abs <= gates["max_abs_err"] and bad <= gates["max_bad_frac"]
+    return {"max_abs_err": max_abs, "bad_frac": bad, "rel_l2": rel, "pass": ok}
+
+
+def time_torch(torch, q, k, v, iters: int, warmup: int, backend) -> dict:
+    import torch.nn.functional as F
+    from contextlib import nullcontext
+
+    ctx = nullcontext() if backend is None else torch.nn.attention.sdpa_kernel(backend)
+    with ctx:
+        host = []
+        for _ in range(max(warmup, 3)):
+            t0 = time.perf_counter()
+            F.scaled_dot_product_attention(q, k, v)
+            host.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        per = max(sorted(host)[len(host) // 2], 10e-6)
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        torch.cuda._sleep(int(min(2 * per * iters, 0.5) * 2e9))
+        for a, b in ev:
+            a.record()
+            F.scaled_dot_product_attention(q, k, v)
+            b.record()
+        torch.cuda.synchronize()
+    t = np.sort(np.array([a.elapsed_time(b) * 1e3 for a, b in ev]))
+    return {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)), "min_us": float(t[0])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", required=True, help="NAME=DIR,NAME=DIR,...")
+    ap.add_argument("--time-shapes", default=None, help="shapes timed (default: all); the rest launch once")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES)
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--extra-seeds-max-elems", type=int, default=2_000_000, help="seeds beyond the first only up to this size")
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--kernels", default="wgmma_fp8_sm90", help="comma list; mma_sync_sm80 adds the old kernel (timed only)")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--runner-args", default="", help="extra runner arguments, e.g. '--split 1'")
+    ap.add_argument("--label", default="", help="tag for the records (a build variant)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per runner process")
+    args = ap.parse_args()
+    import torch
+
+    gates = tomllib.loads((ROOT / "thresholds.toml").read_text())["sdpa"]
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = (out_dir / "results.jsonl").open("a")
+    variants = [(v.split("=", 1)[0], Path(v.split("=", 1)[1])) for v in args.variants.split(",")]
+    time_shapes = None if args.time_shapes is None else {parse_shape(x) for x in args.time_shapes.split(",") if x}
+    seeds = [int(s) for s in args.seeds.split(",")]
+    kernels = args.kernels.split(",")
+    rows = []
+    hung: set[tuple[str, str]] = set()
+    dev = torch.device("cuda", 0)
+    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}", flush=True)
+    for shape_s in args.shapes.split(","):
+        shape = parse_shape(shape_s)
+        B, H, S, D = shape
+        flops = 4.0 * B * H * S * S * D
+        for seed in seeds:
+            if seed != seeds[0] and B * H * S * D > args.extra_seeds_max_elems:
+                continue
+            t0 = time.time()
+            q, k, v, ks, vs = ref.make_inputs(shape, seed)
+            expected = torch_reference(torch, q, k, v, ks, vs)
+            if B * H * S * D <= 16384 and seed == seeds[0]:
+                np_ref = ref.reference(q, k, v, ks, vs)
+                print(f"  numpy vs torch float64 reference {shape}: max diff {np.abs(np_ref - expected.cpu().numpy()).max():.3g}")
+            timed = seed == seeds[0] and (time_shapes is None or shape in time_shapes)
+            with tempfile.TemporaryDirectory() as tmp:
+                files = {n: Path(tmp) / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+                np.save(files["q"], q)
+                np.save(files["k"], k)
+                np.save(files["v"], v)
+                np.save(files["scales"], np.array([ks, vs], dtype=np.float32))
+                fargs = [a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))]
+                for vname, exe_dir in variants:
+                    outs = {}
+                    for kern in kernels:
+                        for impl in ("baseline", "cpasync"):
+                            o = Path(tmp) / f"out_{impl}_{kern}.npy"
+                            iters = ["--iters", str(args.iters), "--warmup", str(args.warmup)] if timed else ["--iters", "1", "--warmup", "0", "--no-spin"]
+                            cmd = [str(exe_dir / f"sdpa_fp8_{impl}"), *fargs, "--out", str(o), *iters, "--kernel", kern,
+                                   *args.runner_args.split()]
+                            rec = {"shape": list(shape), "seed": seed, "impl": impl, "kernel_req": kern, "label": vname,
+                                   "runner_args": args.runner_args}
+                            if (vname, impl, kern) in hung:
+                                continue
+                            try:
+                                res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                            except subprocess.TimeoutExpired:
+                                hung.add((vname, impl, kern))  # a hang costs device time: no further runs of it
+                                res = subprocess.CompletedProcess(cmd, 124, "", f"timed out after {args.timeout} s")
+                            if res.returncode != 0:
+                                rec.update(error=res.stderr.strip()[-400:], rc=res.returncode)
+                            else:
+                                line = json.loads(res.stdout.strip().splitlines()[-1])
+                                rec.update(line=line, **metrics(torch, np.load(o), expected, gates))
+                                outs[(impl, kern)] = np.load(o)
+                            log.write(json.dumps(rec) + "\n")
+                            log.flush()
+                            rows.append(rec)
+                            status = "ERR " + rec.get("error", "") if "error" in rec else (
+                                f"{'PASS' if rec['pass'] else 'FAIL'} max_abs {rec['max_abs_err']:.4f} bad {rec['bad_frac']:.4f} "
+                                f"rel {rec['rel_l2']:.2e}" + (f" p50 {rec['line']['p50_us']:.2f} us {flops / rec['line']['p50_us'] / 1e6:.0f} TF/s" if timed else ""))
+                            print(f"{shape_s} s{seed} {vname:12s} {impl:8s} {kern:13s} {status}", flush=True)
+                        if ("baseline", kern) in outs and ("cpasync", kern) in outs:
+                            same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
+                            print(f"{shape_s} s{seed} {vname} {kern}: baseline and cpasync bit-identical: {same}", flush=True)
+                            rows.append({"shape": list(shape), "seed": seed, "kernel_req": kern, "label": vname, "bit_identical": same})
+                            log.write(json.dumps(rows[-1]) + "\n")
+            if timed and not args.no_torch:
+                qt = torch.from_numpy(q).to(dev)
+                kt = torch.from_numpy((ref.decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
+                vt = torch.from_numpy((ref.decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
+                from torch.nn.attention import SDPBackend
+                for name, be in (("torch_default", None), ("torch_flash", SDPBackend.FLASH_ATTENTION)):
+                    try:
+                        tm = time_torch(torch, qt, kt, vt, args.iters, args.warmup, be)
+                    except RuntimeError as exc:
+                        tm = {"error": str(exc)[:200]}
+                    rec = {"shape": list(shape), "seed": seed, "impl": name, **tm}
+                    rows.append(rec)
+                    log.write(json.dumps(rec) + "\n")
+                    if "p50_us" in tm:
+                        print(f"{shape_s} s{seed} {name:22s} p50 {tm['p50_us']:.2f} us {flops / tm['p50_us'] / 1e6:.0f} TF/s", flush=True)
+                del qt, kt, vt
+            del expected
+            torch.cuda.empty_cache()
+            print(f"  ({time.time() - t0:.1f} s)", flush=True)
+
+    # ---- summary table (last): per shape, each build's cpasync p50 us (TF/s), its time / torch flash's
+    # (< 1: ours faster), and whether every check of that build at that shape passed ----
+    names = [n for n, _ in variants]
+    print("\ncpasync p50 us (TF/s) [time / torch flash]; X = a check failed (see above)")
+    print("| shape | " + " | ".join(names) + " | torch flash | torch default |")
+    print("|---|" + "---|" * (len(names) + 2))
+    all_ok = True
+    for shape_s in args.shapes.split(","):
+        shape = list(parse_shape(shape_s))
+        B, H, S, D = shape
+        flops = 4.0 * B * H * S * S * D
+        sel = [r for r in rows if r["shape"] == shape]
+        tf = {r["impl"]: r["p50_us"] for r in sel if r.get("impl", "").startswith("torch") and "p50_us" in r}
+        fl = tf.get("torch_flash")
+        cells = []
+        for n in names:
+            mine = [r for r in sel if r.get("label") == n]
+            ok = bool(mine) and all(r.get("pass", True) and "error" not in r and r.get("bit_identical", True) for r in mine)
+            all_ok &= ok
+            c = [r["line"]["p50_us"] for r in mine if r.get("impl") == "cpasync" and r["seed"] == seeds[0] and "line" in r]
+            timed = time_shapes is None or tuple(shape) in time_shapes
+            if c and timed:
+                cell = f"{c[0]:.2f} ({flops / c[0] / 1e6:.0f})" + (f" [{c[0] / fl:.2f}]" if fl else "")
+            else:
+                cell = "ok" if ok else "-"
+            cells.append(cell + ("" if ok else " X"))
+        fmt = lambda us: f"{us:.2f} ({flops / us / 1e6:.0f})" if us else "-"
+        print(f"| {shape_s} | " + " | ".join(cells) + f" | {fmt(fl)} | {fmt(tf.get('torch_default'))} |")
+    print(f"\nall checks passed: {all_ok}")
+    return 0 if all_ok else 7
+
+
+if __name__ == "__main__":
+    sys.exit(main())
