@@ -16,10 +16,12 @@ constexpr float kPExp2Bias = 8.f;
 // Largest finite E4M3 value: each Q row is scaled so that its largest |q| lands there.
 constexpr float kE4M3Max = 448.f;
 
-// Head-dim-64 experiment (compile time, default 0 = off): three consumer warpgroups in the unsplit
-// configuration at head dim 64 (192 query rows per block, 512 threads; setmaxnreg 56 / 152).
+// Three consumer warpgroups in the unsplit configuration at head dim 64 (192 query rows per block,
+// 512 threads; setmaxnreg 56 / 152); 0 = two, as at head dim 128. Default 1: on 1x H100 (2026-11-23,
+// experiments/2026-11-23-sdpa-fp8-d64, cold p50) (8,8,1024,64) 49.9 us against 53.1 with two,
+// (2,16,2048,64) 81.2 against 88.8, (4,32,4096,64) 997 against 1217, mission 9.98 against 9.79.
 #ifndef SDPA_SM90_NCWG3_D64
-#define SDPA_SM90_NCWG3_D64 0
+#define SDPA_SM90_NCWG3_D64 1
 #endif
 
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
