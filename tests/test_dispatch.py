@@ -57,11 +57,16 @@ def mojo_defaults() -> dict[str, int]:
 
 
 def expected_kernel(d: dict[str, int], ngpus: int, nbytes: int, *, push_defined: bool, one_stage_defined: bool) -> str:
-    """The rule select_kernel documents: the push window first, then the cp.async window, then
-    1stage up to the (per-GPU-count, else global, else per-count default) crossover, 2stage above."""
+    """The rule select_kernel documents: the push window first, then (2 GPUs only) the windows of
+    2stage_push, 1stage_pushflag and 1stage_bulk in that order, then the cp.async window, then 1stage up
+    to the (per-GPU-count, else global, else per-count default) crossover, 2stage above."""
     push_max = d["AR_PUSH_MAX_BYTES"] if push_defined else (d["AR_PUSH_MAX_BYTES_2GPU_DEFAULT"] if ngpus == 2 else 0)
     if 0 < nbytes <= push_max:
         return "1stage_push"
+    if ngpus == 2:
+        for name, key in (("2stage_push", "2STAGE_PUSH"), ("1stage_pushflag", "PUSHFLAG"), ("1stage_bulk", "BULK")):
+            if d[f"AR_{key}_MIN_BYTES_2GPU"] <= nbytes <= d[f"AR_{key}_MAX_BYTES_2GPU"]:
+                return name
     if d["AR_CPASYNC_MIN_BYTES"] <= nbytes <= d["AR_CPASYNC_MAX_BYTES"]:
         return f"1stage_cpasync_s{d['AR_CPASYNC_STAGES']}"
     limit = d[f"AR_1STAGE_MAX_BYTES_{ngpus}GPU"]

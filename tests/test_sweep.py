@@ -127,8 +127,20 @@ def test_windows_are_re_derived_from_an_archived_sweep_without_a_gpu():
     # 256 MiB: 766.56 vs 805.76 us is 4.9%): no window
     assert derived["defines"]["AR_PUSHFLAG_MIN_BYTES_2GPU"] > derived["defines"]["AR_PUSHFLAG_MAX_BYTES_2GPU"]
     assert derived["margin"] == saved["margin"] and "| 256M |" in md
+
+
+# The sweep of the same kind after 1stage_pushflag got its launch bounds (fefa9a2, 2026-11-23 10:35 UTC).
+CURRENT_SWEEP_RUN = Path(__file__).resolve().parents[1] / "bench_results" / "20261123T103555Z-fefa9a24-2xH200"
+
+
+def test_the_committed_windows_are_what_the_newest_sweep_justifies():
+    text, _md = sweep.from_run(CURRENT_SWEEP_RUN)
+    derived = json.loads(text)["defines"]
+    # pushflag wins 64-256 MiB by more than 5% in every dtype (256 MiB 752.6 vs 806.5 us); push to 1 MiB
+    assert (derived["AR_PUSHFLAG_MIN_BYTES_2GPU"], derived["AR_PUSHFLAG_MAX_BYTES_2GPU"]) == (64 << 20, 256 << 20)
+    assert derived["AR_PUSH_MAX_BYTES"] == 1 << 20
     # what the source tree builds with is exactly what that run justifies
-    assert json.loads(DISPATCH_FILE.read_text())["defines"] == derived["defines"]
+    assert json.loads(DISPATCH_FILE.read_text())["defines"] == derived
 
 
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):

@@ -95,13 +95,12 @@
 #                          cp.async.bulk pipeline; checked in that order after
 #                          1stage_push and before cp.async. Default: empty
 #                          (MIN=1 > MAX=0). The device-timed sweep on 2x H200
-#                          (2026-11-23, fp32/bf16/fp16, 8 KiB-256 MiB,
-#                          bench_results/20261123T084522Z-431897db-2xH200)
-#                          gives none a window: 1stage_pushflag (16 KiB per
-#                          flag, 2 blocks per SM) is fastest from 32 MiB
-#                          (256 MiB 766 us vs 806-812) but under the 5% margin
-#                          in bf16; 2stage_push 0.87-0.93x, bulk 0.99-1.01x
-#                          (experiments/2026-11-23-allreduce-push-tuned).
+#                          (2026-11-23, fp32/bf16/fp16, 8 KiB-256 MiB, at
+#                          fefa9a2, bench_results/20261123T103555Z-fefa9a24-2xH200)
+#                          gives 1stage_pushflag 64-256 MiB (256 MiB 752.6 us
+#                          vs 806.5, 64 MiB 197.5 vs 208.6) and the other two
+#                          none: 2stage_push 0.87-0.93x, bulk 0.99-1.01x
+#                          (experiments/2026-11-23-allreduce-pushflag-bounds).
 #                          kernels_mojo/dispatch_windows.json holds what that
 #                          sweep justifies; `python -m driver sweep` rewrites it.
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
@@ -198,14 +197,16 @@ comptime AR_PUSH_UNROLL = 2
 comptime AR_PUSHFLAG_BLOCK_THREADS = get_defined_int["AR_PUSHFLAG_BLOCK_THREADS", 512]()
 comptime AR_PUSHFLAG_UNROLL = get_defined_int["AR_PUSHFLAG_UNROLL", 4]()
 comptime AR_PUSHFLAG_BLOCKS_PER_SM = get_defined_int["AR_PUSHFLAG_BLOCKS_PER_SM", 2]()
-"""1stage_pushflag's shape: a chunk (one flag) is block_threads x unroll 16-byte packs (16 KiB by
+"""1stage_pushflag's shape: a chunk (one flag) is block_threads x unroll 16-byte packs (32 KiB by
 default) and the grid is blocks_per_sm x SMs (264 on H100/H200), not AR_MAX_BLOCKS. Each block pushes
 a chunk, releases its flag, then reduces the chunk before, so a flag's round trip stalls only its own
-block and the other block on the SM keeps the link fed. 2x H200, fp32/bf16, 2026-11-23
-(experiments/2026-11-23-allreduce-push-tuned): 256 MiB 759 us (354 GB/s, 1.07x 1stage) against 865 us
-with 32 KiB chunks (unroll 4: 128 registers, one 512-thread block per SM), 762 with 256-thread blocks x
-4 per SM, 851 with one 1024-thread block per SM, 967 with the shape before (256 threads, 8 KiB chunks,
-216 blocks; experiments/2026-11-23-allreduce-link); 16 MiB 60.1 us (0.97x 1stage)."""
+block and the other block on the SM keeps the link fed. The kernel's launch bounds (two blocks of
+block_threads per SM) hold it to 64 registers at 512 threads. 2x H200, fp32, 2026-11-23
+(experiments/2026-11-23-allreduce-pushflag-bounds): 256 MiB 752 us (357 GB/s, 1.07x 1stage and
+upstream) at unroll 4 against 757 at unroll 2; 16 MiB 61.7 against 58.8 (outside its window). Before the
+launch bounds, unroll 4 took 128 registers (one block per SM, 865 us); 256-thread blocks x 4 per SM
+762 us, one 1024-thread block per SM 851 us, the first shape (256 threads, 8 KiB chunks, 216 blocks)
+967 us (experiments/2026-11-23-allreduce-push-tuned, -allreduce-link)."""
 
 
 
