@@ -63,6 +63,58 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* __restrict__ src
     }
 }
 
+// SDPA_SM90_VT_FAST (head dim 128, V from a shared-memory stage): the same V^T bytes as
+// transpose_v_tile, with the per-thread addressing computed once per block.  At head dim 128 the
+// 32 lanes of a warp share one 16-key group (item = ptid + 128 it: dq = lane, G = warp + 4 it), so
+// the loads (one 128-byte key row per warp instruction) are conflict-free without the pair swap,
+// and every key sits at a compile-time offset from one base; the store offsets (with the slot
+// rotation that keeps 8 consecutive lanes on 8 chunks) and the byte selectors do not depend on the
+// tile, and item 1 (G + 4) only flips bit 6 of the chunk offset.
+struct VtFastAddr {
+    uint32_t ld;        // byte offset of item 0's first key row + 4 dq in the V stage
+    uint32_t st[2][4];  // byte offset in V^T of store s of item it
+    uint32_t sel[4];    // prmt selector of store s
+};
+template <class T>
+__device__ __forceinline__ VtFastAddr vt_fast_addr(int ptid) {
+    static_assert(T::D == 128 && T::BN == 128 && T::VT_ITEMS == 2, "VT_FAST: head dim 128, 128-key tiles");
+    VtFastAddr a;
+    const int dq = ptid & 31, G = ptid >> 5;
+    a.ld = (uint32_t)(16 * G * T::D + 4 * dq);
+    const int rot = (dq >> 1) & 3;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const uint32_t dd = (uint32_t)((s + rot) & 3);
+        const int d = 4 * dq + (int)dd;
+        a.st[0][s] = (uint32_t)(d * 128 + ((G ^ (d & 7)) << 4));
+        a.st[1][s] = a.st[0][s] ^ 64u;  // G + 4 = G ^ 4 (G < 4)
+        a.sel[s] = dd | ((dd + 4) << 4);
+    }
+    return a;
+}
+template <class T>
+__device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict__ src, uint8_t* vt, const VtFastAddr& a) {
+    // Both items' 32 words are loaded before the first store (a store would otherwise keep the
+    // second item's loads behind it: the compiler cannot tell V and V^T apart).
+    uint32_t w[2][16];
+#pragma unroll
+    for (int it = 0; it < 2; ++it)
+#pragma unroll
+        for (int i = 0; i < 16; ++i)  // item 1: G + 4, 64 keys on
+            w[it][i] = *reinterpret_cast<const uint32_t*>(src + a.ld + it * (64 * T::D) + vt_key_perm(i) * T::D);
+#pragma unroll
+    for (int it = 0; it < 2; ++it)
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            uint32_t o[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                o[b] = prmt(prmt(w[it][4 * b], w[it][4 * b + 1], a.sel[s]),
+                            prmt(w[it][4 * b + 2], w[it][4 * b + 3], a.sel[s]), 0x5410u);
+            *reinterpret_cast<uint4*>(vt + a.st[it][s]) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+}
+
 // Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
 template <class T>
 __device__ __forceinline__ uint32_t k_chunk(int r, int c) {
@@ -124,6 +176,9 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
 
     if constexpr (T::ASYNC) {
         uint8_t* vraw = smem + T::OFF_V;
+        constexpr bool kVtFast = T::D == 128 && SDPA_SM90_VT_FAST != 0;
+        VtFastAddr vfa{};
+        if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
         auto issue = [&](int t) {
             const int s = t % T::NS;
             mbar_arrive_expect_tx(bar(T::BAR_KFULL + s), T::K_TILE);
@@ -142,7 +197,8 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             const int s = t % T::NS, b = t % T::NVT;
             mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(t / T::NS) & 1u);
             if (t >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NVT - 1) & 1u);
-            transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
+            if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
+            else transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
             fence_proxy_async();
             mbar_arrive(bar(T::BAR_VFULL + b));
             // Refill the stage of the previous tile (its K is usually released by now): every

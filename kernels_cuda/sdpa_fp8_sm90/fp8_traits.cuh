@@ -24,6 +24,26 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_NCWG3_D64 1
 #endif
 
+// Head-dim-128 candidates (compile time, default 0 = off; experiments/2026-11-23-sdpa-fp8-d128):
+//   SDPA_SM90_DEEP_D128 = 1: unsplit head dim 128 with 4 K/V stages and 3 V^T buffers (210 KiB of
+//     shared memory instead of 162); the split configuration keeps 3 / 2 (one V^T buffer per
+//     consumer warpgroup).
+//   SDPA_SM90_VT_FAST = 1: head dim 128, the producer's V transpose with its addressing hoisted out
+//     of the tile loop (fp8_load.cuh transpose_v_tile_d128): a warp's 32 lanes share one 16-key
+//     group, so no pair swap is needed for the loads (keys at compile-time offsets from one base),
+//     the four store offsets and byte selectors of a thread are the same for every tile.
+//   SDPA_SM90_SKIP_RESCALE = 1: a consumer warp skips O *= alpha when alpha is exactly 1 for all of
+//     its rows (the running max did not move), a warp-uniform branch; same values as the default.
+#ifndef SDPA_SM90_DEEP_D128
+#define SDPA_SM90_DEEP_D128 0
+#endif
+#ifndef SDPA_SM90_VT_FAST
+#define SDPA_SM90_VT_FAST 0
+#endif
+#ifndef SDPA_SM90_SKIP_RESCALE
+#define SDPA_SM90_SKIP_RESCALE 0
+#endif
+
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Fp8Traits {
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
@@ -43,8 +63,9 @@ struct Fp8Traits {
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
     // producer fills K); K is read by the consumers' wgmma in place, V by the producer's transpose.
-    static constexpr int NS = D == 64 ? 4 : 3;
-    static constexpr int NVT = 2;           // transposed V buffers [D][BN]
+    static constexpr bool DEEP = D == 128 && !SPLIT && SDPA_SM90_DEEP_D128 != 0;
+    static constexpr int NS = D == 64 ? 4 : (DEEP ? 4 : 3);
+    static constexpr int NVT = DEEP ? 3 : 2;  // transposed V buffers [D][BN]
 
     static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
     static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
