@@ -14,7 +14,10 @@ OUT=${OUT:-/tmp/out}
 TIMED=1x8x512x64,3x5x777x64,8x8x1024x64,2x16x2048x64,4x32x4096x64    # checked and timed
 CHECKED=1x2x128x64,1x2x129x64,1x1x1x64,1x8x1000x64,1x3x77x128,2x16x2048x128,1x16x8192x128  # checked only
 mkdir -p "$OUT"
-V="rule=$G/bin-rule,two=$G/bin-two,three=$G/bin-three"
+# the three builds' runners, copied out of the carried folder (executable bits set here)
+BINS=${BINS:-/tmp/ncwg-bins}
+rm -rf "$BINS" && mkdir -p "$BINS" && cp -r $G/bin-rule $G/bin-two $G/bin-three "$BINS"/ && chmod +x "$BINS"/bin-*/*
+V="rule=$BINS/bin-rule,two=$BINS/bin-two,three=$BINS/bin-three"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv
   echo "builds: $V"
