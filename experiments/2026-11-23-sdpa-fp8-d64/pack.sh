@@ -17,8 +17,8 @@ VARIANTS=("$@")
   poly6=SDPA_SM90_EXP2_POLY=6
   poly8=SDPA_SM90_EXP2_POLY=8
   h2=SDPA_SM90_EX2_F16X2=1
-  ncwg3=SDPA_SM90_NCWG3_D64=1
-  ncwg3_poly4=SDPA_SM90_NCWG3_D64=1,SDPA_SM90_EXP2_POLY=4
+  ncwg3=SDPA_SM90_NCWG3_D64=2  # =1 when run 1 ran (then "three"; now the policy values: 2 = three)
+  ncwg3_poly4=SDPA_SM90_NCWG3_D64=2,SDPA_SM90_EXP2_POLY=4
 )
 rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64
 (cd $W && /work/devvenv/bin/python -m driver bundle --out $G/bundle --arch sm_90 --python 3.12 >/dev/null)

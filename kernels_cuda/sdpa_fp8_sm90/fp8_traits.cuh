@@ -16,12 +16,20 @@ constexpr float kPExp2Bias = 8.f;
 // Largest finite E4M3 value: each Q row is scaled so that its largest |q| lands there.
 constexpr float kE4M3Max = 448.f;
 
-// Three consumer warpgroups in the unsplit configuration at head dim 64 (192 query rows per block,
-// 512 threads; setmaxnreg 56 / 152); 0 = two, as at head dim 128. Default 1: on 1x H100 (2026-11-23,
-// experiments/2026-11-23-sdpa-fp8-d64, cold p50) (8,8,1024,64) 49.9 us against 53.1 with two,
-// (2,16,2048,64) 81.2 against 88.8, (4,32,4096,64) 997 against 1217, mission 9.98 against 9.79.
+// Consumer warpgroups in the unsplit configuration at head dim 64: both kernels are compiled in
+// (two: 128 query rows per block, 384 threads, setmaxnreg 64 / 216; three: 192 rows, 512 threads,
+// setmaxnreg 56 / 152) and select_config (kernel.cuh) picks one at run time by this policy:
+//   0 = always two (as at head dim 128);
+//   1 = three when the three-warpgroup unsplit grid fills at least one wave (blocks >= SMs), else
+//       two, with the split rule taken on the two-warpgroup grid (not yet run on a GPU: it becomes the
+//       default once experiments/2026-11-23-sdpa-fp8-d64's run 2 has checked and timed it);
+//   2 (default) = always three in the unsplit configuration (the split rule on the three-warpgroup
+//       grid): the build measured at 0bccf03 (bench_results/20261123T105022Z-0bccf035-1xH100).
+// On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run1, cold p50) three against two:
+// (8,8,1024,64) 49.9 us against 53.1, (2,16,2048,64) 81.2 against 88.8, (4,32,4096,64) 997 against
+// 1217, but (3,5,777,64) 18.24 against 15.49 (75 blocks of 192 rows on 132 SMs against 105 of 128).
 #ifndef SDPA_SM90_NCWG3_D64
-#define SDPA_SM90_NCWG3_D64 1
+#define SDPA_SM90_NCWG3_D64 2
 #endif
 
 // Head-dim-128 candidates (compile time, default 0 = off; experiments/2026-11-23-sdpa-fp8-d128):
@@ -44,8 +52,11 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_SKIP_RESCALE 0
 #endif
 
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
-struct Fp8Traits {
+// NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
+// instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
+struct Fp8TraitsN {
+    static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;
@@ -53,7 +64,7 @@ struct Fp8Traits {
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
     static constexpr int BN = 128;          // keys per K/V tile: one 128-byte row of V^T
-    static constexpr int NCWG = (!SPLIT && D_ == 64 && SDPA_SM90_NCWG3_D64) ? 3 : 2;  // consumer warpgroups, 64 rows each
+    static constexpr int NCWG = NCWG_;      // consumer warpgroups, 64 rows each
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
     static constexpr int THREADS = 128 * (1 + NCWG);
     static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
@@ -109,5 +120,12 @@ struct Fp8Traits {
     static_assert((BN / 16) * (D / 4) % 128 == 0, "transpose work divides over the producer warpgroup");
     static constexpr int K_CHUNKS_PER_THREAD = K_TILE / 16 / 128;
 };
+
+// Two consumer warpgroups (every head dim, unsplit and split).
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
+struct Fp8Traits : Fp8TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2> {};
+// Three consumer warpgroups (head dim 64, unsplit).
+template <int D_, bool ASYNC_, int ABL_>
+struct Fp8Traits3 : Fp8TraitsN<D_, ASYNC_, ABL_, false, 3> {};
 
 }  // namespace sdpa_sm90

@@ -4,7 +4,8 @@
 //   O = softmax(Q K^T / sqrt(D)) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
 //   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
 //
-// One block = 128 query rows of one (b, h) (64 in the split configuration), three warpgroups:
+// One block = 128 query rows of one (b, h) (64 in the split configuration; 192 with three consumer
+// warpgroups, head dim 64, chosen at run time by select_config), three warpgroups (or four):
 //   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys in and decodes them
 //     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
 //     synchronous global loads), two fp16 buffers deep; gives back registers (setmaxnreg).
@@ -22,6 +23,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "epilogue.cuh"
 #include "fp8_mainloop.cuh"
@@ -40,15 +42,18 @@
 
 namespace sdpa_sm90 {
 
+// NCWG: consumer warpgroups; 3 = the FP8 build's unsplit head-dim-64 kernel of 192 rows per block.
 #if SDPA_SM90_FP8
-template <int D, bool ASYNC, int ABL, bool SPLIT>
-using KernelTraits = Fp8Traits<D, ASYNC, ABL, SPLIT>;
+template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2>
+using KernelTraits = std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT>>;
 constexpr const char* kKernelName = "wgmma_fp8_sm90";
 #else
-template <int D, bool ASYNC, int ABL, bool SPLIT>
-using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;
+template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2>
+using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;  // two consumer warpgroups only: NCWG is ignored
 constexpr const char* kKernelName = "wgmma_sm90";
 #endif
+// Whether this build has a three-consumer-warpgroup kernel (the FP8 build's, at head dim 64).
+constexpr bool kHasNcwg3 = KernelTraits<64, kAsync, kAblNone, false, 3>::NCWG == 3;
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
@@ -140,12 +145,13 @@ struct LaunchInfo {
     int bm = 0;
     int bn = 0;
     int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
+    int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
     int ablate = kAblNone;
 };
 
-template <int D, int ABL, bool SPLIT>
+template <int D, int ABL, bool SPLIT, int NCWG>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = KernelTraits<D, kAsync, ABL, SPLIT>;
+    using T = KernelTraits<D, kAsync, ABL, SPLIT, NCWG>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -155,40 +161,59 @@ inline LaunchInfo info_for(int BH, int S) {
     li.bm = T::BM;
     li.bn = T::BN;
     li.split = SPLIT ? 2 : 1;
+    li.ncwg = T::NCWG;
     li.ablate = ABL;
     return li;
 }
 
-template <int D, bool SPLIT>
+template <int D, bool SPLIT, int NCWG = 2>
 inline LaunchInfo info_for(int BH, int S, int ablate) {
     switch (ablate) {
-        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT>(BH, S);
-        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT>(BH, S);
-        default: return info_for<D, kAblNone, SPLIT>(BH, S);
+        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT, NCWG>(BH, S);
+        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT, NCWG>(BH, S);
+        default: return info_for<D, kAblNone, SPLIT, NCWG>(BH, S);
     }
 }
 
 // Split (both consumer warpgroups on the same 64 rows, alternate K/V tiles) when the unsplit grid
 // would fill at most half of the SMs and there are at least two K/V tiles: twice the blocks,
 // half the tiles per warpgroup.  split_override: 0 = that rule, 1 = unsplit, 2 = split.
-// Returns false (reason in *err) for an unsupported head dim or override, or a grid too large.
+// Head dim 64, unsplit, FP8 build: three consumer warpgroups (192 rows per block) or two (128) by
+// ncwg_policy (SDPA_SM90_NCWG3_D64, fp8_traits.cuh): 0 = two; 1 = three when the three-warpgroup grid
+// has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
+// every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
+// Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
-                          const char** err) {
+                          const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (split_override < 0 || split_override > 2) {
         *err = SDPA_SM90_FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
         return false;
     }
-    // unsplit: 128 rows per block (192 at head dim 64 with SDPA_SM90_NCWG3_D64)
-    const int bm = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BM : KernelTraits<128, kAsync, kAblNone, false>::BM;
-    const long long blocks = ((long long)S + bm - 1) / bm * BH;
-    if (2 * blocks > 0x7fffffffLL) { *err = "grid too large"; return false; }
+    if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
+    // Unsplit blocks with two consumer warpgroups (128 rows; the largest unsplit grid) and, where
+    // this build has them at this head dim, three (192 rows).
+    const int bm2 = KernelTraits<64, kAsync, kAblNone, false>::BM;
+    static_assert(KernelTraits<64, kAsync, kAblNone, false>::BM == KernelTraits<128, kAsync, kAblNone, false>::BM,
+                  "two consumer warpgroups: the same rows per block at both head dims");
+    const int bm3 = KernelTraits<64, kAsync, kAblNone, false, 3>::BM;
+    const long long blocks2 = ((long long)S + bm2 - 1) / bm2 * BH;
+    const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
+    if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
+    const bool can3 = kHasNcwg3 && D == 64 && ncwg_policy != 0;
     const int bn = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN : KernelTraits<128, kAsync, kAblNone, false>::BN;
     const int ntiles = (S + bn - 1) / bn;
-    const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * blocks <= num_sms);
-    if (D == 64) *li = split ? info_for<64, true>(BH, S, ablate) : info_for<64, false>(BH, S, ablate);
-    else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
+    const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
+    const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
+    const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
+    if (D == 64) {
+        if (split) *li = info_for<64, true>(BH, S, ablate);
+        else if (three) *li = info_for<64, false, 3>(BH, S, ablate);
+        else *li = info_for<64, false>(BH, S, ablate);
+    } else {
+        *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
+    }
     return true;
 }
 

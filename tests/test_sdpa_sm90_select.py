@@ -1,0 +1,130 @@
+"""The Hopper SDPA kernel's configuration choice (sdpa_sm90::select_config), without a GPU.
+
+tests/native/sdpa_sm90_select.cu calls the same select_config the runner calls, compiled with nvcc
+for a virtual architecture below sm_90 (empty kernel bodies, nothing launched), and prints the launch
+configuration per (B, H, S, D, num_sms, --split, policy).  Head dim 64: two or three consumer
+warpgroups is a run-time choice (SDPA_SM90_NCWG3_D64 = the policy: 0 two, 1 three from one full wave
+of three-warpgroup blocks, 2 three), with the split rule on top.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+from driver import paths, toolchain
+from driver.errors import ToolchainMissing
+
+SRC = paths.ROOT / "tests" / "native" / "sdpa_sm90_select.cu"
+SHAPES = [(3, 5, 777, 64), (8, 8, 1024, 64), (2, 16, 2048, 64), (4, 32, 4096, 64), (1, 8, 512, 64), (1, 1, 1, 64)]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _compile(tmp_path_factory, name: str, *defines: str):
+    try:
+        nvcc = toolchain.find_nvcc().path
+    except ToolchainMissing as e:
+        pytest.skip(f"no nvcc here ({e}): the select_config check compiles kernel.cuh's host code")
+    exe = tmp_path_factory.mktemp("sdpa_sm90_select") / name
+    cmd = [nvcc, "-std=c++17", "-gencode", "arch=compute_80,code=compute_80", "-DSDPA_SM90A=1", "-DUSE_CP_ASYNC=1",
+           *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+
+    def run(cases):
+        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol}\n" for (b, h, s, d), sms, split, pol in cases)
+        out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def fp8(tmp_path_factory):
+    return _compile(tmp_path_factory, "fp8")
+
+
+def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True) -> dict:
+    """The rule select_config documents, restated."""
+    b, h, s, d = shape
+    bh = b * h
+    blocks2, blocks3 = _cdiv(s, 128) * bh, _cdiv(s, 192) * bh
+    can3 = fp8 and d == 64 and policy != 0
+    split_blocks = blocks3 if can3 and policy == 2 else blocks2
+    split = split_override == 2 or (split_override == 0 and _cdiv(s, 128) >= 2 and 2 * split_blocks <= sms)
+    three = not split and can3 and (policy == 2 or blocks3 >= sms)
+    bm = 64 if split else 192 if three else 128
+    return {"grid": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "split": 2 if split else 1,
+            "ncwg": 3 if three else 2}
+
+
+def _pick(r: dict) -> dict:
+    return {k: r[k] for k in ("grid", "block", "bm", "split", "ncwg")}
+
+
+@pytest.mark.parametrize("sms", [132, 114])
+def test_wave_rule_at_the_listed_shapes(fp8, sms):
+    """Policy 1 (the wave rule): three warpgroups only from one full wave of 192-row blocks; the mission
+    shape splits exactly as with two; (3,5,777,64) (75 three-warpgroup blocks) stays on two (105)."""
+    got = {shape: _pick(r) for shape, r in zip(SHAPES, fp8([(shape, sms, 0, 1) for shape in SHAPES]))}
+    two = {"block": 384, "bm": 128, "split": 1, "ncwg": 2}
+    three = {"block": 512, "bm": 192, "split": 1, "ncwg": 3}
+    assert got[(3, 5, 777, 64)] == {"grid": 105, **two}
+    assert got[(8, 8, 1024, 64)] == {"grid": 384, **three}
+    assert got[(2, 16, 2048, 64)] == {"grid": 352, **three}
+    assert got[(4, 32, 4096, 64)] == {"grid": 2816, **three}
+    assert got[(1, 8, 512, 64)] == {"grid": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+    assert got[(1, 1, 1, 64)] == {"grid": 1, **two}
+
+
+def test_forced_policies_are_the_former_builds(fp8):
+    """Policy 0 chooses what a build with two warpgroups only did, policy 2 what the build with three
+    at every unsplit head-dim-64 shape did."""
+    r0 = [_pick(r) for r in fp8([(s, 132, 0, 0) for s in SHAPES])]
+    r2 = [_pick(r) for r in fp8([(s, 132, 0, 2) for s in SHAPES])]
+    assert [r["ncwg"] for r in r0] == [2] * 6
+    assert r0[0]["grid"] == 105 and r0[1]["grid"] == 512 and r0[4]["split"] == 2
+    assert [r["ncwg"] for r in r2] == [3, 3, 3, 3, 2, 3]
+    assert r2[0]["grid"] == 75 and r2[4] == {"grid": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+
+
+def test_every_policy_and_override_follows_the_rule(fp8):
+    shapes = SHAPES + [(b, h, s, d) for d in (64, 128) for (b, h) in ((1, 1), (1, 8), (2, 10), (1, 20), (3, 22), (4, 33))
+                       for s in (1, 128, 129, 192, 193, 256, 384, 512, 777, 1000, 1536, 2048)]
+    cases = [(s, sms, split, pol) for s in shapes for sms in (132, 114, 66) for split in (0, 1, 2) for pol in (0, 1, 2)]
+    got = fp8(cases)
+    bad = [(c, _pick(r), expected(*c)) for c, r in zip(cases, got) if _pick(r) != expected(*c)]
+    assert not bad, bad[:5]
+    # the two head-dim-64 unsplit kernels are distinct entry points; head dim 128 never has three
+    funcs = {(r["ncwg"], r["split"], c[0][3]): r["func"] for c, r in zip(cases, got)}
+    assert len({funcs[(2, 1, 64)], funcs[(3, 1, 64)], funcs[(2, 2, 64)]}) == 3
+    assert not any(k[0] == 3 and k[2] == 128 for k in funcs)
+
+
+def test_bad_policy_is_an_error(fp8):
+    assert fp8([((1, 1, 1, 64), 132, 0, 3)]) == [{"error": "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"}]
+
+
+@pytest.mark.parametrize("policy", [0, 2])
+def test_the_define_sets_the_default_policy(tmp_path_factory, policy):
+    run = _compile(tmp_path_factory, f"fp8_policy{policy}", f"SDPA_SM90_NCWG3_D64={policy}")
+    cases = [(s, 132, 0, -1) for s in SHAPES]
+    assert [_pick(r) for r in run(cases)] == [expected(s, 132, 0, policy) for s in SHAPES]
+
+
+def test_fp16_build_has_two_warpgroups_only(tmp_path_factory):
+    run = _compile(tmp_path_factory, "fp16", "SDPA_SM90_FP8=0")
+    cases = [(s, sms, 0, pol) for s in SHAPES for sms in (132, 114) for pol in (0, 1, 2)]
+    got = run(cases)
+    assert {r["kernel"] for r in got} == {"wgmma_sm90"}
+    assert [_pick(r) for r in got] == [expected(s, sms, 0, pol, fp8=False) for s, sms, _, pol in cases]
+
+
+def test_the_build_default_is_always_three_until_the_wave_rule_has_run(fp8):
+    """Without the define the policy is 2 (three warpgroups at every unsplit head-dim-64 shape): the
+    build measured at 0bccf03; the wave rule (1) becomes the default only after a GPU has checked and
+    timed it (experiments/2026-11-23-sdpa-fp8-d64, run 2)."""
+    cases = [(s, 132, 0, -1) for s in SHAPES]
+    assert [_pick(r) for r in fp8(cases)] == [expected(s, 132, 0, 2) for s in SHAPES]
