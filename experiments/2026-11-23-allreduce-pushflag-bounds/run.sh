@@ -3,6 +3,8 @@
 # (unroll 4 = 32 KiB per flag, the build's default; `_u2` = the same source with -DAR_PUSHFLAG_UNROLL=2)
 # forced, against 1stage and upstream comm.allreduce in the same call, fp32 and bf16, 2 interleaved
 # rounds, every element checked. Run from the repo root with the bundle at $B. Logs in $OUT.
+# Reused by later A/Bs: SIZES, VARIANTS (allreduce_bench_NAME beside the bundle's binary) and
+# VARIANT_KERNEL (the kernel the variants are forced to; default 1stage_pushflag); NO_TESTS=1 skips the tests.
 set -uo pipefail
 B=${B:-.gpu/ar/bundle}
 X=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +35,7 @@ for dtype in float32 bfloat16; do
     tagged upstream 40 $UP $COMMON --dtype $dtype
     tagged pushflag 40 $AR $COMMON --dtype $dtype --kernel 1stage_pushflag
     for v in ${VARIANTS:-u2}; do
-      [ -x $BIN/allreduce_bench_$v ] && tagged pushflag_$v 40 $BIN/allreduce_bench_$v $COMMON --dtype $dtype --kernel 1stage_pushflag
+      [ -x $BIN/allreduce_bench_$v ] && tagged ${VARIANT_KERNEL:-pushflag}_$v 40 $BIN/allreduce_bench_$v $COMMON --dtype $dtype --kernel ${VARIANT_KERNEL:-1stage_pushflag}
     done
   done
 done

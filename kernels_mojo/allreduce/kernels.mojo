@@ -9,6 +9,7 @@
 from std.collections import Array
 from std.memory import bitcast
 from std.sys import size_of
+from std.sys.defines import get_defined_int
 from max.gpu import global_idx, thread_idx, block_idx, block_dim, grid_dim, MAX_THREADS_PER_BLOCK_METADATA
 from std.utils.index import StaticTuple
 from max.gpu.memory import (
@@ -116,6 +117,13 @@ def _record_kernel_id(kernel_id_out: KernelIdPtr, kernel_id: Int32):
         kernel_id_out.unsafe_store(kernel_id)
 
 
+comptime AR_NC_LOADS = get_defined_int["AR_NC_LOADS", 0]() != 0
+"""Experiment (default 0): 1stage/2stage read the ranks' inputs with non-coherent loads
+(`ld.global.nc`, Mojo's `invariant=True`), as upstream comm.allreduce does. The inputs do not change
+while a launch reads them: a peer wrote its input before its own launch (stream order), and the start
+barrier orders this rank's reads after that launch began."""
+
+
 @always_inline
 def _sum_vector_at[
     dtype: DType, ngpus: Int, width: Int
@@ -124,7 +132,7 @@ def _sum_vector_at[
     comptime alignment = width * size_of[dtype]()
     var vals = Array[SIMD[dtype, width], ngpus](uninitialized=True)
     comptime for r in range(ngpus):
-        vals[r] = inputs[r].unsafe_load[width=width, alignment=alignment](
+        vals[r] = inputs[r].unsafe_load[width=width, alignment=alignment, invariant=AR_NC_LOADS](
             elem_idx
         )
     var acc = vals[0].cast[DType.float32]()
@@ -158,7 +166,7 @@ def _reduce_vectors[
             comptime for u in range(unroll):
                 comptime for r in range(ngpus):
                     vals[u * ngpus + r] = inputs[r].unsafe_load[
-                        width=V, alignment=VECTOR_BYTES
+                        width=V, alignment=VECTOR_BYTES, invariant=AR_NC_LOADS
                     ]((first_vector + j + u * stride) * V)
             comptime for u in range(unroll):
                 var acc = vals[u * ngpus].cast[DType.float32]()
