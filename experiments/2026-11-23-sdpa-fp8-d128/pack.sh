@@ -52,6 +52,8 @@ done
 cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $C $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
+mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper
+cp $W/experiments/2026-11-23-sdpa-hopper/check_and_time.py $G/repo/experiments/2026-11-23-sdpa-hopper/
 cp $E/run_gpu.sh $G/run_gpu.sh
 du -sh $G
 [ $bad = 0 ] || { echo "a build spills or has no QGMMA"; exit 1; }

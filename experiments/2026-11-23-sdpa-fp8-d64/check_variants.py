@@ -1,8 +1,8 @@
 """Check several builds of the SDPA runners (NAME=DIR each: DIR holds sdpa_fp8_baseline and
 sdpa_fp8_cpasync) against the float64 reference at many shapes, sharing each shape's inputs and
 reference between them, time them at the --time-shapes, and time torch SDPA (fp16: the default
-backend and the flash backend) at the same shapes the same way, in one process.  (A copy of
-experiments/2026-11-23-sdpa-hopper/check_and_time.py made for several builds per call.)
+backend and the flash backend) at the same shapes the same way, in one process.  (Extends
+experiments/2026-11-23-sdpa-hopper/check_and_time.py, whose helpers it imports, to several builds per call.)
 
   python3 check_variants.py --variants main=DIR,poly4=DIR2 --out OUT_DIR [--shapes 1x8x512x64,...]
                             [--time-shapes 2x16x2048x64,...] [--iters 50] [--kernels wgmma_fp8_sm90]
@@ -40,61 +40,9 @@ DEFAULT_SHAPES = ",".join((
 ))
 
 
-def parse_shape(s: str) -> tuple[int, int, int, int]:
-    b, h, sq, d = (int(x) for x in s.lower().split("x"))
-    return b, h, sq, d
-
-
-def torch_reference(torch, q, k_u8, v_u8, ks, vs):
-    dev = torch.device("cuda", 0)
-    B, H, S, D = q.shape
-    qd = torch.from_numpy(q.astype(np.float64)).to(dev)
-    kd = torch.from_numpy(ref.decode_e4m3_sim(k_u8) * ks).to(dev)
-    vd = torch.from_numpy(ref.decode_e4m3_sim(v_u8) * vs).to(dev)
-    out = torch.empty((B, H, S, D), dtype=torch.float64, device=dev)
-    per = max(1, int(2e9 // (S * S * 8)))  # heads per chunk: ~2 GB of float64 scores
-    qf, kf, vf, of = (t.reshape(B * H, S, D) for t in (qd, kd, vd, out))
-    for i in range(0, B * H, per):
-        s = torch.matmul(qf[i:i + per], kf[i:i + per].transpose(1, 2)) / math.sqrt(D)
-        s = torch.softmax(s, dim=-1)
-        of[i:i + per] = torch.matmul(s, vf[i:i + per])
-    return out
-
-
-def metrics(torch, out_f16: np.ndarray, expected, gates: dict) -> dict:
-    o = torch.from_numpy(out_f16.astype(np.float64)).to(expected.device)
-    err = (o - expected).abs()
-    finite = torch.isfinite(err)
-    err = torch.where(finite, err, torch.full_like(err, math.inf))
-    max_abs = float(err.max())
-    bad = float((err > gates["bad_err"]).double().mean())
-    rel = float(torch.linalg.norm(torch.where(finite, err, torch.zeros_like(err))) / torch.linalg.norm(expected))
-    ok = math.isfinite(max_abs) and max_abs <= gates["max_abs_err"] and bad <= gates["max_bad_frac"]
-    return {"max_abs_err": max_abs, "bad_frac": bad, "rel_l2": rel, "pass": ok}
-
-
-def time_torch(torch, q, k, v, iters: int, warmup: int, backend) -> dict:
-    import torch.nn.functional as F
-    from contextlib import nullcontext
-
-    ctx = nullcontext() if backend is None else torch.nn.attention.sdpa_kernel(backend)
-    with ctx:
-        host = []
-        for _ in range(max(warmup, 3)):
-            t0 = time.perf_counter()
-            F.scaled_dot_product_attention(q, k, v)
-            host.append(time.perf_counter() - t0)
-            torch.cuda.synchronize()
-        per = max(sorted(host)[len(host) // 2], 10e-6)
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-        torch.cuda._sleep(int(min(2 * per * iters, 0.5) * 2e9))
-        for a, b in ev:
-            a.record()
-            F.scaled_dot_product_attention(q, k, v)
-            b.record()
-        torch.cuda.synchronize()
-    t = np.sort(np.array([a.elapsed_time(b) * 1e3 for a, b in ev]))
-    return {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)), "min_us": float(t[0])}
+# The helpers are check_and_time.py's (the single-build checker this one extends), imported, not copied.
+sys.path.insert(0, str(ROOT / "experiments" / "2026-11-23-sdpa-hopper"))
+from check_and_time import metrics, parse_shape, time_torch, torch_reference  # noqa: E402
 
 
 def main() -> int:

@@ -16,7 +16,7 @@ VARIANTS=("$@")
   poly4=SDPA_SM90_EXP2_POLY=4
   poly6=SDPA_SM90_EXP2_POLY=6
   poly8=SDPA_SM90_EXP2_POLY=8
-  h2=SDPA_SM90_EX2_F16X2=1
+  # h2=SDPA_SM90_EX2_F16X2=1 ran in run 1 (code at fbcc1df); removed after it lost
   ncwg3=SDPA_SM90_NCWG3_D64=2  # =1 when run 1 ran (then "three"; now the policy values: 2 = three)
   ncwg3_poly4=SDPA_SM90_NCWG3_D64=2,SDPA_SM90_EXP2_POLY=4
 )
@@ -43,6 +43,8 @@ done
 cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $E/check_variants.py $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
+mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper
+cp $W/experiments/2026-11-23-sdpa-hopper/check_and_time.py $G/repo/experiments/2026-11-23-sdpa-hopper/
 cp $E/run_gpu.sh $G/run_gpu.sh
 du -sh $G
 [ $bad = 0 ] || { echo "a build spills or has no QGMMA"; exit 1; }

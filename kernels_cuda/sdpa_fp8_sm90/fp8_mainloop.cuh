@@ -153,19 +153,11 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     float s[T::BN / 2];
     uint32_t p[T::BN / 32][4];
     float alpha[2];
-    // The softmax step on S and the packing of P; at head dim 64 with SDPA_SM90_EX2_F16X2, P is kept
-    // as f16 pairs in between, and SDPA_SM90_EXP2_POLY moves part of the exponentials off MUFU.
-    constexpr bool kH2 = T::D == 64 && SDPA_SM90_EX2_F16X2 != 0;
+    // The softmax step on S and the packing of P; at head dim 64, SDPA_SM90_EXP2_POLY moves part of
+    // the exponentials off MUFU.
     constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : 0;
-    uint32_t ph[T::BN / 8][2];
-    auto softmax_step = [&] {
-        if constexpr (kH2) st.sm.step_rows_h2(s, sc, kPExp2Bias, alpha, ph);
-        else st.sm.template step_rows<true, kPoly>(s, sc, kPExp2Bias, alpha);
-    };
-    auto pack_p = [&] {
-        if constexpr (kH2) pack_p_e4m3_h2<T::BN>(ph, p);
-        else pack_p_e4m3<T::BN>(s, p);
-    };
+    auto softmax_step = [&] { st.sm.template step_rows<true, kPoly>(s, sc, kPExp2Bias, alpha); };
+    auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
     // The last consumer warpgroup starts by passing a turn (warpgroup 0 issues first) and skips its
     // last pass (every turn passed is taken).
     if (T::PINGPONG && cw == T::NCWG - 1) pingpong_pass_turn<T::NCWG>(cw);

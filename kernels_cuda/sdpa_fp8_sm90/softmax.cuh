@@ -15,17 +15,12 @@
 //   SDPA_SM90_EXP2_POLY = n (0..16): in n of every 16 eight-column chunks of a row, the exponential
 //     is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2 (FlashAttention-4's
 //     offload of the special-function unit), relative error <= 1.8e-3 (E4M3's rounding: <= 6.25%).
-//   SDPA_SM90_EX2_F16X2 = 1: the exponent argument in f32, then packed to f16x2 and exponentiated by
-//     ex2.approx.f16x2; P is packed to E4M3 from the f16 pairs (cvt e4m3x2.f16x2) and the row sums
-//     are f16x2 partial sums within the tile, added to l in fp32.
+// (An f16x2-exponential variant, SDPA_SM90_EX2_F16X2, was measured 2-4% slower on H100 and removed:
+// on sm_90 ex2.approx.f16x2 is two MUFU.EX2.F16; experiments/2026-11-23-sdpa-fp8-d64, code at fbcc1df.)
 #ifndef SDPA_SM90_EXP2_POLY
 #define SDPA_SM90_EXP2_POLY 0
 #endif
-#ifndef SDPA_SM90_EX2_F16X2
-#define SDPA_SM90_EX2_F16X2 0
-#endif
 static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_EXP2_POLY: chunks of 16");
-static_assert(!(SDPA_SM90_EXP2_POLY && SDPA_SM90_EX2_F16X2), "one exponential experiment at a time");
 
 namespace sdpa_sm90 {
 
@@ -109,47 +104,6 @@ struct OnlineSoftmax {
             l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
-
-    // The FP8 step with f16x2 exponentials (SDPA_SM90_EX2_F16X2): as step_rows<true>, but P is
-    // returned as f16 pairs, ph[j][r] = {p(8j + 2t), p(8j + 2t + 1)} of row r (low half first).
-    // The max, the exponent argument and l stay fp32; the f16 exponentials carry ~2^-9 relative
-    // error (ex2.approx.f16: 2^-9.9; the f16 argument <= 8 in magnitude where it matters: 2^-8
-    // absolute, 0.3% relative), far under E4M3's 6.25% rounding of the same values.
-    __device__ __forceinline__ void step_rows_h2(const float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
-                                                 float (&alpha)[2], uint32_t (&ph)[BN / 8][2]) {
-        constexpr int NJ = BN / 8;
-        static_assert(NJ % 4 == 0, "four partial reductions");
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx4[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
-#pragma unroll
-            for (int j = 4; j < NJ; ++j)
-                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx * scale_log2[r]);
-            alpha[r] = fast_exp2(m[r] - m_new);
-            m[r] = m_new;
-            const float off = bias - m_new;
-            __half2 sum4[4];
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const __half2 x = __floats2half2_rn(fmaf(s[4 * j + 2 * r], scale_log2[r], off),
-                                                    fmaf(s[4 * j + 2 * r + 1], scale_log2[r], off));
-                uint32_t y;
-                asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(y) : "r"(*reinterpret_cast<const uint32_t*>(&x)));
-                ph[j][r] = y;
-                const __half2 yh = *reinterpret_cast<const __half2*>(&y);
-                sum4[j & 3] = j < 4 ? yh : __hadd2(sum4[j & 3], yh);  // each half <= 4 * 256 per partial
-            }
-            const float2 a = __half22float2(__hadd2(sum4[0], sum4[1]));
-            const float2 b = __half22float2(__hadd2(sum4[2], sum4[3]));
-            l[r] = fmaf(l[r], alpha[r], (a.x + a.y) + (b.x + b.y));
-        }
-    }
 };
 
 // O (m64nD accumulator fragment, same layout as S) *= alpha per row.
@@ -191,25 +145,6 @@ __device__ __forceinline__ void pack_p_e4m3(const float (&s)[BN / 2], uint32_t (
         p[k][2] = pack_e4m3x4(x[8], x[9], x[12], x[13]);
         p[k][3] = pack_e4m3x4(x[10], x[11], x[14], x[15]);
     }
-}
-
-// The same A fragments from the f16 pairs of step_rows_h2 (ph[j][r]: columns 8j + 2t, 8j + 2t + 1 of
-// row r): register [0] = {ph[4k][0], ph[4k+1][0]}, [1] = row 1, [2], [3] = j = 4k+2, 4k+3.
-template <int BN>
-__device__ __forceinline__ void pack_p_e4m3_h2(const uint32_t (&ph)[BN / 8][2], uint32_t (&p)[BN / 32][4]) {
-#pragma unroll
-    for (int k = 0; k < BN / 32; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int j = 4 * k + 2 * (i >> 1), r = i & 1;
-            // e4m3x2.f16x2: the upper half goes to the upper byte; {lo, hi}: lo in bits 0-15.
-            asm("{\n\t.reg .b16 lo, hi;\n\t"
-                "cvt.rn.satfinite.e4m3x2.f16x2 lo, %1;\n\t"
-                "cvt.rn.satfinite.e4m3x2.f16x2 hi, %2;\n\t"
-                "mov.b32 %0, {lo, hi};\n\t}\n"
-                : "=r"(p[k][i])
-                : "r"(ph[j][r]), "r"(ph[j + 1][r]));
-        }
 }
 
 }  // namespace sdpa_sm90
