@@ -782,10 +782,10 @@ def _pushsig_body[
             # reduce chunk k - 1 once every peer has pushed it
             wait_peers[ngpus](sigs, rank, PUSHED_BASE, base + UInt32(k))
             var i = blk + (k - 1) * grid
-            var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
             comptime if not twoshot:
                 if (i + 1) * row * V <= n:
                     var first = (i * row + tid) * V
+                    var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
                     comptime for u in range(unroll):
                         comptime for q in range(ngpus):
                             vals[u * ngpus + q] = srcs[q].unsafe_load[width=V, alignment=VECTOR_BYTES](first + u * bt * V)
@@ -802,35 +802,28 @@ def _pushsig_body[
                             comptime for q in range(1, ngpus):
                                 acc += _load_pack[dtype](srcs[q], o, n).cast[DType.float32]()
                             _store_pack[dtype](my_out, o, n, acc.cast[dtype]())
-                continue  # the rest of this step is 2stage_push's
-            comptime for u in range(unroll):
-                var o = i * row + u * bt + tid
-                var g = o
-                comptime if twoshot:
-                    g = rank * part + o
-                if o < part and g < num_packs:
-                    comptime for q in range(ngpus):
-                        if q == rank:
-                            vals[u * ngpus + q] = _load_pack[dtype](input, g, n)
-                        else:
-                            comptime if twoshot:
-                                vals[u * ngpus + q] = scr[rank].unsafe_load[width=V, alignment=VECTOR_BYTES]((q * part + o) * V)
+            else:
+                # 2stage_push: rank p sums slice p (its input and the peers' scratch slots) and sends
+                # the result to every output
+                var vals = Array[SIMD[dtype, V], unroll * ngpus](uninitialized=True)
+                comptime for u in range(unroll):
+                    var o = i * row + u * bt + tid
+                    var g = rank * part + o
+                    if o < part and g < num_packs:
+                        comptime for q in range(ngpus):
+                            if q == rank:
+                                vals[u * ngpus + q] = _load_pack[dtype](input, g, n)
                             else:
-                                vals[u * ngpus + q] = scr[rank].unsafe_load[width=V, alignment=VECTOR_BYTES](
-                                    ((gen * ngpus + q) * num_packs + o) * V
-                                )
-            comptime for u in range(unroll):
-                var o = i * row + u * bt + tid
-                var g = o
-                comptime if twoshot:
-                    g = rank * part + o
-                if o < part and g < num_packs:
-                    var acc = vals[u * ngpus].cast[DType.float32]()
-                    comptime for q in range(1, ngpus):
-                        acc += vals[u * ngpus + q].cast[DType.float32]()
-                    var res = acc.cast[dtype]()
-                    _store_pack[dtype](outs[rank], g, n, res)
-                    comptime if twoshot:
+                                vals[u * ngpus + q] = scr[rank].unsafe_load[width=V, alignment=VECTOR_BYTES]((q * part + o) * V)
+                comptime for u in range(unroll):
+                    var o = i * row + u * bt + tid
+                    var g = rank * part + o
+                    if o < part and g < num_packs:
+                        var acc = vals[u * ngpus].cast[DType.float32]()
+                        comptime for q in range(1, ngpus):
+                            acc += vals[u * ngpus + q].cast[DType.float32]()
+                        var res = acc.cast[dtype]()
+                        _store_pack[dtype](outs[rank], g, n, res)
                         if not skip:
                             comptime for kk in range(1, ngpus):
                                 _store_pack[dtype](outs[(rank + kk) % ngpus], g, n, res)
