@@ -16,10 +16,7 @@ export DRIVER_TOOLCHAIN_VENV=${DRIVER_TOOLCHAIN_VENV:-/work/main/.toolchain/venv
 CUOBJDUMP=$(command -v cuobjdump || ls /work/devvenv/lib/python3*/site-packages/nvidia/cu13/bin/cuobjdump 2>/dev/null | head -1)
 VARIANTS=("$@")
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(
-  skip=SDPA_SM90_SKIP_RESCALE=1
-  vtfast=SDPA_SM90_VT_FAST=1
-  deep=SDPA_SM90_DEEP_D128=1
-  all3=SDPA_SM90_SKIP_RESCALE=1,SDPA_SM90_VT_FAST=1,SDPA_SM90_DEEP_D128=1
+  slow_vt=SDPA_SM90_VT_FAST=0
 )
 rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64
 (cd $W && /work/devvenv/bin/python -m driver bundle --out $G/bundle --arch sm_90 --python 3.12 >/dev/null)

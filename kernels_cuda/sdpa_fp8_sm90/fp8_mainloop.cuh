@@ -202,12 +202,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         fence_regs(st.o);
         fence_regs(p);
         release_v(tp);
-        if constexpr (T::D == 128 && SDPA_SM90_SKIP_RESCALE != 0) {
-            // alpha == 1 exactly for every row of the warp: O *= 1 changes nothing.
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_o<T::D>(st.o, alpha);
-        } else {
-            rescale_o<T::D>(st.o, alpha);
-        }
+        rescale_o<T::D>(st.o, alpha);
         pack_p();
         tp = t;
     }

@@ -20,36 +20,26 @@ constexpr float kE4M3Max = 448.f;
 // (two: 128 query rows per block, 384 threads, setmaxnreg 64 / 216; three: 192 rows, 512 threads,
 // setmaxnreg 56 / 152) and select_config (kernel.cuh) picks one at run time by this policy:
 //   0 = always two (as at head dim 128);
-//   1 = three when the three-warpgroup unsplit grid fills at least one wave (blocks >= SMs), else
-//       two, with the split rule taken on the two-warpgroup grid (not yet run on a GPU: it becomes the
-//       default once experiments/2026-11-23-sdpa-fp8-d64's run 2 has checked and timed it);
-//   2 (default) = always three in the unsplit configuration (the split rule on the three-warpgroup
-//       grid): the build measured at 0bccf03 (bench_results/20261123T105022Z-0bccf035-1xH100).
-// On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run1, cold p50) three against two:
-// (8,8,1024,64) 49.9 us against 53.1, (2,16,2048,64) 81.2 against 88.8, (4,32,4096,64) 997 against
-// 1217, but (3,5,777,64) 18.24 against 15.49 (75 blocks of 192 rows on 132 SMs against 105 of 128).
+//   1 (default) = three when the three-warpgroup unsplit grid fills at least one wave (blocks >=
+//       SMs), else two, with the split rule taken on the two-warpgroup grid;
+//   2 = always three in the unsplit configuration (the split rule on the three-warpgroup grid).
+// On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run 2, cold p50, one call) rule /
+// two / three: (3,5,777,64) 15.84 / 15.79 / 18.13 us (75 blocks of 192 rows on 132 SMs: the rule
+// takes two), (8,8,1024,64) 50.06 / 53.60 / 50.08, (2,16,2048,64) 82.24 / 88.82 / 81.50,
+// (4,32,4096,64) 1005.9 / 1217.7 / 1005.3.
 #ifndef SDPA_SM90_NCWG3_D64
-#define SDPA_SM90_NCWG3_D64 2
+#define SDPA_SM90_NCWG3_D64 1
 #endif
 
-// Head-dim-128 candidates (compile time, default 0 = off; experiments/2026-11-23-sdpa-fp8-d128):
-//   SDPA_SM90_DEEP_D128 = 1: unsplit head dim 128 with 4 K/V stages and 3 V^T buffers (210 KiB of
-//     shared memory instead of 162); the split configuration keeps 3 / 2 (one V^T buffer per
-//     consumer warpgroup).
-//   SDPA_SM90_VT_FAST = 1: head dim 128, the producer's V transpose with its addressing hoisted out
-//     of the tile loop (fp8_load.cuh transpose_v_tile_d128): a warp's 32 lanes share one 16-key
-//     group, so no pair swap is needed for the loads (keys at compile-time offsets from one base),
-//     the four store offsets and byte selectors of a thread are the same for every tile.
-//   SDPA_SM90_SKIP_RESCALE = 1: a consumer warp skips O *= alpha when alpha is exactly 1 for all of
-//     its rows (the running max did not move), a warp-uniform branch; same values as the default.
-#ifndef SDPA_SM90_DEEP_D128
-#define SDPA_SM90_DEEP_D128 0
-#endif
+// SDPA_SM90_VT_FAST (default 1): head dim 128, the cpasync producer's V transpose with its
+// addressing hoisted out of the tile loop (fp8_load.cuh transpose_v_tile_fast): a warp's 32 lanes
+// share one 16-key group, so no pair swap is needed for the loads (keys at compile-time offsets from
+// one base), and the four store offsets and byte selectors of a thread are the same for every tile.
+// Same V^T bytes as transpose_v_tile (= 0).  On 1x H100 (2026-11-23,
+// experiments/2026-11-23-sdpa-fp8-d128, cold p50, one call) 0 / 1: (2,16,2048,128) 112.43 / 109.18 us,
+// (1,16,8192,128) 753.4 / 717.3.
 #ifndef SDPA_SM90_VT_FAST
-#define SDPA_SM90_VT_FAST 0
-#endif
-#ifndef SDPA_SM90_SKIP_RESCALE
-#define SDPA_SM90_SKIP_RESCALE 0
+#define SDPA_SM90_VT_FAST 1
 #endif
 
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
@@ -74,9 +64,8 @@ struct Fp8TraitsN {
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
     // producer fills K); K is read by the consumers' wgmma in place, V by the producer's transpose.
-    static constexpr bool DEEP = D == 128 && !SPLIT && SDPA_SM90_DEEP_D128 != 0;
-    static constexpr int NS = D == 64 ? 4 : (DEEP ? 4 : 3);
-    static constexpr int NVT = DEEP ? 3 : 2;  // transposed V buffers [D][BN]
+    static constexpr int NS = D == 64 ? 4 : 3;
+    static constexpr int NVT = 2;             // transposed V buffers [D][BN]
 
     static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
     static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
