@@ -75,21 +75,38 @@ __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[T::
         }
 }
 
-// S = Q K^T for one warpgroup: D/32 k-steps of m64n128k32, K-major K (+32 bytes per step).
+// S = Q K^T for one warpgroup: D/32 k-steps of m64n128k32, K-major K (+32 bytes per step: +2 in the
+// descriptor's address field).  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
 template <class T>
-__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint32_t k8) {
+__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint64_t kd) {
     static_assert(T::BN == 128, "one m64n128k32 per k-step");
 #pragma unroll
-    for (int kk = 0; kk < T::D / 32; ++kk)
-        wgmma::rs_e4m3_m64n128k32(s, qa[kk], smem_desc(k8 + kk * 32, 16, T::K_SBO, T::K_SWIZZLE), kk > 0);
+    for (int kk = 0; kk < T::D / 32; ++kk) wgmma::rs_e4m3_m64n128k32(s, qa[kk], kd + 2u * kk, kk > 0);
 }
 
 // O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (128-byte rows of keys).
+// vd: the V^T buffer's descriptor (smem_desc(buffer, 16, 1024)).
 template <class T>
-__device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 32][4], uint32_t vt) {
+__device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 32][4], uint64_t vd) {
 #pragma unroll
-    for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], smem_desc(vt + kk * 32, 16, 1024), 1);
+    for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], vd + 2u * kk, 1);
 }
+
+// A ring of N buffers walked `step` tiles at a time (step <= N): the buffer index and the
+// mbarrier parity of the current tile, kept incrementally (no division by N per tile).
+template <int N>
+struct Ring {
+    int i;
+    uint32_t phase;
+    __device__ __forceinline__ explicit Ring(int t) : i(t % N), phase((uint32_t)(t / N) & 1u) {}
+    __device__ __forceinline__ void advance(int step) {
+        i += step;
+        if (i >= N) {
+            i -= N;
+            phase ^= 1u;
+        }
+    }
+};
 
 template <class T>
 __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
@@ -97,25 +114,28 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
-    const uint32_t k8 = smem_u32(smem + T::OFF_K);
-    const uint32_t vt8 = smem_u32(smem + T::OFF_VT);
     const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(cw * 128 + ctid);
     constexpr bool kNoLoads = T::ABL == kAblNoLoads;
     constexpr int step = T::SPLIT ? 2 : 1;
     const int first = T::SPLIT ? cw : 0;
-    auto kbuf = [&](int t) { return k8 + (uint32_t)((kNoLoads ? first : t) % T::NS * T::K_TILE); };
-    auto vbuf = [&](int t) { return vt8 + (uint32_t)((kNoLoads ? first : t) % T::NVT * T::VT_BYTES); };
-    auto wait_k = [&](int t) {
-        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_KFULL + t % T::NS), (uint32_t)(t / T::NS) & 1u);
+    // Descriptors of stage / buffer 0; stage i is + i * bytes / 16 in the address field (no carry:
+    // shared addresses < 256 KiB).
+    const uint64_t kd0 = smem_desc(smem_u32(smem + T::OFF_K), 16, T::K_SBO, T::K_SWIZZLE);
+    const uint64_t vd0 = smem_desc(smem_u32(smem + T::OFF_VT), 16, 1024);
+    // kNoLoads (diagnostic): every tile reads the first tile's buffers, waited for once.
+    auto kdesc = [&](const Ring<T::NS>& k) { return kd0 + (uint64_t)((kNoLoads ? first % T::NS : k.i) * (T::K_TILE >> 4)); };
+    auto vdesc = [&](const Ring<T::NVT>& v) { return vd0 + (uint64_t)((kNoLoads ? first % T::NVT : v.i) * (T::VT_BYTES >> 4)); };
+    auto wait_k = [&](const Ring<T::NS>& k, int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_KFULL + k.i), k.phase);
     };
-    auto wait_v = [&](int t) {
-        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_VFULL + t % T::NVT), (uint32_t)(t / T::NVT) & 1u);
+    auto wait_v = [&](const Ring<T::NVT>& v, int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_VFULL + v.i), v.phase);
     };
-    auto release_k = [&](int t) {
-        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + t % T::NS));
+    auto release_k = [&](const Ring<T::NS>& k) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + k.i));
     };
-    auto release_v = [&](int t) {
-        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + t % T::NVT));
+    auto release_v = [&](const Ring<T::NVT>& v) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + v.i));
     };
 
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
@@ -128,22 +148,27 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
     if (first >= ntiles) return;
 
+    Ring<T::NS> kr(first);    // K stage of tile t
+    Ring<T::NVT> vr(first);   // V^T buffer of tile tp (the tile whose P is in p)
+
     if constexpr (T::ABL == kAblNoCompute) {
         float s[T::BN / 2];
         for (int t = first; t < ntiles; t += step) {
-            wait_k(t);
+            wait_k(kr, t);
             if (t == first) {
                 wgmma_fence();
-                issue_qk_fp8<T>(s, qa, kbuf(t));
+                issue_qk_fp8<T>(s, qa, kdesc(kr));
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(s);
 #pragma unroll
                 for (int i = 0; i < T::D / 2; ++i) st.o[i] = s[i];
             }
-            release_k(t);
-            wait_v(t);
-            release_v(t);
+            release_k(kr);
+            wait_v(vr, t);
+            release_v(vr);
+            kr.advance(step);
+            vr.advance(step);
         }
         st.sm.m[0] = st.sm.m[1] = 0.f;
         st.sm.l[0] = st.sm.l[1] = 1.f;
@@ -153,9 +178,9 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     float s[T::BN / 2];
     uint32_t p[T::BN / 32][4];
     float alpha[2];
-    // The softmax step on S and the packing of P; at head dim 64, SDPA_SM90_EXP2_POLY moves part of
-    // the exponentials off MUFU.
-    constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : 0;
+    // The softmax step on S and the packing of P; SDPA_SM90_EXP2_POLY (head dim 64) and
+    // SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU.
+    constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
     auto softmax_step = [&] { st.sm.template step_rows<true, kPoly>(s, sc, kPExp2Bias, alpha); };
     auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
     // The last consumer warpgroup starts by passing a turn (warpgroup 0 issues first) and skips its
@@ -164,14 +189,15 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
 
     // ---- first tile: S, softmax, P ---------------------------------------------------------
     if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
-    wait_k(first);
+    wait_k(kr, first);
     wgmma_fence();
-    issue_qk_fp8<T>(s, qa, kbuf(first));
+    issue_qk_fp8<T>(s, qa, kdesc(kr));
     wgmma_commit();
     if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
     fence_regs(s);
-    release_k(first);
+    release_k(kr);
+    kr.advance(step);
     if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
     softmax_step();
     pack_p();
@@ -182,18 +208,21 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         fence_regs(s);
         fence_regs(st.o);
         fence_regs(p);
+        // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
+        // experiments/2026-11-23-sdpa-fp8-profile.)
         if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
-        wait_k(t);
+        wait_k(kr, t);
         wgmma_fence();
-        issue_qk_fp8<T>(s, qa, kbuf(t));
+        issue_qk_fp8<T>(s, qa, kdesc(kr));
         wgmma_commit();
-        wait_v(tp);
-        issue_pv_fp8<T>(st.o, p, vbuf(tp));
+        wait_v(vr, tp);
+        issue_pv_fp8<T>(st.o, p, vdesc(vr));
         wgmma_commit();
         if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
         wgmma_wait<1>();
         fence_regs(s);
-        release_k(t);
+        release_k(kr);
+        kr.advance(step);
         const int n0 = t * T::BN;
         if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
         softmax_step();
@@ -201,7 +230,8 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         wgmma_wait<0>();
         fence_regs(st.o);
         fence_regs(p);
-        release_v(tp);
+        release_v(vr);
+        vr.advance(step);
         rescale_o<T::D>(st.o, alpha);
         pack_p();
         tp = t;
@@ -211,14 +241,14 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     fence_regs(st.o);
     fence_regs(p);
     if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
-    wait_v(tp);
+    wait_v(vr, tp);
     wgmma_fence();
-    issue_pv_fp8<T>(st.o, p, vbuf(tp));
+    issue_pv_fp8<T>(st.o, p, vdesc(vr));
     wgmma_commit();
     if (T::PINGPONG && (T::NCWG == 2 ? cw == 0 : cw != T::NCWG - 1)) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
     fence_regs(st.o);
-    release_v(tp);
+    release_v(vr);
 }
 
 }  // namespace sdpa_sm90

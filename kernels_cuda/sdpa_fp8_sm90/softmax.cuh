@@ -21,6 +21,14 @@
 #define SDPA_SM90_EXP2_POLY 0
 #endif
 static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_EXP2_POLY: chunks of 16");
+// SDPA_SM90_EXP2_POLY_D128 = n (default 4): the same at head dim 128 (FP8 kernel), where the
+// exponentials need as many MUFU clocks as the tensor core needs for the two MMAs.  1x H100
+// (experiments/2026-11-23-sdpa-fp8-profile, A/B 2, cold p50) n = 0 / 4 / 8: (2,16,2048,128) 108.16 /
+// 105.06 / 108.96 us, (1,16,8192,128) 714.7 / 682.5 / 721.5.
+#ifndef SDPA_SM90_EXP2_POLY_D128
+#define SDPA_SM90_EXP2_POLY_D128 4
+#endif
+static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "SDPA_SM90_EXP2_POLY_D128: chunks of 16");
 
 namespace sdpa_sm90 {
 
