@@ -42,6 +42,11 @@ SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "batch8": (8, 8, 1024, 64),
     "large_d128": (2, 16, 2048, 128),
     "long_d128": (1, 16, 8192, 128),
+    # Sanitizer shapes for the Hopper kernel's unsplit configurations (132-SM H100/H200): 264 blocks of
+    # 192 rows (three consumer warpgroups, the second row block mostly past S) and 132 of 128 rows at
+    # head dim 128, two K/V tiles each with a tail, small enough for racecheck.
+    "unsplit3_d64": (1, 132, 250, 64),
+    "unsplit_d128": (1, 66, 250, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.

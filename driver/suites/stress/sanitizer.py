@@ -14,9 +14,10 @@ from driver.suites.common import checked_verdict, not_measured, progress, stress
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
-# heuristic picks for them; `large` (the unsplit 8-warp config) is left out because racecheck
-# takes minutes over its 1024 blocks.
-SANITIZED_SHAPES = ("small", "mission", "tail")
+# heuristic picks for them (head dim 64); unsplit3_d64 and unsplit_d128 the Hopper kernel's unsplit
+# configurations (three consumer warpgroups at head dim 64, two at 128) over two K/V tiles with a
+# tail; `large` is left out because racecheck takes minutes over its blocks.
+SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128")
 
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
