@@ -173,6 +173,14 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
     uint8_t* kst = smem + T::OFF_K;
     uint8_t* vt = smem + T::OFF_VT;
     const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1)) : ntiles;
+    if constexpr (T::ROWSUM) {
+        // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
+        // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
+        static_assert(T::NVT * 8 * T::BN / 16 == 128, "one 16-byte chunk per producer thread");
+        const int b = ptid / 64, c = ptid % 64;  // buffer, chunk of its 1024-byte row group
+        const uint32_t w = c < T::BN / 16 ? 0x38383838u : 0u;
+        *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::D * T::BN + 16 * c) = make_uint4(w, w, w, w);
+    }
 
     if constexpr (T::ASYNC) {
         uint8_t* vraw = smem + T::OFF_V;

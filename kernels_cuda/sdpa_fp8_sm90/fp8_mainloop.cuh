@@ -85,11 +85,18 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
 }
 
 // O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (128-byte rows of keys).
-// vd: the V^T buffer's descriptor (smem_desc(buffer, 16, 1024)).
+// vd: the V^T buffer's descriptor (smem_desc(buffer, 16, 1024)).  ROWSUM: then rs = P 1 (this
+// tile's row sums: column 0 of the ones rows below V^T), a fresh accumulator.
 template <class T>
-__device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 32][4], uint64_t vd) {
+__device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 32][4],
+                                             uint64_t vd) {
 #pragma unroll
     for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], vd + 2u * kk, 1);
+    if constexpr (T::ROWSUM) {
+#pragma unroll
+        for (int kk = 0; kk < T::BN / 32; ++kk)
+            wgmma::rs_e4m3_m64n8k32(rs, p[kk], vd + (uint64_t)(T::D * T::BN / 16) + 2u * kk, kk > 0);
+    }
 }
 
 // A ring of N buffers walked `step` tiles at a time (step <= N): the buffer index and the
@@ -177,11 +184,21 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
 
     float s[T::BN / 2];
     uint32_t p[T::BN / 32][4];
+    // ROWSUM: one tile's row sums from the tensor core (column 0 of m64n8: lanes with lane % 4 == 0;
+    // the epilogue adds the quad's parts of l); l += them, then * alpha (nullptr: the last tile).
+    float rs[4] = {0.f, 0.f, 0.f, 0.f};
+    auto take_rowsum = [&](const float* a) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float l = st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1]);
+            st.sm.l[r] = a ? l * a[r] : l;
+        }
+    };
     float alpha[2];
     // The softmax step on S and the packing of P; SDPA_SM90_EXP2_POLY (head dim 64) and
     // SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU.
     constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
-    auto softmax_step = [&] { st.sm.template step_rows<true, kPoly>(s, sc, kPExp2Bias, alpha); };
+    auto softmax_step = [&] { st.sm.template step_rows<true, kPoly, !T::ROWSUM>(s, sc, kPExp2Bias, alpha); };
     auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
     // The last consumer warpgroup starts by passing a turn (warpgroup 0 issues first) and skips its
     // last pass (every turn passed is taken).
@@ -207,6 +224,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     for (int t = first + step; t < ntiles; t += step) {
         fence_regs(s);
         fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
         fence_regs(p);
         // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
         // experiments/2026-11-23-sdpa-fp8-profile.)
@@ -216,7 +234,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         issue_qk_fp8<T>(s, qa, kdesc(kr));
         wgmma_commit();
         wait_v(vr, tp);
-        issue_pv_fp8<T>(st.o, p, vdesc(vr));
+        issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
         wgmma_commit();
         if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
         wgmma_wait<1>();
@@ -226,12 +244,14 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         const int n0 = t * T::BN;
         if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
         softmax_step();
-        keep_above_wait(scratch, st.sm.l[0] + st.sm.l[1]);
+        keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
         wgmma_wait<0>();
         fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
         fence_regs(p);
         release_v(vr);
         vr.advance(step);
+        if constexpr (T::ROWSUM) take_rowsum(alpha);
         rescale_o<T::D>(st.o, alpha);
         pack_p();
         tp = t;
@@ -239,16 +259,19 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
 
     // ---- last P V ------------------------------------------------------------------------------
     fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
     fence_regs(p);
     if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
     wait_v(vr, tp);
     wgmma_fence();
-    issue_pv_fp8<T>(st.o, p, vdesc(vr));
+    issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
     wgmma_commit();
     if (T::PINGPONG && (T::NCWG == 2 ? cw == 0 : cw != T::NCWG - 1)) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
     fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
     release_v(vr);
+    if constexpr (T::ROWSUM) take_rowsum(nullptr);
 }
 
 }  // namespace sdpa_sm90

@@ -42,6 +42,18 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_VT_FAST 1
 #endif
 
+// SDPA_SM90_ROWSUM_MMA = 1 (experiment, default 0): the softmax row sums l from the tensor core
+// instead of 64 FADD per consumer thread and tile: each V^T buffer has 8 more rows (dims D .. D+7:
+// 1.0 in row D, 0 below, written once per block by the producer) and each P V is followed by
+// BN/32 wgmma m64n8k32 of P with those rows into a fresh accumulator (one tile's sums, added to l in
+// fp32 after the wait).  One tile at a time because the tensor core's FP8 accumulation keeps only
+// about 14 bits: summing all S keys in O's accumulator (P [V | 1] as m64n(D+8)) gave rel_l2 0.15 at
+// S 8192, and zeroing those columns after each tile made the loop 3-10% slower
+// (experiments/2026-11-23-sdpa-fp8-profile, A/B 3 and 4).
+#ifndef SDPA_SM90_ROWSUM_MMA
+#define SDPA_SM90_ROWSUM_MMA 0
+#endif
+
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
 // instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
@@ -70,7 +82,8 @@ struct Fp8TraitsN {
     static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
     static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
     static constexpr int V_TILE = BN * D;               // [BN][D], unswizzled (cpasync only)
-    static constexpr int VT_BYTES = D * BN;             // [D][BN], 128-byte swizzle, keys permuted
+    static constexpr bool ROWSUM = SDPA_SM90_ROWSUM_MMA != 0;
+    static constexpr int VT_BYTES = (D + (ROWSUM ? 8 : 0)) * BN;  // [D (+ 8)][BN], 128-byte swizzle, keys permuted
     static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
     static constexpr uint32_t K_SBO = 8 * D;            // bytes per 8 key rows
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (64, 128)
-RS_E4M3_N = (64, 128)
+RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA)
 
 
 def regs(first: int, n: int) -> str:

@@ -76,7 +76,8 @@ struct OnlineSoftmax {
     // The FP8 kernel's step: a score scale per row (the row's Q scale folded in) and
     // probabilities 2^bias * 2^(s * scale - m_new), scaled for their rounding to E4M3 (l sums the
     // same scaled values, so the factor cancels in O / l).
-    template <bool kBias = true, int kPoly = 0>
+    // kSum = false: l is left alone (the row sums come from elsewhere: SDPA_SM90_ROWSUM_MMA).
+    template <bool kBias = true, int kPoly = 0, bool kSum = true>
     __device__ __forceinline__ void step_rows(float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
                                               float (&alpha)[2]) {
         // Reductions as trees / four partial sums: a serial chain of BN/4 dependent FMNMX or
@@ -106,10 +107,10 @@ struct OnlineSoftmax {
                     const float x = fmaf(s[4 * j + 2 * r + e], scale_log2[r], off);
                     const float p = poly_chunk<kPoly>(j) ? poly_exp2(x) : fast_exp2(x);
                     s[4 * j + 2 * r + e] = p;
-                    sum4[j & 3] += p;
+                    if constexpr (kSum) sum4[j & 3] += p;
                 }
             }
-            l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+            if constexpr (kSum) l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
 };

@@ -88,6 +88,15 @@ __device__ __forceinline__ void rs_m64n128k16_tb(float (&d)[64], const uint32_t 
 // FP8: A from registers (4 E4M3 codes per register: rows g and g+8, columns 4t..4t+3 and
 // 16+4t..16+4t+3 of the 32), B (E4M3) from shared memory K-major: S = Q K^T with K [keys][D],
 // O += P V with V stored transposed [D][keys].
+__device__ __forceinline__ void rs_e4m3_m64n8k32(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 __device__ __forceinline__ void rs_e4m3_m64n64k32(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
