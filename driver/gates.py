@@ -177,6 +177,8 @@ def sdpa_correctness(m: SdpaErrors, gates: SdpaGates) -> Verdict:
         reasons.append(f"max_abs_err {m.max_abs_err:.4g} > {gates.max_abs_err}")
     if m.bad_frac > gates.max_bad_frac:
         reasons.append(f"{m.bad_frac:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
+    if gates.max_rel_l2 is not None and m.rel_l2 is not None and m.rel_l2 > gates.max_rel_l2:
+        reasons.append(f"rel_l2 {m.rel_l2:.3g} > {gates.max_rel_l2}")
     return Verdict(status="fail" if reasons else "pass", reasons=reasons)
 
 

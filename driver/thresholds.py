@@ -71,6 +71,7 @@ class SdpaGates(Record):
     max_abs_err: PositiveFloat
     bad_err: PositiveFloat
     max_bad_frac: float = Field(ge=0, le=1)
+    max_rel_l2: PositiveFloat | None = None  # None: not gated
     speedup: list[SdpaSpeedup] = Field(default_factory=list)
 
 

@@ -61,6 +61,19 @@ def test_sdpa_error_metrics_and_gates():
     assert not v.passed and "NaN" in v.reasons[0]
 
 
+def test_sdpa_gate_catches_a_uniform_drift_under_max_abs_err():
+    """An output scaled by 6% (what a row sum 6% short does) stays inside max_abs_err and bad_err
+    when |ref| < 0.5, but its rel_l2 of 0.06 is over the gate."""
+    expected = np.linspace(-0.5, 0.5, 1000).reshape(1, 1, 10, 100)
+    m = sdpa_errors((expected * 1.06).astype(np.float16), expected, bad_err=GATES.sdpa.bad_err)
+    assert m.max_abs_err < GATES.sdpa.max_abs_err and m.bad_frac == 0
+    assert m.rel_l2 == pytest.approx(0.06, rel=0.02)
+    v = sdpa_correctness(m, GATES.sdpa)
+    assert not v.passed and v.reasons == [f"rel_l2 {m.rel_l2:.3g} > {GATES.sdpa.max_rel_l2}"]
+    m = sdpa_errors((expected * 1.03).astype(np.float16), expected, bad_err=GATES.sdpa.bad_err)
+    assert sdpa_correctness(m, GATES.sdpa).passed
+
+
 def test_sdpa_error_values():
     ref = np.zeros((1, 1, 4, 4))
     m = sdpa_errors(np.zeros((1, 1, 4, 4), dtype=np.float16), ref, bad_err=0.06)
