@@ -7,7 +7,7 @@ torch SDPA (fp16: the default backend and the flash backend) the same way, in on
 Inputs: driver.reference.sdpa.make_inputs (the driver's own generator). Reference: the driver's exact
 E4M3 decode, softmax(Q K^T / sqrt(D)) V in float64 on the GPU through torch (numpy's reference is
 cross-checked on the smallest shape). Gates: thresholds.toml [sdpa] (max_abs_err, bad_err,
-max_bad_frac). Each runner writes its output from one launch into a NaN-poisoned buffer, so unwritten
+max_bad_frac, max_rel_l2 where present). Each runner writes its output from one launch into a NaN-poisoned buffer, so unwritten
 elements fail. baseline and cpasync outputs are also compared bit for bit. Timing: the runners' own
 per-launch CUDA events (p50); torch with one event pair per launch behind a sleep kernel, as
 driver/peers/torch_sdpa.py does. Writes results.jsonl under OUT_DIR and prints a table last.
@@ -67,6 +67,7 @@ def metrics(torch, out_f16: np.ndarray, expected, gates: dict) -> dict:
     bad = float((err > gates["bad_err"]).double().mean())
     rel = float(torch.linalg.norm(torch.where(finite, err, torch.zeros_like(err))) / torch.linalg.norm(expected))
     ok = math.isfinite(max_abs) and max_abs <= gates["max_abs_err"] and bad <= gates["max_bad_frac"]
+    ok = ok and rel <= gates.get("max_rel_l2", math.inf)  # the gate since 2026-11-23; older thresholds lack it
     return {"max_abs_err": max_abs, "bad_frac": bad, "rel_l2": rel, "pass": ok}
 
 
