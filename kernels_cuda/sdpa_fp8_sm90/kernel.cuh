@@ -146,6 +146,7 @@ struct LaunchInfo {
     int bn = 0;
     int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
     int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
+    int num_sms = 0;  // the SM count select_config was given
     int ablate = kAblNone;
 };
 
@@ -214,6 +215,7 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
     } else {
         *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
     }
+    li->num_sms = num_sms;
     return true;
 }
 
@@ -224,6 +226,9 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
                              const uint8_t* v, int BH, int S, const char** err) {
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
+#if SDPA_SM90_L2_PREFETCH_NEXT
+    maps->next_stride = SDPA_SM90_FP8 ? li.num_sms : 0;
+#endif
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);

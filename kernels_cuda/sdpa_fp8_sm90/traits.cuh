@@ -8,6 +8,16 @@
 #define USE_CP_ASYNC 0
 #endif
 
+// SDPA_SM90_L2_PREFETCH_NEXT = 1 (experiment, default 0; the FP8 kernel, cpasync only): after its
+// own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
+// block that will take its SM in the next wave (block index + SM count), so that block's first loads
+// hit L2 when the run starts with a cold L2 (cold timing: 49.5 us at (8,8,1024,64) against 42.8 hot,
+// 3 waves; torch 47.3 / 44.0).  Costs one thread a few prefetch instructions and the first wave some
+// HBM bandwidth.
+#ifndef SDPA_SM90_L2_PREFETCH_NEXT
+#define SDPA_SM90_L2_PREFETCH_NEXT 0
+#endif
+
 namespace sdpa_sm90 {
 
 constexpr bool kAsync = (USE_CP_ASYNC != 0);
