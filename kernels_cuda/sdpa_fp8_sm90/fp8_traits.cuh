@@ -42,16 +42,18 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_VT_FAST 1
 #endif
 
-// SDPA_SM90_ROWSUM_MMA = 1 (experiment, default 0): the softmax row sums l from the tensor core
+// SDPA_SM90_ROWSUM_MMA = 1 (default; 0 = 64 FADD per thread and tile): the softmax row sums l from the tensor core
 // instead of 64 FADD per consumer thread and tile: each V^T buffer has 8 more rows (dims D .. D+7:
 // 1.0 in row D, 0 below, written once per block by the producer) and each P V is followed by
 // BN/32 wgmma m64n8k32 of P with those rows into a fresh accumulator (one tile's sums, added to l in
 // fp32 after the wait).  One tile at a time because the tensor core's FP8 accumulation keeps only
 // about 14 bits: summing all S keys in O's accumulator (P [V | 1] as m64n(D+8)) gave rel_l2 0.15 at
 // S 8192, and zeroing those columns after each tile made the loop 3-10% slower
-// (experiments/2026-11-23-sdpa-fp8-profile, A/B 3 and 4).
+// (experiments/2026-11-23-sdpa-fp8-profile, A/B 3 and 4).  This form, A/B 5 (1x H100, cold p50,
+// against 0): 1.9-3.8% at head dim 64, 4.4% / 5.7% at (2,16,2048,128) / (1,16,8192,128), rel_l2
+// unchanged (3.58e-2 / 3.69e-2).
 #ifndef SDPA_SM90_ROWSUM_MMA
-#define SDPA_SM90_ROWSUM_MMA 0
+#define SDPA_SM90_ROWSUM_MMA 1
 #endif
 
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are

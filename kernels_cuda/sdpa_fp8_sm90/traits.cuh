@@ -8,14 +8,16 @@
 #define USE_CP_ASYNC 0
 #endif
 
-// SDPA_SM90_L2_PREFETCH_NEXT = 1 (experiment, default 0; the FP8 kernel, cpasync only): after its
+// SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; the FP8 kernel, cpasync only): after its
 // own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
 // block that will take its SM in the next wave (block index + SM count), so that block's first loads
 // hit L2 when the run starts with a cold L2 (cold timing: 49.5 us at (8,8,1024,64) against 42.8 hot,
 // 3 waves; torch 47.3 / 44.0).  Costs one thread a few prefetch instructions and the first wave some
-// HBM bandwidth.
+// HBM bandwidth.  A/B 5 of experiments/2026-11-23-sdpa-fp8-profile (1x H100, cold p50, against 0):
+// (8,8,1024,64) 49.41 -> 47.38 us, (2,16,2048,64) 80.13 -> 77.98, (2,16,2048,128) 105.0 -> 102.1,
+// within 1% at the one-wave-heavy shapes.
 #ifndef SDPA_SM90_L2_PREFETCH_NEXT
-#define SDPA_SM90_L2_PREFETCH_NEXT 0
+#define SDPA_SM90_L2_PREFETCH_NEXT 1
 #endif
 
 namespace sdpa_sm90 {
