@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,15 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
 
-DEFAULT_SHAPES = ",".join((
-    "1x2x128x64", "1x8x512x64", "1x8x1000x64", "3x5x777x64", "2x16x2048x64", "8x8x1024x64", "4x32x4096x64",
-    "2x16x2048x128", "1x16x8192x128", "1x1x1x64", "1x1x1x128", "1x3x77x128", "2x2x1000x128", "1x2x129x64",
-))
-
-
 # The helpers are check_and_time.py's (the single-build checker this one extends), imported, not copied.
 sys.path.insert(0, str(ROOT / "experiments" / "2026-11-23-sdpa-hopper"))
-from check_and_time import metrics, parse_shape, time_torch, torch_reference  # noqa: E402
+from check_and_time import (DEFAULT_SHAPES, check_runner, parse_shape, status_text, time_torch,  # noqa: E402
+                            torch_reference, write_inputs)
 
 
 def main() -> int:
@@ -90,12 +83,7 @@ def main() -> int:
                 print(f"  numpy vs torch float64 reference {shape}: max diff {np.abs(np_ref - expected.cpu().numpy()).max():.3g}")
             timed = seed == seeds[0] and (time_shapes is None or shape in time_shapes)
             with tempfile.TemporaryDirectory() as tmp:
-                files = {n: Path(tmp) / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-                np.save(files["q"], q)
-                np.save(files["k"], k)
-                np.save(files["v"], v)
-                np.save(files["scales"], np.array([ks, vs], dtype=np.float32))
-                fargs = [a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))]
+                fargs = write_inputs(Path(tmp), q, k, v, ks, vs)
                 for vname, exe_dir in variants:
                     outs = {}
                     for kern in kernels:
@@ -108,24 +96,15 @@ def main() -> int:
                                    "runner_args": args.runner_args}
                             if (vname, impl, kern) in hung:
                                 continue
-                            try:
-                                res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                            except subprocess.TimeoutExpired:
+                            did_hang, out = check_runner(torch, cmd, o, rec, expected, gates, args.timeout)
+                            if did_hang:
                                 hung.add((vname, impl, kern))  # a hang costs device time: no further runs of it
-                                res = subprocess.CompletedProcess(cmd, 124, "", f"timed out after {args.timeout} s")
-                            if res.returncode != 0:
-                                rec.update(error=res.stderr.strip()[-400:], rc=res.returncode)
-                            else:
-                                line = json.loads(res.stdout.strip().splitlines()[-1])
-                                rec.update(line=line, **metrics(torch, np.load(o), expected, gates))
-                                outs[(impl, kern)] = np.load(o)
+                            if out is not None:
+                                outs[(impl, kern)] = out
                             log.write(json.dumps(rec) + "\n")
                             log.flush()
                             rows.append(rec)
-                            status = "ERR " + rec.get("error", "") if "error" in rec else (
-                                f"{'PASS' if rec['pass'] else 'FAIL'} max_abs {rec['max_abs_err']:.4f} bad {rec['bad_frac']:.4f} "
-                                f"rel {rec['rel_l2']:.2e}" + (f" p50 {rec['line']['p50_us']:.2f} us {flops / rec['line']['p50_us'] / 1e6:.0f} TF/s" if timed else ""))
-                            print(f"{shape_s} s{seed} {vname:12s} {impl:8s} {kern:13s} {status}", flush=True)
+                            print(f"{shape_s} s{seed} {vname:12s} {impl:8s} {kern:13s} {status_text(rec, timed, flops)}", flush=True)
                         if ("baseline", kern) in outs and ("cpasync", kern) in outs:
                             same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
                             print(f"{shape_s} s{seed} {vname} {kern}: baseline and cpasync bit-identical: {same}", flush=True)

@@ -71,6 +71,42 @@ def metrics(torch, out_f16: np.ndarray, expected, gates: dict) -> dict:
     return {"max_abs_err": max_abs, "bad_frac": bad, "rel_l2": rel, "pass": ok}
 
 
+def write_inputs(tmp: Path, q, k, v, ks: float, vs: float) -> list[str]:
+    """The runner's input files in tmp; returns their command-line arguments."""
+    files = {n: tmp / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+    np.save(files["q"], q)
+    np.save(files["k"], k)
+    np.save(files["v"], v)
+    np.save(files["scales"], np.array([ks, vs], dtype=np.float32))
+    return [a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))]
+
+
+def check_runner(torch, cmd: list[str], out: Path, rec: dict, expected, gates: dict,
+                 timeout: float) -> tuple[bool, np.ndarray | None]:
+    """Run one runner command; rec gets its JSON line and its errors against `expected` (or its
+    error and exit code). Returns whether it hung (ran past `timeout`) and its output (None on error)."""
+    hung = False
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = True
+        res = subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout} s")
+    if res.returncode != 0:
+        rec.update(error=res.stderr.strip()[-400:], rc=res.returncode)
+        return hung, None
+    o = np.load(out)
+    rec.update(line=json.loads(res.stdout.strip().splitlines()[-1]), **metrics(torch, o, expected, gates))
+    return hung, o
+
+
+def status_text(rec: dict, timed: bool, flops: float) -> str:
+    """One runner's record as a log line's verdict."""
+    if "error" in rec:
+        return "ERR " + rec["error"]
+    return (f"{'PASS' if rec['pass'] else 'FAIL'} max_abs {rec['max_abs_err']:.4f} bad {rec['bad_frac']:.4f} "
+            f"rel {rec['rel_l2']:.2e}" + (f" p50 {rec['line']['p50_us']:.2f} us {flops / rec['line']['p50_us'] / 1e6:.0f} TF/s" if timed else ""))
+
+
 def time_torch(torch, q, k, v, iters: int, warmup: int, backend) -> dict:
     import torch.nn.functional as F
     from contextlib import nullcontext
@@ -138,12 +174,7 @@ def main() -> int:
                 print(f"  numpy vs torch float64 reference {shape}: max diff {np.abs(np_ref - expected.cpu().numpy()).max():.3g}")
             timed = seed == seeds[0]
             with tempfile.TemporaryDirectory() as tmp:
-                files = {n: Path(tmp) / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-                np.save(files["q"], q)
-                np.save(files["k"], k)
-                np.save(files["v"], v)
-                np.save(files["scales"], np.array([ks, vs], dtype=np.float32))
-                fargs = [a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))]
+                fargs = write_inputs(Path(tmp), q, k, v, ks, vs)
                 outs = {}
                 for kern in kernels:
                     for impl in ("baseline", "cpasync"):
@@ -155,24 +186,15 @@ def main() -> int:
                                "runner_args": args.runner_args}
                         if (impl, kern) in hung:
                             continue
-                        try:
-                            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                        except subprocess.TimeoutExpired:
+                        did_hang, out = check_runner(torch, cmd, o, rec, expected, gates, args.timeout)
+                        if did_hang:
                             hung.add((impl, kern))  # a hang costs device time: no further runs of it
-                            res = subprocess.CompletedProcess(cmd, 124, "", f"timed out after {args.timeout} s")
-                        if res.returncode != 0:
-                            rec.update(error=res.stderr.strip()[-400:], rc=res.returncode)
-                        else:
-                            line = json.loads(res.stdout.strip().splitlines()[-1])
-                            rec.update(line=line, **metrics(torch, np.load(o), expected, gates))
-                            outs[(impl, kern)] = np.load(o)
+                        if out is not None:
+                            outs[(impl, kern)] = out
                         log.write(json.dumps(rec) + "\n")
                         log.flush()
                         rows.append(rec)
-                        status = "ERR " + rec.get("error", "") if "error" in rec else (
-                            f"{'PASS' if rec['pass'] else 'FAIL'} max_abs {rec['max_abs_err']:.4f} bad {rec['bad_frac']:.4f} "
-                            f"rel {rec['rel_l2']:.2e}" + (f" p50 {rec['line']['p50_us']:.2f} us {flops / rec['line']['p50_us'] / 1e6:.0f} TF/s" if timed else ""))
-                        print(f"{shape_s} s{seed} {impl:8s} {kern:13s} {status}", flush=True)
+                        print(f"{shape_s} s{seed} {impl:8s} {kern:13s} {status_text(rec, timed, flops)}", flush=True)
                     if ("baseline", kern) in outs and ("cpasync", kern) in outs:
                         same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
                         print(f"{shape_s} s{seed} {kern}: baseline and cpasync bit-identical: {same}", flush=True)
