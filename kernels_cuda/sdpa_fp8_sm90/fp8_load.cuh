@@ -200,8 +200,7 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             for (int p = 0; p < T::PANELS; ++p)
                 tma_load_3d(smem_u32(smem + T::OFF_Q + p * T::BM * 128), &maps->q, bar(T::BAR_Q), 64 * p, m0, bh);
             for (int t = 0; t < nload && t < T::NS; ++t) issue(t);
-#if SDPA_SM90_L2_PREFETCH_NEXT
-            if constexpr (T::ABL == kAblNone) {
+            if constexpr (SDPA_SM90_L2_PREFETCH_NEXT != 0 && T::ABL == kAblNone) {
                 const int nb = (int)blockIdx.x + maps->next_stride;
                 if (maps->next_stride > 0 && nb < (int)gridDim.x) {
                     const int mb = (S + T::BM - 1) / T::BM, nm0 = (nb % mb) * T::BM, nbh = nb / mb;
@@ -213,7 +212,6 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
                     }
                 }
             }
-#endif
         }
         for (int t = 0; t < nload; ++t) {
             const int s = t % T::NS, b = t % T::NVT;

@@ -226,9 +226,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
                              const uint8_t* v, int BH, int S, const char** err) {
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
-#if SDPA_SM90_L2_PREFETCH_NEXT
-    maps->next_stride = SDPA_SM90_FP8 ? li.num_sms : 0;
-#endif
+    maps->next_stride = SDPA_SM90_FP8 && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);

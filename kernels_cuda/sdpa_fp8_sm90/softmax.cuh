@@ -9,12 +9,12 @@
 
 #include "ptx.cuh"
 
-// Head-dim-64 softmax experiments of the FP8 kernel (compile time, default 0 = off; they change
-// only the FP8 kernel's step at head dim 64 (fp8_mainloop.cuh); head dim 128 and the fp16 kernel
-// are untouched):
-//   SDPA_SM90_EXP2_POLY = n (0..16): in n of every 16 eight-column chunks of a row, the exponential
-//     is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2 (FlashAttention-4's
-//     offload of the special-function unit), relative error <= 1.8e-3 (E4M3's rounding: <= 6.25%).
+// Polynomial exponentials in the FP8 kernel's softmax step (compile time; fp8_mainloop.cuh picks the
+// define by head dim; the fp16 kernel is untouched):
+//   SDPA_SM90_EXP2_POLY = n (0..16, head dim 64, default 0): in n of every 16 eight-column chunks
+//     of a row, the exponential is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2
+//     (FlashAttention-4's offload of the special-function unit), relative error <= 1.8e-3 (E4M3's
+//     rounding: <= 6.25%).
 // (An f16x2-exponential variant, SDPA_SM90_EX2_F16X2, was measured 2-4% slower on H100 and removed:
 // on sm_90 ex2.approx.f16x2 is two MUFU.EX2.F16; experiments/2026-11-23-sdpa-fp8-d64, code at fbcc1df.)
 #ifndef SDPA_SM90_EXP2_POLY

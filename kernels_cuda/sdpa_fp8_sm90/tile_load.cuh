@@ -116,11 +116,9 @@ struct TileMaps {
     CUtensorMap q;  // fp16 {D, S, BH}, box {64, BM, 1}, 128-byte swizzle
     CUtensorMap k;  // uint8 {D, S, BH}, box {D, BN, 1}
     CUtensorMap v;
-#if SDPA_SM90_L2_PREFETCH_NEXT
-    // The block index distance to the block that takes this SM in the next wave (the SM count);
-    // 0 = no prefetch.  (Only in builds with the experiment: the default kernel parameters stay as they were.)
+    // SDPA_SM90_L2_PREFETCH_NEXT: the block index distance to the block that takes this SM in the
+    // next wave (the SM count); 0 = no prefetch.
     int next_stride;
-#endif
 };
 
 // The producer warpgroup's whole job for one block.
