@@ -53,7 +53,8 @@ def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True
     blocks2, blocks3 = _cdiv(s, 128) * bh, _cdiv(s, 192) * bh
     can3 = fp8 and d == 64 and policy != 0
     split_blocks = blocks3 if can3 and policy == 2 else blocks2
-    split = split_override == 2 or (split_override == 0 and _cdiv(s, 128) >= 2 and 2 * split_blocks <= sms)
+    bn = 192 if fp8 and d == 128 else 128  # keys per K/V tile (SDPA_SM90_BN_D128: 192 in the FP8 build)
+    split = split_override == 2 or (split_override == 0 and _cdiv(s, bn) >= 2 and 2 * split_blocks <= sms)
     three = not split and can3 and (policy == 2 or blocks3 >= sms)
     bm = 64 if split else 192 if three else 128
     return {"grid": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "split": 2 if split else 1,

@@ -27,7 +27,7 @@ def test_e4m3_wrappers_spell_the_fp8_instruction_and_its_operands():
     A from 4 registers, B by descriptor, and no transpose immediates (PTX allows none for FP8 operands);
     operand numbers: N/2 accumulators, then the 4 A registers, the descriptor, the scale-d flag."""
     gen = _generator()
-    assert gen.RS_E4M3_N == (8, 64, 128)  # P 1 (row sums); P V at head dims 64 / 128; Q K^T at 128 keys
+    assert gen.RS_E4M3_N == (8, 64, 128, 192)  # P 1 (row sums); P V at head dims 64 / 128; Q K^T at 128 / 192 keys
     for n in gen.RS_E4M3_N:
         nd = n // 2
         text = gen.rs_e4m3(n)
@@ -38,3 +38,20 @@ def test_e4m3_wrappers_spell_the_fp8_instruction_and_its_operands():
         assert f"}}, {{{a_regs}}}, %{nd + 4}, p, 1, 1;" in text  # scale-a, scale-b; nothing after them
         assert text.count('"+f"(d[') == nd
         assert f"rs_e4m3_m64n{n}k32" in gen.render()
+
+
+def test_e4m3_shared_memory_wrappers_take_both_operands_by_descriptor():
+    """Q K^T with Q's E4M3 codes in shared memory (192-key tiles at head dim 128): m64nNk32, E4M3 A and B,
+    f32 accumulators, A and B by descriptor, no transpose immediates; operand numbers: N/2 accumulators,
+    then the A and B descriptors, the scale-d flag."""
+    gen = _generator()
+    assert gen.SS_E4M3_N == (192,)
+    for n in gen.SS_E4M3_N:
+        nd = n // 2
+        text = gen.ss_e4m3(n)
+        assert f"void ss_e4m3_m64n{n}k32(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int accumulate)" in text
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 " in text
+        assert f"setp.ne.b32 p, %{nd + 2}, 0;" in text
+        assert f"}}, %{nd}, %{nd + 1}, p, 1, 1;" in text
+        assert text.count('"+f"(d[') == nd
+        assert f"ss_e4m3_m64n{n}k32" in gen.render()

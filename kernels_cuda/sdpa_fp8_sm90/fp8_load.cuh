@@ -27,6 +27,15 @@ namespace sdpa_sm90 {
 // the four columns thread t holds in two consecutive 8-column chunks of the S accumulator.
 __host__ __device__ constexpr int vt_key_perm(int L) { return 8 * ((L >> 1) & 1) + 2 * (L >> 2) + (L & 1); }
 
+// Byte offset in a V^T buffer of row d (dim), 16-key group G: panel 0 (G < 8) in 128-byte rows with
+// the 128-byte swizzle (chunk G ^ (d % 8)), panel 1 (BN 192) in 64-byte rows with the 64-byte swizzle
+// (chunk (G - 8) ^ ((d / 2) % 4)).
+template <class T>
+__host__ __device__ __forceinline__ constexpr uint32_t vt_chunk(int d, int G) {
+    if (T::VT_P1_KEYS == 0 || G < 8) return (uint32_t)(d * 128 + ((G ^ (d & 7)) << 4));
+    return (uint32_t)(T::VT_P1_OFF + d * 64 + (((G - 8) ^ ((d >> 1) & 3)) << 4));
+}
+
 // V tile [BN][D] (shared memory, or global memory with keys >= nvalid read as zero) -> V^T.
 // Work item = 16 keys (group G) x 4 dims (4 dq .. 4 dq + 3): 16 word loads, four 4x4 byte
 // transposes, four 16-byte stores (row d of V^T, chunk G).  Bank conflicts: the loads of odd
@@ -58,7 +67,7 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* __restrict__ src
             for (int b = 0; b < 4; ++b)
                 o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], sel), prmt(w[4 * b + 2], w[4 * b + 3], sel), 0x5410u);
             const int d = 4 * dq + (int)dd;
-            *reinterpret_cast<uint4*>(vt + d * 128 + ((G ^ (d & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+            *reinterpret_cast<uint4*>(vt + vt_chunk<T>(d, G)) = make_uint4(o[0], o[1], o[2], o[3]);
         }
     }
 }
@@ -69,16 +78,18 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* __restrict__ src
 // the loads (one 128-byte key row per warp instruction) are conflict-free without the pair swap,
 // and every key sits at a compile-time offset from one base; the store offsets (with the slot
 // rotation that keeps 8 consecutive lanes on 8 chunks) and the byte selectors do not depend on the
-// tile, and item 1 (G + 4) only flips bit 6 of the chunk offset.
+// tile, and item 1 (G + 4) only flips bit 6 of the chunk offset.  BN 192: item 2 (G + 8) lies in
+// V^T's panel 1, with offsets of its own.
 struct VtFastAddr {
     uint32_t ld;        // byte offset of item 0's first key row + 4 dq in the V stage
-    uint32_t st[2][4];  // byte offset in V^T of store s of item it
+    uint32_t st[3][4];  // byte offset in V^T of store s of item it (item 2: BN 192 only)
     uint32_t sel[4];    // prmt selector of store s
 };
 template <class T>
 __device__ __forceinline__ VtFastAddr vt_fast_addr(int ptid) {
-    static_assert(T::D == 128 && T::BN == 128 && T::VT_ITEMS == 2, "VT_FAST: head dim 128, 128-key tiles");
-    VtFastAddr a;
+    static_assert(T::D == 128 && (T::BN == 128 || T::BN == 192) && T::VT_ITEMS == T::BN / 64,
+                  "VT_FAST: head dim 128, 128- or 192-key tiles");
+    VtFastAddr a{};
     const int dq = ptid & 31, G = ptid >> 5;
     a.ld = (uint32_t)(16 * G * T::D + 4 * dq);
     const int rot = (dq >> 1) & 3;
@@ -86,33 +97,43 @@ __device__ __forceinline__ VtFastAddr vt_fast_addr(int ptid) {
     for (int s = 0; s < 4; ++s) {
         const uint32_t dd = (uint32_t)((s + rot) & 3);
         const int d = 4 * dq + (int)dd;
-        a.st[0][s] = (uint32_t)(d * 128 + ((G ^ (d & 7)) << 4));
+        a.st[0][s] = vt_chunk<T>(d, G);
         a.st[1][s] = a.st[0][s] ^ 64u;  // G + 4 = G ^ 4 (G < 4)
+        if constexpr (T::VT_ITEMS == 3) a.st[2][s] = vt_chunk<T>(d, G + 8);
         a.sel[s] = dd | ((dd + 4) << 4);
     }
     return a;
 }
 template <class T>
+__device__ __forceinline__ void vt_fast_store(const uint32_t (&w)[16], uint8_t* vt, const VtFastAddr& a, int it) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        uint32_t o[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+            o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], a.sel[s]), prmt(w[4 * b + 2], w[4 * b + 3], a.sel[s]), 0x5410u);
+        *reinterpret_cast<uint4*>(vt + a.st[it][s]) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+template <class T>
 __device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict__ src, uint8_t* vt, const VtFastAddr& a) {
-    // Both items' 32 words are loaded before the first store (a store would otherwise keep the
-    // second item's loads behind it: the compiler cannot tell V and V^T apart).
+    // Items 0 and 1's 32 words are loaded before the first store (a store would otherwise keep the
+    // second item's loads behind it: the compiler cannot tell V and V^T apart); item 2 (BN 192)
+    // after them, within the producer's registers.
     uint32_t w[2][16];
 #pragma unroll
     for (int it = 0; it < 2; ++it)
 #pragma unroll
-        for (int i = 0; i < 16; ++i)  // item 1: G + 4, 64 keys on
+        for (int i = 0; i < 16; ++i)  // item it: G + 4 it, 64 it keys on
             w[it][i] = *reinterpret_cast<const uint32_t*>(src + a.ld + it * (64 * T::D) + vt_key_perm(i) * T::D);
+    vt_fast_store<T>(w[0], vt, a, 0);
+    if constexpr (T::VT_ITEMS == 3) {
 #pragma unroll
-    for (int it = 0; it < 2; ++it)
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            uint32_t o[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                o[b] = prmt(prmt(w[it][4 * b], w[it][4 * b + 1], a.sel[s]),
-                            prmt(w[it][4 * b + 2], w[it][4 * b + 3], a.sel[s]), 0x5410u);
-            *reinterpret_cast<uint4*>(vt + a.st[it][s]) = make_uint4(o[0], o[1], o[2], o[3]);
-        }
+        for (int i = 0; i < 16; ++i)
+            w[0][i] = *reinterpret_cast<const uint32_t*>(src + a.ld + 2 * (64 * T::D) + vt_key_perm(i) * T::D);
+    }
+    vt_fast_store<T>(w[1], vt, a, 1);
+    if constexpr (T::VT_ITEMS == 3) vt_fast_store<T>(w[0], vt, a, 2);
 }
 
 // Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
@@ -129,7 +150,8 @@ __device__ __forceinline__ void load_k_tile_global(const uint8_t* __restrict__ g
     constexpr int CPR = T::D / 16;  // 16-byte chunks per key row
     constexpr int BATCH = 4;
     static_assert(T::K_CHUNKS_PER_THREAD % BATCH == 0, "batches");
-#pragma unroll
+    // BN 192 (12 chunks per thread): one batch at a time, so that the producer's 72 registers hold it.
+#pragma unroll(T::BN == 192 ? 1 : T::K_CHUNKS_PER_THREAD / BATCH)
     for (int i0 = 0; i0 < T::K_CHUNKS_PER_THREAD; i0 += BATCH) {
         uint4 w[BATCH];
 #pragma unroll
@@ -176,10 +198,21 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
     if constexpr (T::ROWSUM) {
         // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
         // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
-        static_assert(T::NVT * 8 * T::BN / 16 == 128, "one 16-byte chunk per producer thread");
-        const int b = ptid / 64, c = ptid % 64;  // buffer, chunk of its 1024-byte row group
-        const uint32_t w = c < T::BN / 16 ? 0x38383838u : 0u;
-        *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::D * T::BN + 16 * c) = make_uint4(w, w, w, w);
+        // Panel 0: rows of 8 chunks, 1024 bytes per buffer; panel 1 (BN 192): rows of 4, 512 bytes.
+        static_assert(T::NVT == 2, "one panel-0 chunk per producer thread");
+        {
+            const int b = ptid / 64, c = ptid % 64;  // buffer, chunk of its 1024-byte row group
+            const uint32_t w = c < 8 ? 0x38383838u : 0u;
+            *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::D * 128 + 16 * c) = make_uint4(w, w, w, w);
+        }
+        if constexpr (T::VT_P1_KEYS != 0) {
+            if (ptid < 64) {
+                const int b = ptid / 32, c = ptid % 32;
+                const uint32_t w = c < 4 ? 0x38383838u : 0u;
+                *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::VT_P1_OFF + T::D * 64 + 16 * c) =
+                    make_uint4(w, w, w, w);
+            }
+        }
     }
 
     if constexpr (T::ASYNC) {
@@ -187,13 +220,23 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
         constexpr bool kVtFast = T::D == 128 && SDPA_SM90_VT_FAST != 0;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
-        auto issue = [&](int t) {
+        auto issue_k = [&](int t) {
             const int s = t % T::NS;
             mbar_arrive_expect_tx(bar(T::BAR_KFULL + s), T::K_TILE);
             tma_load_3d(smem_u32(kst + s * T::K_TILE), &maps->k, bar(T::BAR_KFULL + s), 0, t * T::BN, bh);
+        };
+        auto issue_v = [&](int t) {
+            const int s = t % T::NS;
             mbar_arrive_expect_tx(bar(T::BAR_VRAW + s), T::V_TILE);
             tma_load_3d(smem_u32(vraw + s * T::V_TILE), &maps->v, bar(T::BAR_VRAW + s), 0, t * T::BN, bh);
         };
+        auto issue = [&](int t) {
+            issue_k(t);
+            issue_v(t);
+        };
+        // Two stages (BN 192): a V stage is refilled as soon as the producer has transposed it (tile
+        // t + NS after tile t), not with its K stage once the consumers release that (tile t - 1 + NS).
+        constexpr bool kEarlyV = T::NS == 2;
         if (ptid == 0) {
             mbar_arrive_expect_tx(bar(T::BAR_Q), T::Q_BYTES);
 #pragma unroll
@@ -223,12 +266,18 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             mbar_arrive(bar(T::BAR_VFULL + b));
             // Refill the stage of the previous tile (its K is usually released by now): every
             // producer thread has read its V (named barrier), the consumers its K (KEMPTY).
+            // kEarlyV: V of tile t + NS into this tile's stage, K of tile t - 1 + NS.
             const int r = t - 1;
-            if (r >= 0 && r + T::NS < nload) {
+            const bool refill_k = r >= 0 && r + T::NS < nload, refill_v = kEarlyV && t + T::NS < nload;
+            if (refill_k || refill_v) {
                 named_barrier<1, 128>();
                 if (ptid == 0) {
-                    mbar_wait(bar(T::BAR_KEMPTY + r % T::NS), (uint32_t)(r / T::NS) & 1u);
-                    issue(r + T::NS);
+                    if (refill_v) issue_v(t + T::NS);
+                    if (refill_k) {
+                        mbar_wait(bar(T::BAR_KEMPTY + r % T::NS), (uint32_t)(r / T::NS) & 1u);
+                        if constexpr (kEarlyV) issue_k(r + T::NS);
+                        else issue(r + T::NS);
+                    }
                 }
             }
         }

@@ -11,6 +11,7 @@
 //   V: the producer's V^T (B operand, K-major).
 #pragma once
 
+#include "epilogue.cuh"  // consumer_wg_barrier
 #include "fp8_load.cuh"
 #include "fp8_traits.cuh"
 #include "mainloop.cuh"  // ConsumerState, ping-pong barriers, split_merge
@@ -32,6 +33,12 @@ template <>
 struct RsE4m3<128> {
     __device__ __forceinline__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int acc) {
         wgmma::rs_e4m3_m64n128k32(d, a, b, acc);
+    }
+};
+template <>
+struct RsE4m3<192> {
+    __device__ __forceinline__ static void run(float (&d)[96], const uint32_t (&a)[4], uint64_t b, int acc) {
+        wgmma::rs_e4m3_m64n192k32(d, a, b, acc);
     }
 };
 
@@ -75,27 +82,57 @@ __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[T::
         }
 }
 
-// S = Q K^T for one warpgroup: D/32 k-steps of m64n128k32, K-major K (+32 bytes per step: +2 in the
-// descriptor's address field).  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
+// Q_SMEM: the warpgroup's E4M3 A fragments written to shared memory at q8 (64 rows of D = 128 bytes,
+// K-major, 128-byte swizzle: the layout the copy engine gives K), for Q K^T from shared memory.
 template <class T>
-__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint64_t kd) {
-    static_assert(T::BN == 128, "one m64n128k32 per k-step");
+__device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[T::D / 32][4], int ctid) {
+    static_assert(T::D == 128, "rows of 128 bytes");
+    const int lane = ctid & 31, warp = ctid >> 5, t = lane & 3;
 #pragma unroll
-    for (int kk = 0; kk < T::D / 32; ++kk) wgmma::rs_e4m3_m64n128k32(s, qa[kk], kd + 2u * kk, kk > 0);
+    for (int kk = 0; kk < T::D / 32; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = 16 * warp + (lane >> 2) + 8 * (e & 1), c = 32 * kk + 16 * (e >> 1) + 4 * t;
+            *reinterpret_cast<uint32_t*>(q8 + swz128(r, c >> 4) + (c & 15)) = qa[kk][e];
+        }
 }
 
-// O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (128-byte rows of keys).
-// vd: the V^T buffer's descriptor (smem_desc(buffer, 16, 1024)).  ROWSUM: then rs = P 1 (this
-// tile's row sums: column 0 of the ones rows below V^T), a fresh accumulator.
+// S = Q K^T for one warpgroup: D/32 k-steps of m64nBNk32, K-major K (+32 bytes per step: +2 in the
+// descriptor's address field).  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
+// Q_SMEM: A from shared memory (qd: smem_desc(q8, 16, 1024)), qa unused.
+template <class T>
+__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint64_t qd,
+                                             uint64_t kd) {
+#pragma unroll
+    for (int kk = 0; kk < T::D / 32; ++kk) {
+        if constexpr (T::Q_SMEM) wgmma::ss_e4m3_m64n192k32(s, qd + 2u * kk, kd + 2u * kk, kk > 0);
+        else RsE4m3<T::BN>::run(s, qa[kk], kd + 2u * kk, kk > 0);
+    }
+}
+
+// Descriptor of k-step kk of a V^T buffer (32 keys) at row `row` (0: V^T; D: the ones rows), a
+// multiple of 8; vd: the buffer's panel-0 descriptor (smem_desc(buffer, 16, 1024): rows of 128 bytes,
+// 128-byte swizzle).  Panel 1 (BN 192: keys 128..191, rows of 64 bytes, 64-byte swizzle) differs from
+// it by a constant: address + VT_P1_OFF, SBO 512 instead of 1024, swizzle field 2 instead of 1 (disjoint
+// fields, none carries).  A k-step adds 32 bytes to the address (+2).
+template <class T>
+__device__ __forceinline__ uint64_t vt_step(uint64_t vd, int kk, int row) {
+    constexpr uint64_t kP1 = (uint64_t)(T::VT_P1_OFF >> 4) - ((uint64_t)((1024 - 512) >> 4) << 32) +
+                             ((uint64_t)(kSwizzle64B - kSwizzle128B) << 62);
+    return kk < 4 ? vd + (uint64_t)(row * 128 / 16 + 2 * kk) : vd + kP1 + (uint64_t)(row * 64 / 16 + 2 * (kk - 4));
+}
+
+// O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (rows of keys).
+// ROWSUM: then rs = P 1 (this tile's row sums: column 0 of the ones rows below V^T), a fresh
+// accumulator.
 template <class T>
 __device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 32][4],
                                              uint64_t vd) {
 #pragma unroll
-    for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], vd + 2u * kk, 1);
+    for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], vt_step<T>(vd, kk, 0), 1);
     if constexpr (T::ROWSUM) {
 #pragma unroll
-        for (int kk = 0; kk < T::BN / 32; ++kk)
-            wgmma::rs_e4m3_m64n8k32(rs, p[kk], vd + (uint64_t)(T::D * T::BN / 16) + 2u * kk, kk > 0);
+        for (int kk = 0; kk < T::BN / 32; ++kk) wgmma::rs_e4m3_m64n8k32(rs, p[kk], vt_step<T>(vd, kk, T::D), kk > 0);
     }
 }
 
@@ -130,8 +167,9 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     const uint64_t kd0 = smem_desc(smem_u32(smem + T::OFF_K), 16, T::K_SBO, T::K_SWIZZLE);
     const uint64_t vd0 = smem_desc(smem_u32(smem + T::OFF_VT), 16, 1024);
     // kNoLoads (diagnostic): every tile reads the first tile's buffers, waited for once.
-    auto kdesc = [&](const Ring<T::NS>& k) { return kd0 + (uint64_t)((kNoLoads ? first % T::NS : k.i) * (T::K_TILE >> 4)); };
-    auto vdesc = [&](const Ring<T::NVT>& v) { return vd0 + (uint64_t)((kNoLoads ? first % T::NVT : v.i) * (T::VT_BYTES >> 4)); };
+    static_assert(T::NS >= 2 && T::NVT >= 2, "first (0 or 1) is its own stage and buffer");
+    auto kdesc = [&](const Ring<T::NS>& k) { return kd0 + (uint64_t)((kNoLoads ? first : k.i) * (T::K_TILE >> 4)); };
+    auto vdesc = [&](const Ring<T::NVT>& v) { return vd0 + (uint64_t)((kNoLoads ? first : v.i) * (T::VT_BYTES >> 4)); };
     auto wait_k = [&](const Ring<T::NS>& k, int t) {
         if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_KFULL + k.i), k.phase);
     };
@@ -150,6 +188,18 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     float qinv[2];
     load_q_e4m3<T>(smem + T::OFF_Q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
     const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
+    // Q_SMEM: this warpgroup's 8 KiB of the fp16 tile (unsplit: its rows of panel 0; split: panel cw)
+    // take its E4M3 rows once every thread that reads them has (split: both warpgroups read all).
+    uint64_t qd = 0;
+    if constexpr (T::Q_SMEM) {
+        uint8_t* q8 = smem + T::OFF_Q + cw * 64 * 128;
+        if constexpr (T::SPLIT) consumers_barrier();
+        else consumer_wg_barrier<T::NCWG>(cw);
+        store_q_e4m3<T>(q8, qa, ctid);
+        fence_proxy_async();
+        consumer_wg_barrier<T::NCWG>(cw);
+        qd = smem_desc(smem_u32(q8), 16, 1024);
+    }
 
 #pragma unroll
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
@@ -164,7 +214,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
             wait_k(kr, t);
             if (t == first) {
                 wgmma_fence();
-                issue_qk_fp8<T>(s, qa, kdesc(kr));
+                issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
                 wgmma_commit();
                 wgmma_wait<0>();
                 fence_regs(s);
@@ -208,7 +258,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
     wait_k(kr, first);
     wgmma_fence();
-    issue_qk_fp8<T>(s, qa, kdesc(kr));
+    issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
     wgmma_commit();
     if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
     wgmma_wait<0>();
@@ -231,7 +281,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
         wait_k(kr, t);
         wgmma_fence();
-        issue_qk_fp8<T>(s, qa, kdesc(kr));
+        issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
         wgmma_commit();
         wait_v(vr, tp);
         issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));

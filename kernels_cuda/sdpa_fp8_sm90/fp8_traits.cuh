@@ -56,6 +56,20 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_ROWSUM_MMA 1
 #endif
 
+// SDPA_SM90_BN_D128 = 192 (default) or 128: keys per K/V tile at head dim 128.  192 (FlashAttention-3
+// takes 224 for FP8 at head dim 128) spreads each tile's fixed costs (row-max shuffles, the O
+// rescale, the turn and the waits) over 1.5x the keys; S takes 96 accumulator registers instead of
+// 64 (Q K^T then reads Q from shared memory: Q_SMEM), and the K/V ring is two stages deep instead of
+// three (shared memory).  V^T is then two panels: keys 0..127 with the 128-byte swizzle, keys
+// 128..191 with the 64-byte swizzle.  On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-bn192,
+// cold p50, one call each) 128 / 192: (1,16,8192,128) 640.8 / 611.4 and 645.4 / 620.0 us,
+// (2,16,2048,128) 98.9 / 98.6 and 98.2 / 98.9.
+#ifndef SDPA_SM90_BN_D128
+#define SDPA_SM90_BN_D128 192
+#endif
+static_assert(SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192, "SDPA_SM90_BN_D128: 128 or 192");
+constexpr uint32_t kSwizzle32B = 3;
+
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
 // instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
@@ -67,25 +81,38 @@ struct Fp8TraitsN {
     static constexpr int ABL = ABL_;
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
-    static constexpr int BN = 128;          // keys per K/V tile: one 128-byte row of V^T
+    static constexpr int BN = D == 128 ? SDPA_SM90_BN_D128 : 128;  // keys per K/V tile (V^T panels below)
     static constexpr int NCWG = NCWG_;      // consumer warpgroups, 64 rows each
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
     static constexpr int THREADS = 128 * (1 + NCWG);
     static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
-    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 64;
+    // setmaxnreg moves registers within what the block got at launch: 65536 / THREADS per thread,
+    // rounded down to 8 (168 with 384 threads, 128 with 512).  BN 192: the producer keeps 72 (its
+    // transpose of three items and, in the baseline, 12 K chunks per thread), the consumers 216.
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : BN == 192 ? 72 : 64;
     static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
-    static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register budget");
+    static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
     // producer fills K); K is read by the consumers' wgmma in place, V by the producer's transpose.
-    static constexpr int NS = D == 64 ? 4 : 3;
+    static constexpr int NS = D == 64 ? 4 : BN == 128 ? 3 : 2;
+    // BN 192: Q K^T takes Q's E4M3 codes from shared memory (each consumer warpgroup writes its 64
+    // rows over its own 8 KiB of the fp16 Q tile once it has read them), not from 16 registers.
+    static constexpr bool Q_SMEM = BN == 192;
+    static_assert(!Q_SMEM || (D == 128 && NCWG == 2), "Q in shared memory as E4M3: head dim 128, two consumer warpgroups");
     static constexpr int NVT = 2;             // transposed V buffers [D][BN]
 
     static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
     static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
     static constexpr int V_TILE = BN * D;               // [BN][D], unswizzled (cpasync only)
     static constexpr bool ROWSUM = SDPA_SM90_ROWSUM_MMA != 0;
-    static constexpr int VT_BYTES = (D + (ROWSUM ? 8 : 0)) * BN;  // [D (+ 8)][BN], 128-byte swizzle, keys permuted
+    // V^T [D (+ 8)][BN], keys permuted: panel 0 = keys 0..127 in rows of 128 bytes (128-byte swizzle);
+    // BN 192: panel 1 = keys 128..191 in rows of 64 bytes (64-byte swizzle), after panel 0.
+    static constexpr int VT_ROWS = D + (ROWSUM ? 8 : 0);
+    static constexpr int VT_P1_KEYS = BN - 128;        // 0 or 64
+    static constexpr int VT_P1_OFF = VT_ROWS * 128;    // panel 1's offset in a buffer
+    static constexpr int VT_BYTES = (VT_ROWS * BN + 1023) / 1024 * 1024;  // a buffer, padded to the 1024-byte atom
     static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
     static constexpr uint32_t K_SBO = 8 * D;            // bytes per 8 key rows
 
@@ -118,6 +145,9 @@ struct Fp8TraitsN {
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(OFF_K % 1024 == 0 && K_TILE % 1024 == 0 && OFF_VT % 1024 == 0 && VT_BYTES % 1024 == 0,
                   "swizzle atoms");
+    static_assert(VT_P1_KEYS == 0 || (VT_P1_KEYS == 64 && VT_P1_OFF % 512 == 0 && (VT_P1_OFF + D * 64) % 512 == 0),
+                  "V^T panel 1: 64 keys, 512-byte atoms");
+    static_assert(BN % 32 == 0 && BN <= 256, "k-steps of 32 keys, one TMA box");
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
     // V transpose: items of 16 keys x 4 dims, (BN / 16) * (D / 4) per tile over 128 threads.
     static constexpr int VT_ITEMS = (BN / 16) * (D / 4) / 128;

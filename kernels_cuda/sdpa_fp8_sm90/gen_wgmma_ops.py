@@ -7,13 +7,15 @@ wrappers are generated rather than typed: `python3 kernels_cuda/sdpa_fp8_sm90/ge
   rs_m64n{N}k16_tb: D(64xN f32) (+)= A(64x16 f16, registers)    * B(16xN f16, smem, MN-major)
   rs_e4m3_m64n{N}k32: D(64xN f32) (+)= A(64x32 e4m3, registers) * B(32xN e4m3, smem, K-major)
                       (FP8 operands: K-major only, no transpose immediates)
+  ss_e4m3_m64n{N}k32: D(64xN f32) (+)= A(64x32 e4m3, smem, K-major) * B(32xN e4m3, smem, K-major)
 """
 
 from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (64, 128)
-RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA)
+SS_E4M3_N = (192,)
+RS_E4M3_N = (8, 64, 128, 192)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192: S at SDPA_SM90_BN_D128=192
 
 
 def regs(first: int, n: int) -> str:
@@ -63,6 +65,19 @@ def rs_e4m3(n: int) -> str:
 '''
 
 
+def ss_e4m3(n: int) -> str:
+    nd = n // 2
+    return f'''__device__ __forceinline__ void ss_e4m3_m64n{n}k32(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "
+        "{{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1;\\n}}\\n"
+        : {outs(nd)}
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}}
+'''
+
+
 def render() -> str:
     """The text of wgmma_ops.cuh."""
     body = [
@@ -87,6 +102,9 @@ def render() -> str:
         "// 16+4t..16+4t+3 of the 32), B (E4M3) from shared memory K-major: S = Q K^T with K [keys][D],",
         "// O += P V with V stored transposed [D][keys].",
         *[rs_e4m3(n) for n in RS_E4M3_N],
+        "// FP8, A and B from shared memory, both K-major: S = Q K^T with Q's E4M3 codes in shared memory",
+        "// (SDPA_SM90_BN_D128=192, where the registers hold no Q fragments).",
+        *[ss_e4m3(n) for n in SS_E4M3_N],
         "}  // namespace wgmma",
         "}  // namespace sdpa_sm90",
         "",
