@@ -26,17 +26,22 @@ def outs(n: int) -> str:
     return ", ".join(f'"+f"(d[{i}])' for i in range(n))
 
 
-def ss(n: int) -> str:
+def _ss(name: str, n: int, instr: str, imm: str) -> str:
+    """A and B both from shared memory (two descriptors); imm: the immediates after the scale-d predicate."""
     nd = n // 2
-    return f'''__device__ __forceinline__ void ss_m64n{n}k16(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
+    return f'''__device__ __forceinline__ void {name}(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 "
-        "{{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.{instr} "
+        "{{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, {imm};\\n}}\\n"
         : {outs(nd)}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 '''
+
+
+def ss(n: int) -> str:
+    return _ss(f"ss_m64n{n}k16", n, f"m64n{n}k16.f32.f16.f16", "1, 1, 0, 0")
 
 
 def rs(n: int) -> str:
@@ -66,16 +71,7 @@ def rs_e4m3(n: int) -> str:
 
 
 def ss_e4m3(n: int) -> str:
-    nd = n // 2
-    return f'''__device__ __forceinline__ void ss_e4m3_m64n{n}k32(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "
-        "{{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1;\\n}}\\n"
-        : {outs(nd)}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-'''
+    return _ss(f"ss_e4m3_m64n{n}k32", n, f"m64n{n}k32.f32.e4m3.e4m3", "1, 1")  # FP8: no transpose immediates
 
 
 def render() -> str:
