@@ -6,7 +6,8 @@
 //
 // One block = 128 query rows of one (b, h) (64 in the split configuration; 192 with three consumer
 // warpgroups, head dim 64, chosen at run time by select_config), three warpgroups (or four):
-//   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys in and decodes them
+//   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys (FP8 build, head dim 128:
+//     192) in and decodes them
 //     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
 //     synchronous global loads), two fp16 buffers deep; gives back registers (setmaxnreg).
 //   warpgroups 1, 2, consumers (mainloop.cuh, softmax.cuh, epilogue.cuh): 64 rows each,
