@@ -34,8 +34,8 @@ from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
 
 # The helpers are check_and_time.py's (the single-build checker this one extends), imported, not copied.
 sys.path.insert(0, str(ROOT / "experiments" / "2026-11-23-sdpa-hopper"))
-from check_and_time import (DEFAULT_SHAPES, check_runner, parse_shape, status_text, time_torch,  # noqa: E402
-                            torch_reference, write_inputs)
+from check_and_time import (DEFAULT_SHAPES, bit_identical_record, check_runner, parse_shape,  # noqa: E402
+                            status_text, time_torch_peers, torch_reference, write_inputs)
 
 
 def main() -> int:
@@ -105,27 +105,15 @@ def main() -> int:
                             log.flush()
                             rows.append(rec)
                             print(f"{shape_s} s{seed} {vname:12s} {impl:8s} {kern:13s} {status_text(rec, timed, flops)}", flush=True)
-                        if ("baseline", kern) in outs and ("cpasync", kern) in outs:
-                            same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
-                            print(f"{shape_s} s{seed} {vname} {kern}: baseline and cpasync bit-identical: {same}", flush=True)
-                            rows.append({"shape": list(shape), "seed": seed, "kernel_req": kern, "label": vname, "bit_identical": same})
-                            log.write(json.dumps(rows[-1]) + "\n")
+                        same = bit_identical_record(outs, kern, shape, seed, shape_s, f"{vname} ", {"label": vname})
+                        if same is not None:
+                            rows.append(same)
+                            log.write(json.dumps(same) + "\n")
             if timed and not args.no_torch:
-                qt = torch.from_numpy(q).to(dev)
-                kt = torch.from_numpy((ref.decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
-                vt = torch.from_numpy((ref.decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
-                from torch.nn.attention import SDPBackend
-                for name, be in (("torch_default", None), ("torch_flash", SDPBackend.FLASH_ATTENTION)):
-                    try:
-                        tm = time_torch(torch, qt, kt, vt, args.iters, args.warmup, be)
-                    except RuntimeError as exc:
-                        tm = {"error": str(exc)[:200]}
-                    rec = {"shape": list(shape), "seed": seed, "impl": name, **tm}
+                for rec in time_torch_peers(torch, dev, q, k, v, ks, vs, shape, seed, shape_s, args.iters,
+                                            args.warmup, flops):
                     rows.append(rec)
                     log.write(json.dumps(rec) + "\n")
-                    if "p50_us" in tm:
-                        print(f"{shape_s} s{seed} {name:22s} p50 {tm['p50_us']:.2f} us {flops / tm['p50_us'] / 1e6:.0f} TF/s", flush=True)
-                del qt, kt, vt
             del expected
             torch.cuda.empty_cache()
             print(f"  ({time.time() - t0:.1f} s)", flush=True)

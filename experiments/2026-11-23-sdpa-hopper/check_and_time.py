@@ -131,6 +131,39 @@ def time_torch(torch, q, k, v, iters: int, warmup: int, backend) -> dict:
     return {"p50_us": float(np.percentile(t, 50)), "p90_us": float(np.percentile(t, 90)), "min_us": float(t[0])}
 
 
+def bit_identical_record(outs: dict, kern: str, shape, seed: int, shape_s: str, tag: str = "",
+                         extra: dict | None = None) -> dict | None:
+    """Whether kernel kern's baseline and cpasync outputs (outs[(impl, kern)]) are the same bits: prints
+    the line and returns the record (None unless both ran); tag goes before the kernel name in the line,
+    extra into the record after "kernel_req"."""
+    if ("baseline", kern) not in outs or ("cpasync", kern) not in outs:
+        return None
+    same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
+    print(f"{shape_s} s{seed} {tag}{kern}: baseline and cpasync bit-identical: {same}", flush=True)
+    return {"shape": list(shape), "seed": seed, "kernel_req": kern, **(extra or {}), "bit_identical": same}
+
+
+def time_torch_peers(torch, dev, q, k, v, ks: float, vs: float, shape, seed: int, shape_s: str, iters: int,
+                     warmup: int, flops: float) -> list[dict]:
+    """torch SDPA (fp16 inputs from the same E4M3 codes: the default backend and the flash backend) timed as
+    time_torch does; prints each p50 and returns the records."""
+    from torch.nn.attention import SDPBackend
+    qt = torch.from_numpy(q).to(dev)
+    kt = torch.from_numpy((ref.decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
+    vt = torch.from_numpy((ref.decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
+    recs = []
+    for name, be in (("torch_default", None), ("torch_flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            tm = time_torch(torch, qt, kt, vt, iters, warmup, be)
+        except RuntimeError as exc:
+            tm = {"error": str(exc)[:200]}
+        recs.append({"shape": list(shape), "seed": seed, "impl": name, **tm})
+        if "p50_us" in tm:
+            print(f"{shape_s} s{seed} {name:22s} p50 {tm['p50_us']:.2f} us {flops / tm['p50_us'] / 1e6:.0f} TF/s", flush=True)
+    del qt, kt, vt
+    return recs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--exe-dir", required=True)
@@ -195,27 +228,15 @@ def main() -> int:
                         log.flush()
                         rows.append(rec)
                         print(f"{shape_s} s{seed} {impl:8s} {kern:13s} {status_text(rec, timed, flops)}", flush=True)
-                    if ("baseline", kern) in outs and ("cpasync", kern) in outs:
-                        same = np.array_equal(outs[("baseline", kern)].view(np.uint16), outs[("cpasync", kern)].view(np.uint16))
-                        print(f"{shape_s} s{seed} {kern}: baseline and cpasync bit-identical: {same}", flush=True)
-                        rows.append({"shape": list(shape), "seed": seed, "kernel_req": kern, "bit_identical": same})
-                        log.write(json.dumps(rows[-1]) + "\n")
+                    same = bit_identical_record(outs, kern, shape, seed, shape_s)
+                    if same is not None:
+                        rows.append(same)
+                        log.write(json.dumps(same) + "\n")
             if timed and not args.no_torch:
-                qt = torch.from_numpy(q).to(dev)
-                kt = torch.from_numpy((ref.decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
-                vt = torch.from_numpy((ref.decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
-                from torch.nn.attention import SDPBackend
-                for name, be in (("torch_default", None), ("torch_flash", SDPBackend.FLASH_ATTENTION)):
-                    try:
-                        tm = time_torch(torch, qt, kt, vt, args.iters, args.warmup, be)
-                    except RuntimeError as exc:
-                        tm = {"error": str(exc)[:200]}
-                    rec = {"shape": list(shape), "seed": seed, "impl": name, **tm}
+                for rec in time_torch_peers(torch, dev, q, k, v, ks, vs, shape, seed, shape_s, args.iters,
+                                            args.warmup, flops):
                     rows.append(rec)
                     log.write(json.dumps(rec) + "\n")
-                    if "p50_us" in tm:
-                        print(f"{shape_s} s{seed} {name:22s} p50 {tm['p50_us']:.2f} us {flops / tm['p50_us'] / 1e6:.0f} TF/s", flush=True)
-                del qt, kt, vt
             del expected
             torch.cuda.empty_cache()
             print(f"  ({time.time() - t0:.1f} s)", flush=True)
