@@ -68,7 +68,6 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_BN_D128 192
 #endif
 static_assert(SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192, "SDPA_SM90_BN_D128: 128 or 192");
-constexpr uint32_t kSwizzle32B = 3;
 
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
 // instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
