@@ -2,9 +2,12 @@
 
 tests/native/sdpa_sm90_select.cu calls the same select_config the runner calls, compiled with nvcc
 for a virtual architecture below sm_90 (empty kernel bodies, nothing launched), and prints the launch
-configuration per (B, H, S, D, num_sms, --split, policy).  Head dim 64: two or three consumer
+configuration per (B, H, S, D, num_sms, --split, policy, plan).  Head dim 64: two or three consumer
 warpgroups is a run-time choice (SDPA_SM90_NCWG3_D64 = the policy: 0 two, 1 three from one full wave
-of three-warpgroup blocks, 2 three), with the split rule on top.
+of three-warpgroup blocks, 2 three), with the split rule on top.  Then the tile plan
+(SDPA_SM90_TILE_PLAN, tile_plan.cuh): 0 full tiles of BM rows only, 1 full tiles then short ones of
+BM - 64 rows as a makespan model chooses, 2 short tiles only; the program checks with the kernel's
+own block_tile that the blocks cover every row of every head exactly once.
 """
 
 import json
@@ -33,8 +36,9 @@ def _compile(tmp_path_factory, name: str, *defines: str):
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
-    def run(cases):
-        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol}\n" for (b, h, s, d), sms, split, pol in cases)
+    def run(cases, plan: int = 0):
+        """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below)."""
+        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan}\n" for (b, h, s, d), sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
 
@@ -98,6 +102,7 @@ def test_every_policy_and_override_follows_the_rule(fp8):
     got = fp8(cases)
     bad = [(c, _pick(r), expected(*c)) for c, r in zip(cases, got) if _pick(r) != expected(*c)]
     assert not bad, bad[:5]
+    assert all(r["cover"] for r in got)
     # the two head-dim-64 unsplit kernels are distinct entry points; head dim 128 never has three
     funcs = {(r["ncwg"], r["split"], c[0][3]): r["func"] for c, r in zip(cases, got)}
     assert len({funcs[(2, 1, 64)], funcs[(3, 1, 64)], funcs[(2, 2, 64)]}) == 3
@@ -121,6 +126,55 @@ def test_fp16_build_has_two_warpgroups_only(tmp_path_factory):
     got = run(cases)
     assert {r["kernel"] for r in got} == {"wgmma_sm90"}
     assert [_pick(r) for r in got] == [expected(s, sms, 0, pol, fp8=False) for s, sms, _, pol in cases]
+
+
+def test_fp16_build_keeps_full_tiles(tmp_path_factory):
+    run = _compile(tmp_path_factory, "fp16_plan", "SDPA_SM90_FP8=0")
+    cases = [(s, 132, 0, 1) for s in SHAPES]
+    for plan in (1, 2):
+        got = run(cases, plan)
+        assert [r["tiles"][1] for r in got] == [0] * len(SHAPES)
+        assert [_pick(r) for r in got] == [expected(s, 132, 0, 1, fp8=False) for s in SHAPES]
+        assert all(r["cover"] for r in got)
+
+
+def test_every_tile_plan_covers_every_row_once(fp8):
+    """Plans 1 and 2 at odd and even sizes, SM counts and policies: the blocks cover each row of each
+    head once, a three-warpgroup block runs as many warpgroups as its rows need, and short tiles only
+    appear in the three-warpgroup kernel."""
+    shapes = [(b, h, s, d) for d in (64, 128) for (b, h) in ((1, 1), (1, 8), (2, 10), (3, 22), (4, 33))
+              for s in (1, 63, 64, 65, 128, 129, 192, 193, 255, 256, 384, 777, 1000, 2048)]
+    cases = [(s, sms, split, pol) for s in shapes for sms in (132, 114, 66) for split in (0, 1) for pol in (1, 2)]
+    for plan in (1, 2):
+        got = fp8(cases, plan)
+        bad = [(c, r) for c, r in zip(cases, got) if not r["cover"] or (r["split"] == 2 and r["tiles"][1])]
+        assert not bad, bad[:3]
+        # short tiles only in the three-warpgroup kernel; plan 2: nothing else there
+        assert all(r["tiles"][1] == 0 for r in got if r["ncwg"] != 3)
+        assert all(r["nc"][0] == 0 and r["nc"][2] == 0 for r in got if r["ncwg"] == 2)  # "nc": blocks of 1, 2, 3
+        if plan == 2:
+            assert all(r["tiles"][0] == 0 for r in got if r["ncwg"] == 3)
+
+
+def test_tile_plan_at_the_listed_shapes(fp8):
+    """Plan 1 on 132 SMs: (2,16,2048,64) takes 8 tiles of 192 rows and 4 of 128 per head (256 blocks
+    of three warpgroups, then 128 of two in the last wave) instead of 11 of 192 (352: 2.67 waves);
+    (8,8,1024,64) 4 and 2; (4,32,4096,64) moves its 64-row remainder to the end of the grid; head dim
+    128 at (2,16,2048,128) and (1,16,8192,128) keeps full tiles; the split mission shape is unchanged."""
+    shapes = [(2, 16, 2048, 64), (8, 8, 1024, 64), (4, 32, 4096, 64), (2, 16, 2048, 128), (1, 16, 8192, 128),
+              (1, 8, 512, 64)]
+    got = fp8([(s, 132, 0, 1) for s in shapes], 1)
+    assert [r["tiles"] for r in got] == [[8, 4], [4, 2], [21, 1], [16, 0], [64, 0], [8, 0]]
+    assert [r["grid"] for r in got] == [384, 384, 2816, 512, 1024, 64]
+    assert got[0]["nc"] == [0, 128, 256] and got[2]["nc"] == [128, 0, 2688]
+    default = fp8([(s, 132, 0, 1) for s in shapes], -1)  # the build's default is plan 1
+    assert [(r["tiles"], r["grid"]) for r in default] == [(r["tiles"], r["grid"]) for r in got]
+    # plan 0: the grids of every build before the plan
+    assert [r["grid"] for r in fp8([(s, 132, 0, 1) for s in shapes], 0)] == [352, 384, 2816, 512, 1024, 64]
+
+
+def test_bad_tile_plan_is_an_error(fp8):
+    assert fp8([((1, 1, 1, 64), 132, 0, 1)], 3) == [{"error": "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"}]
 
 
 def test_the_build_default_is_the_wave_rule(fp8):

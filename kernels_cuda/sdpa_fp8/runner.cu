@@ -30,7 +30,8 @@
 // --split picks the intra-block split-KV config (0 = heuristic, 1 = unsplit, 2 / 4 = KV groups);
 // --ablate runs a diagnostic kernel (no_compute: loads/decode only; no_loads: math only; the
 // output is then NOT a correct result).  When either flag is given, the JSON line carries
-// the extra keys "ablate", "split" and "bn" (without them it is exactly the old line).
+// the extra keys "ablate", "split", "bn" and "tiles" (the Hopper kernel's full and short tiles per head,
+// tile_plan.cuh; without the flags it is exactly the old line).
 // --soak N (stress): after the output run, N more launches round-robin over K streams in flight
 // at once, each into its own freshly poisoned buffer, each compared bit for bit on the GPU with
 // the output run; the line then carries "soak_launches", "soak_streams" and
@@ -233,7 +234,7 @@ int main(int argc, char** argv) {
     const char* why = nullptr;
     sdpa_fp8::LaunchInfo li;   // mma_sync_sm80
     const void* func = nullptr;
-    int grid = 0, block = 0, smem = 0, li_ablate = ablate, li_split = 1, li_bn = 0;
+    int grid = 0, block = 0, smem = 0, li_ablate = ablate, li_split = 1, li_bn = 0, li_full = 0, li_short = 0;
 #if SDPA_SM90A
     sdpa_sm90::LaunchInfo l90;
     sdpa_sm90::TileMaps maps90;
@@ -242,6 +243,7 @@ int main(int argc, char** argv) {
 #if SDPA_SM90A
         if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
         func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
+        li_full = l90.plan.full; li_short = l90.plan.nshort;
 #endif
     } else {
         if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
@@ -356,7 +358,8 @@ int main(int argc, char** argv) {
     std::string extra;
     if (extra_keys)  // only on request: the driver's line schema has no such keys
         extra = std::string(",\"ablate\":\"") + kAblNames[li_ablate] + "\",\"split\":" + std::to_string(li_split) +
-                ",\"bn\":" + std::to_string(li_bn);
+                ",\"bn\":" + std::to_string(li_bn) + ",\"tiles\":[" + std::to_string(li_full) + "," +
+                std::to_string(li_short) + "]";
     if (soak > 0)
         extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);

@@ -20,6 +20,7 @@
 #include "fp8_traits.cuh"
 #include "ptx.cuh"
 #include "tile_load.cuh"  // TileMaps, load_q_rows_global
+#include "tile_plan.cuh"
 
 namespace sdpa_sm90 {
 
@@ -187,7 +188,7 @@ __device__ __forceinline__ void load_v_tile_global(const uint8_t* __restrict__ g
 
 // The producer warpgroup's whole job for one block.
 template <class T>
-__device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const TileMaps* maps,
+__device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const TileMaps* maps, const TilePlan& plan,
                                              const uint8_t* __restrict__ Kg /* this head's */,
                                              const uint8_t* __restrict__ Vg, int S, int m0, int bh, int ntiles) {
     const int ptid = threadIdx.x;  // 0..127
@@ -246,12 +247,12 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             if constexpr (SDPA_SM90_L2_PREFETCH_NEXT != 0 && T::ABL == kAblNone) {
                 const int nb = (int)blockIdx.x + maps->next_stride;
                 if (maps->next_stride > 0 && nb < (int)gridDim.x) {
-                    const int mb = (S + T::BM - 1) / T::BM, nm0 = (nb % mb) * T::BM, nbh = nb / mb;
+                    const BlockTile next = block_tile<T>(nb, plan, S);
 #pragma unroll
-                    for (int p = 0; p < T::PANELS; ++p) tma_prefetch_l2_3d(&maps->q, 64 * p, nm0, nbh);
+                    for (int p = 0; p < T::PANELS; ++p) tma_prefetch_l2_3d(&maps->q, 64 * p, next.m0, next.bh);
                     for (int t = 0; t < ntiles && t < T::NS; ++t) {
-                        tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, nbh);
-                        tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, nbh);
+                        tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, next.bh);
+                        tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, next.bh);
                     }
                 }
             }

@@ -152,9 +152,13 @@ struct Ring {
     }
 };
 
-template <class T>
+// NC: the consumer warpgroups that run in this block (T::NCWG, or fewer for a tile with fewer rows:
+// block_tile, kernel.cuh), a compile-time count so that the full blocks' loop is the one without the
+// choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
+template <class T, int NC>
 __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
                                                       int S, int ntiles, float scale_log2) {
+    static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
@@ -250,17 +254,24 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
     auto softmax_step = [&] { st.sm.template step_rows<true, kPoly, !T::ROWSUM>(s, sc, kPExp2Bias, alpha); };
     auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
-    // The last consumer warpgroup starts by passing a turn (warpgroup 0 issues first) and skips its
-    // last pass (every turn passed is taken).
-    if (T::PINGPONG && cw == T::NCWG - 1) pingpong_pass_turn<T::NCWG>(cw);
+    // Ping-pong among the NC warpgroups that run: the last one starts by passing a turn (warpgroup 0
+    // issues first) and skips its last pass (every turn passed is taken).  One takes no turns.
+    constexpr bool kPingPong = T::PINGPONG && NC > 1;
+    auto wait_turn = [&] {
+        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+    };
+    auto pass_turn = [&] {
+        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+    };
+    if (cw == NC - 1) pass_turn();
 
     // ---- first tile: S, softmax, P ---------------------------------------------------------
-    if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
+    wait_turn();
     wait_k(kr, first);
     wgmma_fence();
     issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
     wgmma_commit();
-    if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
+    pass_turn();
     wgmma_wait<0>();
     fence_regs(s);
     release_k(kr);
@@ -278,7 +289,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         fence_regs(p);
         // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
         // experiments/2026-11-23-sdpa-fp8-profile.)
-        if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
+        wait_turn();
         wait_k(kr, t);
         wgmma_fence();
         issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
@@ -286,7 +297,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         wait_v(vr, tp);
         issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
         wgmma_commit();
-        if constexpr (T::PINGPONG) pingpong_pass_turn<T::NCWG>(cw);
+        pass_turn();
         wgmma_wait<1>();
         fence_regs(s);
         release_k(kr);
@@ -311,12 +322,12 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     fence_regs(st.o);
     if constexpr (T::ROWSUM) fence_regs(rs);
     fence_regs(p);
-    if constexpr (T::PINGPONG) pingpong_wait_turn<T::NCWG>(cw);
+    wait_turn();
     wait_v(vr, tp);
     wgmma_fence();
     issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
     wgmma_commit();
-    if (T::PINGPONG && (T::NCWG == 2 ? cw == 0 : cw != T::NCWG - 1)) pingpong_pass_turn<T::NCWG>(cw);
+    if (NC == 2 ? cw == 0 : cw != NC - 1) pass_turn();
     wgmma_wait<0>();
     fence_regs(st.o);
     if constexpr (T::ROWSUM) fence_regs(rs);

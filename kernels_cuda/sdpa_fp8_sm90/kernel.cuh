@@ -5,7 +5,8 @@
 //   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
 //
 // One block = 128 query rows of one (b, h) (64 in the split configuration; 192 with three consumer
-// warpgroups, head dim 64, chosen at run time by select_config), three warpgroups (or four):
+// warpgroups, head dim 64, chosen at run time by select_config, or 128 in a short tile of that kernel:
+// tile_plan.cuh), three warpgroups (or four):
 //   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys (FP8 build, head dim 128:
 //     192) in and decodes them
 //     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
@@ -31,6 +32,7 @@
 #include "mainloop.cuh"
 #include "ptx.cuh"
 #include "tile_load.cuh"
+#include "tile_plan.cuh"
 #include "traits.cuh"
 
 // Which matrix products the Hopper kernel runs (compile time; see README.md "Variants"):
@@ -59,7 +61,7 @@ constexpr bool kHasNcwg3 = KernelTraits<64, kAsync, kAblNone, false, 3>::NCWG ==
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
 sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
-                     const uint8_t* __restrict__ V, __half* __restrict__ O, int S, int mblocks, float scale_log2,
+                     const uint8_t* __restrict__ V, __half* __restrict__ O, int S, TilePlan plan, float scale_log2,
                      float out_scale) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -71,14 +73,17 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     if (threadIdx.x == 0) {
         mbar_init(bar(T::BAR_Q), 1);
         if constexpr (T::FP8) {
+            // One arrival per consumer warp that runs (unsplit: the tile's nc warpgroups).
+            int consumer_warps = T::CONSUMER_WARPS;
+            if constexpr (kShortTiles<T>) consumer_warps = 4 * block_tile<T>(blockIdx.x, plan, S).nc;
             for (int s = 0; s < T::NS; ++s) {
                 mbar_init(bar(T::BAR_KFULL + s), T::ASYNC ? 1 : 128);  // copy engine (+ bytes) or 128 producer threads
                 mbar_init(bar(T::BAR_VRAW + s), 1);
-                mbar_init(bar(T::BAR_KEMPTY + s), T::CONSUMER_WARPS);
+                mbar_init(bar(T::BAR_KEMPTY + s), consumer_warps);
             }
             for (int b = 0; b < T::NVT; ++b) {
                 mbar_init(bar(T::BAR_VFULL + b), 128);
-                mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
+                mbar_init(bar(T::BAR_VEMPTY + b), consumer_warps);
             }
         } else {
             for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
@@ -100,23 +105,25 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 
     // Block coordinates are computed inside each role, after the register reallocation, so
     // that nothing is live across it.
-    auto coords = [&](int& m0, int& bh, int& ntiles, size_t& head) {
-        m0 = (int)(blockIdx.x % (unsigned)mblocks) * T::BM;
-        bh = (int)(blockIdx.x / (unsigned)mblocks);
+    auto coords = [&](BlockTile& tile, int& ntiles, size_t& head) {
+        tile = block_tile<T>(blockIdx.x, plan, S);
         ntiles = (S + T::BN - 1) / T::BN;
-        head = (size_t)bh * S * T::D;
+        head = (size_t)tile.bh * S * T::D;
     };
-    int m0, bh, ntiles;
+    BlockTile tile;
+    int ntiles;
     size_t head;
     if (threadIdx.x < 128) {
         regs_dealloc<T::PRODUCER_REGS>();
-        coords(m0, bh, ntiles, head);
-        if constexpr (T::FP8) producer_fp8<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
-        else producer<T>(smem, bars, &maps, K + head, V + head, S, m0, bh, ntiles);
+        coords(tile, ntiles, head);
+        if constexpr (T::FP8) producer_fp8<T>(smem, bars, &maps, plan, K + head, V + head, S, tile.m0, tile.bh, ntiles);
+        else producer<T>(smem, bars, &maps, K + head, V + head, S, tile.m0, tile.bh, ntiles);
     } else {
         regs_alloc<T::CONSUMER_REGS>();
-        coords(m0, bh, ntiles, head);
+        coords(tile, ntiles, head);
         const int cw = threadIdx.x / 128 - 1;
+        if (cw >= tile.nc) return;  // rows this block does not have (a short tile or the end of S)
+        const int m0 = tile.m0;
         if constexpr (T::ASYNC) {
             mbar_wait(bar(T::BAR_Q), 0);
         } else if constexpr (T::SPLIT) {
@@ -127,7 +134,15 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
             consumer_wg_barrier<T::NCWG>(cw);
         }
         ConsumerState<T> st;
-        if constexpr (T::FP8) consumer_mainloop_fp8<T>(st, smem, bars, cw, S, ntiles, scale_log2);
+        if constexpr (T::FP8 && kShortTiles<T>) {
+            // Full blocks run the loop of all three warpgroups; a tile with fewer rows the loop of as
+            // many as it has.
+            if (tile.nc == 3) consumer_mainloop_fp8<T, 3>(st, smem, bars, cw, S, ntiles, scale_log2);
+            else if (tile.nc == 2) consumer_mainloop_fp8<T, 2>(st, smem, bars, cw, S, ntiles, scale_log2);
+            else consumer_mainloop_fp8<T, 1>(st, smem, bars, cw, S, ntiles, scale_log2);
+        } else if constexpr (T::FP8) {
+            consumer_mainloop_fp8<T, T::NCWG>(st, smem, bars, cw, S, ntiles, scale_log2);
+        }
         else consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
         if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
     }
@@ -149,6 +164,7 @@ struct LaunchInfo {
     int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
     int num_sms = 0;  // the SM count select_config was given
     int ablate = kAblNone;
+    TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); grid = (full + nshort) * BH
 };
 
 template <int D, int ABL, bool SPLIT, int NCWG>
@@ -157,6 +173,7 @@ inline LaunchInfo info_for(int BH, int S) {
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
+    li.plan = make_tile_plan((S + T::BM - 1) / T::BM, 0, BH);
     li.grid = (int)(((long long)S + T::BM - 1) / T::BM * BH);
     li.block = T::THREADS;
     li.smem = T::SMEM;
@@ -184,9 +201,11 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // ncwg_policy (SDPA_SM90_NCWG3_D64, fp8_traits.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
+// Then, unsplit in the FP8 build, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
-                          const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64) {
+                          const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
+                          int plan_policy = SDPA_SM90_TILE_PLAN) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (split_override < 0 || split_override > 2) {
@@ -194,6 +213,7 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         return false;
     }
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
+    if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
     // Unsplit blocks with two consumer warpgroups (128 rows; the largest unsplit grid) and, where
     // this build has them at this head dim, three (192 rows).
     const int bm2 = KernelTraits<64, kAsync, kAblNone, false>::BM;
@@ -217,6 +237,10 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
+    if (SDPA_SM90_FP8 && li->split == 1) {
+        li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, plan_policy);
+        li->grid = (li->plan.full + li->plan.nshort) * BH;  // <= the split grid, checked above
+    }
     return true;
 }
 
@@ -273,8 +297,8 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
 inline cudaError_t launch(const LaunchInfo& li, const TileMaps& maps, const __half* q, const uint8_t* k,
                           const uint8_t* v, __half* o, int S, float k_scale, float v_scale, cudaStream_t stream) {
     const float scale_log2 = k_scale * 1.4426950408889634f / sqrtf((float)li.D);
-    int mblocks = (S + li.bm - 1) / li.bm;
-    void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&S, (void*)&mblocks,
+    TilePlan plan = li.plan;
+    void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&S, (void*)&plan,
                     (void*)&scale_log2, (void*)&v_scale};
     cudaError_t e = cudaLaunchKernel(li.func, dim3(li.grid), dim3(li.block), args, (size_t)li.smem, stream);
     if (e != cudaSuccess) return e;

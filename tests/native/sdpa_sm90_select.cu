@@ -1,26 +1,63 @@
 // Host-only check of the Hopper SDPA kernel's configuration choice (sdpa_sm90::select_config in
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
-// launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy";
-// policy -1 = the build's default): the launch configuration select_config gives, or its error.
+// launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
+// plan"; policy / plan -1 = the build's default): the launch configuration select_config gives, or
+// its error, with what the blocks of its tile plan cover (block_tile, the kernel's own mapping):
+// "cover" = every row of every head in exactly one block, "nc" = blocks per number of consumer
+// warpgroups with rows.
 #include <cstdio>
+#include <vector>
 
 #include "../../kernels_cuda/sdpa_fp8_sm90/kernel.cuh"
 
+template <class T>
+static void cover(const sdpa_sm90::LaunchInfo& li, int BH, int S, bool* ok, int (&nc)[4]) {
+    std::vector<unsigned char> seen((size_t)BH * S, 0);
+    *ok = li.grid == (li.plan.full + li.plan.nshort) * BH && li.plan.full_blocks == li.plan.full * BH;
+    for (int b = 0; b < li.grid && *ok; ++b) {
+        const sdpa_sm90::BlockTile t = sdpa_sm90::block_tile<T>(b, li.plan, S);
+        const int rows = b < li.plan.full_blocks ? T::BM : T::BM - 64;
+        if (t.bh < 0 || t.bh >= BH || t.m0 < 0 || t.m0 >= S || t.nc < 1 || t.nc > T::NCWG) { *ok = false; break; }
+        const int end = t.m0 + rows < S ? t.m0 + rows : S;
+        const int want = sdpa_sm90::kShortTiles<T> ? (end - t.m0 + 63) / 64 : T::NCWG;  // warpgroups that run
+        if (t.nc != want) { *ok = false; break; }
+        ++nc[t.nc];
+        for (int r = t.m0; r < end; ++r) {
+            unsigned char& c = seen[(size_t)t.bh * S + r];
+            if (c) *ok = false;
+            c = 1;
+        }
+    }
+    for (unsigned char c : seen)
+        if (!c) *ok = false;
+}
+
 int main() {
     long long B, H, S;
-    int D, sms, split, policy;
-    while (std::scanf("%lld %lld %lld %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy) == 7) {
+    int D, sms, split, policy, plan;
+    while (std::scanf("%lld %lld %lld %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan) == 8) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
-        const bool ok = policy < 0 ? sdpa_sm90::select_config((int)(B * H), (int)S, D, sms, split, 0, &li, &err)
-                                   : sdpa_sm90::select_config((int)(B * H), (int)S, D, sms, split, 0, &li, &err, policy);
-        if (!ok) {
+        const int BH = (int)(B * H);
+        const int pol = policy < 0 ? SDPA_SM90_NCWG3_D64 : policy;
+        const int pl = plan < 0 ? SDPA_SM90_TILE_PLAN : plan;
+        if (!sdpa_sm90::select_config(BH, (int)S, D, sms, split, 0, &li, &err, pol, pl)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
-        std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\"}\n",
-                    sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.split, li.ncwg, li.smem, li.func);
+        bool ok = false;
+        int nc[4] = {0, 0, 0, 0};
+        using namespace sdpa_sm90;
+        if (D == 64 && li.split == 2) cover<KernelTraits<64, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
+        else if (D == 64 && li.ncwg == 3) cover<KernelTraits<64, kAsync, kAblNone, false, 3>>(li, BH, (int)S, &ok, nc);
+        else if (D == 64) cover<KernelTraits<64, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
+        else if (li.split == 2) cover<KernelTraits<128, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
+        else cover<KernelTraits<128, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
+        std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
+                    "\"tiles\":[%d,%d],\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
+                    sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.split, li.ncwg, li.smem, li.func, li.plan.full,
+                    li.plan.nshort, ok ? "true" : "false", nc[1], nc[2], nc[3]);
     }
     return 0;
 }
