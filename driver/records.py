@@ -194,6 +194,8 @@ class SdpaLine(Record):
     ablate: Literal["none", "no_compute", "no_loads"] = "none"  # --ablate: the output is NOT a result
     split: int | None = Field(default=None, ge=1)  # --split: KV groups per block
     bn: int | None = Field(default=None, ge=1)  # keys per tile of the config that ran
+    # The Hopper kernel's full and short row tiles per (b, h) (tile_plan.cuh; [0, 0] for mma_sync_sm80)
+    tiles: Annotated[list[NonNegativeInt], Field(min_length=2, max_length=2)] | None = None
     soak_launches: NonNegativeInt = 0  # --soak: launches after the output run, each compared bit for bit with it
     soak_streams: int = Field(default=1, ge=1)
     soak_mismatched_elements: NonNegativeInt = 0
