@@ -15,6 +15,14 @@ def test_parse_sanitizer_reads_the_summary_line_only():
     assert sanitizer.parse_sanitizer(UPSTREAM_MEMCHECK.read_text()) == 323
 
 
+def test_first_report_is_the_opening_lines_of_the_first_error():
+    first = sanitizer.first_report(UPSTREAM_MEMCHECK.read_text())
+    assert first.startswith("Invalid __global__ write of size 16 bytes | at allreduce_1stage_float32")
+    assert "by thread (160,0,0) in block (0,0,0)" in first and "Host Frame" not in first
+    assert len(first) <= 600
+    assert sanitizer.first_report("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == ""
+
+
 def test_parse_sanitizer_clean_and_missing():
     assert sanitizer.parse_sanitizer("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == 0
     assert sanitizer.parse_sanitizer("========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n") == 2

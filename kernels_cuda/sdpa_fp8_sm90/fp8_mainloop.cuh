@@ -333,6 +333,10 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     if constexpr (T::ROWSUM) fence_regs(rs);
     release_v(vr);
     if constexpr (T::ROWSUM) take_rowsum(nullptr);
+    // The epilogue writes O over this warpgroup's Q rows. With turns, the turn barriers order every
+    // thread's reads of them (load_q_e4m3) before; without (one warpgroup running), this does
+    // (racecheck found the hazard in the one-warpgroup tiles of the three-warpgroup kernel).
+    if constexpr (!kPingPong && !T::SPLIT) consumer_wg_barrier<T::NCWG>(cw);
 }
 
 }  // namespace sdpa_sm90

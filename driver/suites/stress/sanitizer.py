@@ -31,6 +31,23 @@ def parse_sanitizer(output: str) -> int | None:
     return sum(counts) if counts else None
 
 
+def first_report(output: str, max_chars: int = 600) -> str:
+    """The tool's first report (its opening lines, e.g. "Race reported between Read access at ... and
+    Write access at ..."), for the record's detail: without it a failed gate says how many hazards but
+    not where."""
+    lines: list[str] = []
+    for raw in output.splitlines():
+        if not raw.startswith("========="):
+            continue
+        text = raw.removeprefix("=========").strip()
+        if not text or text.startswith(("COMPUTE-SANITIZER", "Saved host backtrace", "Host Frame")) or _SUMMARY.search(raw):
+            if lines and not text:
+                break  # a blank "=========" line ends the first report
+            continue
+        lines.append(text)
+    return " | ".join(lines)[:max_chars]
+
+
 def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: str, dev: DeviceInfo,
              sha: str) -> ArchivedRecord:
     """One run under one tool. The record counts hazards only: the run's results are not checked
@@ -56,4 +73,6 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
                       hazards=None if why else hazards, seconds=res.seconds, detail=f"not measured: {why}" if why else "")
     if why:
         return stress_record(dev, sha, line, Verdict(status="not_measured", reasons=[why]))
+    if hazards:
+        line = line.model_copy(update={"detail": f"first report: {first_report(out)}"})
     return stress_record(dev, sha, line, checked_verdict([f"{hazards} hazard(s)/error(s)"] if hazards else []))
