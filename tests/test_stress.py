@@ -23,6 +23,15 @@ def test_first_report_is_the_opening_lines_of_the_first_error():
     assert sanitizer.first_report("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == ""
 
 
+def test_first_report_of_a_racecheck_warning():
+    # racecheck on the FP8 SDPA runner before 94d46f2, 1x H100, 2026-11-23 (tests/data/captured/README.md)
+    out = (ROOT / "tests" / "data" / "captured" / "sdpa_racecheck_h100.txt").read_text()
+    assert sanitizer.parse_sanitizer(out) == 2
+    first = sanitizer.first_report(out)
+    assert first.startswith("Warning: Race reported between Read access at void sdpa_sm90::load_q_e4m3")
+    assert "| and Write access at void sdpa_sm90::epilogue" in first and "+0xfb0" not in first  # the first only
+
+
 def test_parse_sanitizer_clean_and_missing():
     assert sanitizer.parse_sanitizer("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == 0
     assert sanitizer.parse_sanitizer("========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n") == 2
