@@ -16,7 +16,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 #include <functional>
 #include <queue>
 #include <vector>
@@ -73,28 +72,23 @@ __host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& 
     return t;
 }
 
-// Time of a block with nc of ncwg consumer warpgroups running, relative to a full one (index
-// [ncwg][nc]).  The consumers are latency-bound, so a block with fewer warpgroups is not
+// Time of a three-warpgroup block with nc consumer warpgroups running, relative to a full one
+// (kBlockCost[nc]).  The consumers are latency-bound, so a block with fewer warpgroups is not
 // proportionally shorter.  From plan 2 against plan 0 on 1x H100 (cold p50 per wave,
-// experiments/2026-11-23-sdpa-tile-plan run 1): two of three warpgroups 0.82 at (2,16,2048,64) and
-// 0.83 at (4,32,4096,64); one of two 0.70 at (2,16,2048,128) and 0.72 at (1,16,8192,128); one of
-// three not measured: 0.71 x 0.82.
-constexpr double kBlockCost[4][4] = {
-    {0, 0, 0, 0},
-    {0, 1, 0, 0},
-    {0, 0.71, 1, 0},
-    {0, 0.58, 0.82, 1},
-};
+// experiments/2026-11-23-sdpa-tile-plan run 1): two warpgroups 0.82 at (2,16,2048,64) and 0.83 at
+// (4,32,4096,64); one not measured in this kernel, taken as 0.82 x 0.71 (one of two warpgroups in the
+// two-warpgroup kernel: 0.70 at (2,16,2048,128), 0.72 at (1,16,8192,128)).
+constexpr double kBlockCost[4] = {0, 0.58, 0.82, 1};
 
-// Makespan of `plan` in units of a full block: blocks taken in index order by the first free SM
-// (one block per SM at a time: every configuration fills an SM's registers).
-inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, int ncwg, int num_sms) {
+// Makespan of `plan` (blocks of bm rows, bm - 64 in short tiles) in units of a full block: blocks taken
+// in index order by the first free SM (one block per SM at a time: the kernel fills an SM's registers).
+inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, int num_sms) {
     std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
     for (int i = 0; i < num_sms; ++i) free_at.push(0.0);
     double end = 0.0;
     auto run = [&](int rows) {
-        const int nc = std::max(1, std::min(ncwg, (rows + 63) / 64));
-        const double t = free_at.top() + kBlockCost[ncwg][nc];
+        const int nc = std::max(1, std::min(3, (rows + 63) / 64));
+        const double t = free_at.top() + kBlockCost[nc];
         free_at.pop();
         free_at.push(t);
         end = std::max(end, t);
@@ -108,7 +102,7 @@ inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, in
 
 inline TilePlan make_tile_plan(int full, int nshort, int BH) { return TilePlan{full, nshort, full * BH}; }
 
-// The plan for an unsplit grid of BH heads x S rows, blocks of bm rows (ncwg warpgroups), on
+// The plan for an unsplit grid of BH heads x S rows, blocks of bm rows and ncwg consumer warpgroups, on
 // num_sms SMs.  policy 1: of every split of S into `full` tiles of bm rows and the rest in tiles of
 // bm - 64, the one of least simulated makespan (ties: the fewest blocks); grids of more than
 // kMaxPlanWaves waves of full tiles (whose last wave costs little) and the other kernels keep full
@@ -125,11 +119,11 @@ inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, i
     if (policy == 2) return with_full(0);
     if ((long long)amax * BH > (long long)kMaxPlanWaves * num_sms) return with_full(amax);
     TilePlan best = with_full(amax);
-    double best_t = simulate_tile_plan(best, BH, S, bm, ncwg, num_sms);
+    double best_t = simulate_tile_plan(best, BH, S, bm, num_sms);
     for (int a = amax - 1; a >= 0; --a) {
         const TilePlan p = with_full(a);
         if ((long long)(p.full + p.nshort) * BH > 2LL * kMaxPlanWaves * num_sms) break;
-        const double t = simulate_tile_plan(p, BH, S, bm, ncwg, num_sms);
+        const double t = simulate_tile_plan(p, BH, S, bm, num_sms);
         if (t < best_t - 1e-9) {
             best = p;
             best_t = t;
