@@ -37,6 +37,16 @@ __host__ __device__ __forceinline__ constexpr uint32_t vt_chunk(int d, int G) {
     return (uint32_t)(T::VT_P1_OFF + d * 64 + (((G - 8) ^ ((d >> 1) & 3)) << 4));
 }
 
+// One 16-byte V^T chunk (16 keys of one dim) from an item's 16 words (one per key): the byte the prmt
+// selector `sel` picks from each, in key-position order.  Both transposes store through it.
+__device__ __forceinline__ uint4 vt_gather(const uint32_t (&w)[16], uint32_t sel) {
+    uint32_t o[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+        o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], sel), prmt(w[4 * b + 2], w[4 * b + 3], sel), 0x5410u);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 // V tile [BN][D] (shared memory, or global memory with keys >= nvalid read as zero) -> V^T.
 // Work item = 16 keys (group G) x 4 dims (4 dq .. 4 dq + 3): 16 word loads, four 4x4 byte
 // transposes, four 16-byte stores (row d of V^T, chunk G).  Bank conflicts: the loads of odd
@@ -63,12 +73,8 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* __restrict__ src
             const uint32_t dd = (uint32_t)((s + rot) & 3);
             // byte dd of the group's 4 keys, in position order (swap: registers hold pairs swapped)
             const uint32_t sel = swap ? ((dd + 4) | (dd << 4)) : (dd | ((dd + 4) << 4));
-            uint32_t o[4];
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], sel), prmt(w[4 * b + 2], w[4 * b + 3], sel), 0x5410u);
             const int d = 4 * dq + (int)dd;
-            *reinterpret_cast<uint4*>(vt + vt_chunk<T>(d, G)) = make_uint4(o[0], o[1], o[2], o[3]);
+            *reinterpret_cast<uint4*>(vt + vt_chunk<T>(d, G)) = vt_gather(w, sel);
         }
     }
 }
@@ -108,13 +114,7 @@ __device__ __forceinline__ VtFastAddr vt_fast_addr(int ptid) {
 template <class T>
 __device__ __forceinline__ void vt_fast_store(const uint32_t (&w)[16], uint8_t* vt, const VtFastAddr& a, int it) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-        uint32_t o[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-            o[b] = prmt(prmt(w[4 * b], w[4 * b + 1], a.sel[s]), prmt(w[4 * b + 2], w[4 * b + 3], a.sel[s]), 0x5410u);
-        *reinterpret_cast<uint4*>(vt + a.st[it][s]) = make_uint4(o[0], o[1], o[2], o[3]);
-    }
+    for (int s = 0; s < 4; ++s) *reinterpret_cast<uint4*>(vt + a.st[it][s]) = vt_gather(w, a.sel[s]);
 }
 template <class T>
 __device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict__ src, uint8_t* vt, const VtFastAddr& a) {
@@ -186,6 +186,19 @@ __device__ __forceinline__ void load_v_tile_global(const uint8_t* __restrict__ g
     for (int i = 0; i < N; ++i) reinterpret_cast<uint4*>(vst)[ptid + 128 * i] = w[i];
 }
 
+// ROWSUM: rows D .. D+7 of one V^T panel of rows of RB bytes (panel 0: 128; panel 1, BN 192: 64) in
+// both buffers: 8 RB / 16 chunks per buffer, one per producer thread of the first RB; E4M3 1.0 in
+// the first RB / 16 (row D), 0 in the rest.
+template <class T, int RB>
+__device__ __forceinline__ void vt_ones_rows(uint8_t* vt, int panel_off, int ptid) {
+    constexpr int CHUNKS = RB / 2;
+    if (ptid < 2 * CHUNKS) {
+        const int b = ptid / CHUNKS, c = ptid % CHUNKS;  // buffer, chunk of its 8 rows
+        const uint32_t w = c < RB / 16 ? 0x38383838u : 0u;
+        *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + panel_off + T::D * RB + 16 * c) = make_uint4(w, w, w, w);
+    }
+}
+
 // The producer warpgroup's whole job for one block.
 template <class T>
 __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const TileMaps* maps, const TilePlan& plan,
@@ -199,21 +212,9 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
     if constexpr (T::ROWSUM) {
         // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
         // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
-        // Panel 0: rows of 8 chunks, 1024 bytes per buffer; panel 1 (BN 192): rows of 4, 512 bytes.
         static_assert(T::NVT == 2, "one panel-0 chunk per producer thread");
-        {
-            const int b = ptid / 64, c = ptid % 64;  // buffer, chunk of its 1024-byte row group
-            const uint32_t w = c < 8 ? 0x38383838u : 0u;
-            *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::D * 128 + 16 * c) = make_uint4(w, w, w, w);
-        }
-        if constexpr (T::VT_P1_KEYS != 0) {
-            if (ptid < 64) {
-                const int b = ptid / 32, c = ptid % 32;
-                const uint32_t w = c < 4 ? 0x38383838u : 0u;
-                *reinterpret_cast<uint4*>(vt + b * T::VT_BYTES + T::VT_P1_OFF + T::D * 64 + 16 * c) =
-                    make_uint4(w, w, w, w);
-            }
-        }
+        vt_ones_rows<T, 128>(vt, 0, ptid);
+        if constexpr (T::VT_P1_KEYS != 0) vt_ones_rows<T, 64>(vt, T::VT_P1_OFF, ptid);
     }
 
     if constexpr (T::ASYNC) {
