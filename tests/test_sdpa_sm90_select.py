@@ -7,7 +7,9 @@ warpgroups is a run-time choice (SDPA_SM90_NCWG3_D64 = the policy: 0 two, 1 thre
 of three-warpgroup blocks, 2 three), with the split rule on top.  Then the tile plan
 (SDPA_SM90_TILE_PLAN, tile_plan.cuh): 0 full tiles of BM rows only, 1 full tiles then short ones of
 BM - 64 rows as a makespan model chooses, 2 short tiles only; the program checks with the kernel's
-own block_tile that the blocks cover every row of every head exactly once.
+own block_tile that the work units cover every row of every head exactly once.  The unsplit FP8 kernels
+are persistent (SDPA_SM90_PERSISTENT): min(units, SMs) blocks, each taking units grid apart; every
+other configuration has one block per unit.
 """
 
 import json
@@ -61,12 +63,12 @@ def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True
     split = split_override == 2 or (split_override == 0 and _cdiv(s, bn) >= 2 and 2 * split_blocks <= sms)
     three = not split and can3 and (policy == 2 or blocks3 >= sms)
     bm = 64 if split else 192 if three else 128
-    return {"grid": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "split": 2 if split else 1,
+    return {"units": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "split": 2 if split else 1,
             "ncwg": 3 if three else 2}
 
 
 def _pick(r: dict) -> dict:
-    return {k: r[k] for k in ("grid", "block", "bm", "split", "ncwg")}
+    return {k: r[k] for k in ("units", "block", "bm", "split", "ncwg")}
 
 
 @pytest.mark.parametrize("sms", [132, 114])
@@ -76,12 +78,12 @@ def test_wave_rule_at_the_listed_shapes(fp8, sms):
     got = {shape: _pick(r) for shape, r in zip(SHAPES, fp8([(shape, sms, 0, 1) for shape in SHAPES]))}
     two = {"block": 384, "bm": 128, "split": 1, "ncwg": 2}
     three = {"block": 512, "bm": 192, "split": 1, "ncwg": 3}
-    assert got[(3, 5, 777, 64)] == {"grid": 105, **two}
-    assert got[(8, 8, 1024, 64)] == {"grid": 384, **three}
-    assert got[(2, 16, 2048, 64)] == {"grid": 352, **three}
-    assert got[(4, 32, 4096, 64)] == {"grid": 2816, **three}
-    assert got[(1, 8, 512, 64)] == {"grid": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
-    assert got[(1, 1, 1, 64)] == {"grid": 1, **two}
+    assert got[(3, 5, 777, 64)] == {"units": 105, **two}
+    assert got[(8, 8, 1024, 64)] == {"units": 384, **three}
+    assert got[(2, 16, 2048, 64)] == {"units": 352, **three}
+    assert got[(4, 32, 4096, 64)] == {"units": 2816, **three}
+    assert got[(1, 8, 512, 64)] == {"units": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+    assert got[(1, 1, 1, 64)] == {"units": 1, **two}
 
 
 def test_forced_policies_are_the_former_builds(fp8):
@@ -90,9 +92,9 @@ def test_forced_policies_are_the_former_builds(fp8):
     r0 = [_pick(r) for r in fp8([(s, 132, 0, 0) for s in SHAPES])]
     r2 = [_pick(r) for r in fp8([(s, 132, 0, 2) for s in SHAPES])]
     assert [r["ncwg"] for r in r0] == [2] * 6
-    assert r0[0]["grid"] == 105 and r0[1]["grid"] == 512 and r0[4]["split"] == 2
+    assert r0[0]["units"] == 105 and r0[1]["units"] == 512 and r0[4]["split"] == 2
     assert [r["ncwg"] for r in r2] == [3, 3, 3, 3, 2, 3]
-    assert r2[0]["grid"] == 75 and r2[4] == {"grid": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+    assert r2[0]["units"] == 75 and r2[4] == {"units": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
 
 
 def test_every_policy_and_override_follows_the_rule(fp8):
@@ -165,12 +167,14 @@ def test_tile_plan_at_the_listed_shapes(fp8):
               (1, 8, 512, 64)]
     got = fp8([(s, 132, 0, 1) for s in shapes], 1)
     assert [r["tiles"] for r in got] == [[8, 4], [4, 2], [21, 1], [16, 0], [64, 0], [8, 0]]
-    assert [r["grid"] for r in got] == [384, 384, 2816, 512, 1024, 64]
+    assert [r["units"] for r in got] == [384, 384, 2816, 512, 1024, 64]
     assert got[0]["nc"] == [0, 128, 256] and got[2]["nc"] == [128, 0, 2688]
+    # persistent: one block per SM; the split mission shape: one block per unit
+    assert [(r["grid"], r["persistent"]) for r in got] == [(132, True)] * 5 + [(64, False)]
     default = fp8([(s, 132, 0, 1) for s in shapes], -1)  # the build's default is plan 1
     assert [(r["tiles"], r["grid"]) for r in default] == [(r["tiles"], r["grid"]) for r in got]
-    # plan 0: the grids of every build before the plan
-    assert [r["grid"] for r in fp8([(s, 132, 0, 1) for s in shapes], 0)] == [352, 384, 2816, 512, 1024, 64]
+    # plan 0: the units of every build before the plan
+    assert [r["units"] for r in fp8([(s, 132, 0, 1) for s in shapes], 0)] == [352, 384, 2816, 512, 1024, 64]
 
 
 def test_bad_tile_plan_is_an_error(fp8):
@@ -185,3 +189,20 @@ def test_the_build_default_is_the_wave_rule(fp8):
     got = [_pick(r) for r in fp8(cases)]
     assert got == [expected(s, 132, 0, 1) for s in SHAPES]
     assert got[0]["ncwg"] == 2 and got[2]["ncwg"] == 3
+
+
+def test_persistent_grid(fp8, tmp_path_factory):
+    """Unsplit FP8 kernels are persistent: min(units, SMs) blocks (the native check asserts that the
+    grid is this and that the units cover every row once); split kernels, and every kernel of a build
+    with SDPA_SM90_PERSISTENT=0, one block per unit."""
+    shapes = [(b, h, s, d) for d in (64, 128) for (b, h) in ((1, 1), (2, 10), (4, 33)) for s in (1, 193, 777, 2048)]
+    cases = [(s, sms, split, 1) for s in shapes for sms in (132, 66) for split in (0, 1, 2)]
+    got = fp8(cases, 1)
+    assert all(r["cover"] for r in got)
+    assert all(r["persistent"] == (r["split"] == 1) for r in got)
+    assert all(r["grid"] == min(r["units"], c[1]) if r["persistent"] else r["grid"] == r["units"]
+               for c, r in zip(cases, got))
+    assert any(r["grid"] < r["units"] for r in got)
+    run = _compile(tmp_path_factory, "fp8_nonpersistent", "SDPA_SM90_PERSISTENT=0")
+    off = run(cases, 1)
+    assert all(not r["persistent"] and r["grid"] == r["units"] and r["cover"] for r in off)

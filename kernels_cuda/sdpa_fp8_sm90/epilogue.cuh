@@ -23,14 +23,14 @@ __device__ __forceinline__ void consumer_wg_barrier(int wg) {
 }
 
 template <class T>
-__device__ __forceinline__ void epilogue(const float (&o)[T::D / 2], const OnlineSoftmax<T::BN>& sm, uint8_t* smem,
+__device__ __forceinline__ void epilogue(const float (&o)[T::D / 2], const OnlineSoftmax<T::BN>& sm, uint8_t* q,
                                          int wg, __half* __restrict__ Og, int S, int row0, float out_scale) {
     static_assert(T::NCWG == 2 || T::NCWG == 3, "consumer_wg_barrier has ids for three consumer warpgroups");
     constexpr int D = T::D;
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31, warp = ctid >> 5;
     // Row r (0..63) of this warpgroup, 16-byte chunk c (0..D/8-1): panel c/8, chunk c%8.
-    uint8_t* rows = smem + T::OFF_Q + wg * 64 * 128;
+    uint8_t* rows = q + wg * 64 * 128;  // q: the Q buffer
     auto chunk_addr = [&](int r, int c) { return rows + (c >> 3) * (T::BM * 128) + swz128(r, c & 7); };
 
     float inv[2];

@@ -152,12 +152,17 @@ struct Ring {
     }
 };
 
-// NC: the consumer warpgroups that run in this block (T::NCWG, or fewer for a tile with fewer rows:
-// block_tile, kernel.cuh), a compile-time count so that the full blocks' loop is the one without the
-// choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
-template <class T, int NC>
-__device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
-                                                      int S, int ntiles, float scale_log2) {
+// One work unit of a consumer warpgroup.  NC: the consumer warpgroups that run in this unit (T::NCWG, or
+// fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
+// the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
+// q: the unit's Q buffer; g0: the block's count of K/V tiles before this unit (the rings run on across
+// units); pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
+// leave one for warpgroup 0); next_takes_turns(): whether the next unit takes turns, so that the last
+// warpgroup passes its turn after its last P V (asked there, so that nothing is live across the loop).
+template <class T, int NC, class NextTakesTurns>
+__device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint8_t* smem, uint8_t* q, uint32_t bars,
+                                                      int cw, int S, int ntiles, int g0, bool pass_first,
+                                                      NextTakesTurns next_takes_turns, float scale_log2) {
     static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
@@ -190,13 +195,13 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
     uint32_t qa[T::D / 32][4];
     float qinv[2];
-    load_q_e4m3<T>(smem + T::OFF_Q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
+    load_q_e4m3<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
     const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
     // Q_SMEM: this warpgroup's 8 KiB of the fp16 tile (unsplit: its rows of panel 0; split: panel cw)
     // take its E4M3 rows once every thread that reads them has (split: both warpgroups read all).
     uint64_t qd = 0;
     if constexpr (T::Q_SMEM) {
-        uint8_t* q8 = smem + T::OFF_Q + cw * 64 * 128;
+        uint8_t* q8 = q + cw * 64 * 128;
         if constexpr (T::SPLIT) consumers_barrier();
         else consumer_wg_barrier<T::NCWG>(cw);
         store_q_e4m3<T>(q8, qa, ctid);
@@ -209,8 +214,8 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
     if (first >= ntiles) return;
 
-    Ring<T::NS> kr(first);    // K stage of tile t
-    Ring<T::NVT> vr(first);   // V^T buffer of tile tp (the tile whose P is in p)
+    Ring<T::NS> kr(g0 + first);    // K stage of tile t
+    Ring<T::NVT> vr(g0 + first);   // V^T buffer of tile tp (the tile whose P is in p)
 
     if constexpr (T::ABL == kAblNoCompute) {
         float s[T::BN / 2];
@@ -254,8 +259,9 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
     auto softmax_step = [&] { st.sm.template step_rows<true, kPoly, !T::ROWSUM>(s, sc, kPExp2Bias, alpha); };
     auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
-    // Ping-pong among the NC warpgroups that run: the last one starts by passing a turn (warpgroup 0
-    // issues first) and skips its last pass (every turn passed is taken).  One takes no turns.
+    // Ping-pong among the NC warpgroups that run (the last one passes to warpgroup 0 with two or three):
+    // unless the previous unit left a turn for warpgroup 0, the last one starts by passing one; unless
+    // the next unit takes it, it skips its last pass (every turn passed is taken).  One takes no turns.
     constexpr bool kPingPong = T::PINGPONG && NC > 1;
     auto wait_turn = [&] {
         if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
@@ -263,7 +269,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     auto pass_turn = [&] {
         if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
     };
-    if (cw == NC - 1) pass_turn();
+    if (cw == NC - 1 && pass_first) pass_turn();
 
     // ---- first tile: S, softmax, P ---------------------------------------------------------
     wait_turn();
@@ -327,7 +333,7 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     wgmma_fence();
     issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
     wgmma_commit();
-    if (NC == 2 ? cw == 0 : cw != NC - 1) pass_turn();
+    if (cw != NC - 1 || next_takes_turns()) pass_turn();
     wgmma_wait<0>();
     fence_regs(st.o);
     if constexpr (T::ROWSUM) fence_regs(rs);
@@ -337,6 +343,88 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     // thread's reads of them (load_q_e4m3) before; without (one warpgroup running), this does
     // (racecheck found the hazard in the one-warpgroup tiles of the three-warpgroup kernel).
     if constexpr (!kPingPong && !T::SPLIT) consumer_wg_barrier<T::NCWG>(cw);
+}
+
+// A consumer warpgroup's whole job: the block's work units in turn (block_units), each a main loop and
+// an epilogue into that unit's Q buffer.  A warpgroup without rows in a unit (a short tile, the end of
+// S) takes each of the unit's K and V^T tiles and hands it straight back, so that every barrier counts
+// all consumer warps and the rings stay in step.  cpasync: every warpgroup waits for the unit's Q and,
+// once done with the buffer (its epilogue's reads of O), releases it for the unit after next.
+template <class T>
+__device__ __forceinline__ void consumer_fp8(uint8_t* smem, uint32_t bars, const TilePlan& plan,
+                                             const __half* __restrict__ Q, __half* __restrict__ O, int S,
+                                             float scale_log2, float out_scale) {
+    // The warpgroup index, warp-uniform as far as the compiler can tell (a shuffle from lane 0, as
+    // CUTLASS does): branches on it are then not divergent, and ptxas keeps the wgmma pipeline (a
+    // branch it took for divergent serialized every wgmma: C7520, 15-30% slower).
+    const int cw = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
+    const int ctid = threadIdx.x % 128, lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    const int ntiles = (S + T::BN - 1) / T::BN;
+    // (The unit count is not kept across the loop: the consumers have no register to spare.)
+    auto has_unit = [&](int i) { return i < (T::PERSIST ? plan.units : 1) && (int)blockIdx.x + i * (int)gridDim.x < plan.units; };
+    for (int i = 0; has_unit(i); ++i) {
+        const BlockTile u = unit_tile<T>(i, plan, S);
+        // The turn passes from unit to unit when both take turns (two or more warpgroups).
+        const bool pass_first = !(i > 0 && u.nc >= 2 && unit_tile<T>(i - 1, plan, S).nc >= 2);
+        auto next_takes_turns = [&] { return has_unit(i + 1) && unit_tile<T>(i + 1, plan, S).nc >= 2; };
+        const int qb = i % T::NQ;
+        uint8_t* q = smem + T::OFF_Q + qb * T::Q_BYTES;
+        const int g0 = i * ntiles;
+        if constexpr (T::ASYNC) mbar_wait(bar(T::BAR_Q + qb), (uint32_t)(i / T::NQ) & 1u);
+        if (cw >= u.nc) {
+            // No rows here: take and release every tile (no_loads: the producer waits for no release).
+            Ring<T::NS> kr(g0);
+            Ring<T::NVT> vr(g0);
+            for (int t = 0; t < (T::ABL == kAblNoLoads ? 0 : ntiles); ++t) {
+                mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+                if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+                mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+                if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+                kr.advance(1);
+                vr.advance(1);
+            }
+        } else {
+            if constexpr (!T::ASYNC) {
+                const size_t head = (size_t)u.bh * S * T::D;
+                // baseline: the consumers load Q.  A warpgroup that skipped the last unit had no barrier
+                // since its epilogue read these rows (unit i - 2).
+                if constexpr (T::SPLIT) {
+                    load_q_rows_global<T>(Q + head, S, u.m0, q, 0, threadIdx.x - 128, 256);
+                    consumers_barrier();
+                } else {
+                    if (i > 0) consumer_wg_barrier<T::NCWG>(cw);
+                    load_q_rows_global<T>(Q + head, S, u.m0, q, cw * 64, ctid, 128);
+                    consumer_wg_barrier<T::NCWG>(cw);
+                }
+            }
+            ConsumerState<T> st;
+            if constexpr (kShortTiles<T>) {
+                // Full units run the loop of all three warpgroups; a tile with fewer rows the loop of as
+                // many as it has.
+                if (u.nc == 3)
+                    consumer_mainloop_fp8<T, 3>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                else if (u.nc == 2)
+                    consumer_mainloop_fp8<T, 2>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                else
+                    consumer_mainloop_fp8<T, 1>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+            } else {
+                consumer_mainloop_fp8<T, T::NCWG>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns,
+                                                  scale_log2);
+            }
+            if (split_merge<T>(st, smem, cw)) {
+                // The unit and its Q buffer again, rather than held across the loop.
+                const BlockTile ue = unit_tile<T>(i, plan, S);
+                epilogue<T>(st.o, st.sm, smem + T::OFF_Q + (i % T::NQ) * T::Q_BYTES, cw, O + (size_t)ue.bh * S * T::D,
+                            S, ue.m0 + cw * 64, out_scale);
+            }
+        }
+        if constexpr (T::ASYNC && T::PERSIST) {
+            fence_proxy_async();  // this warp's reads of the buffer before the copy engine's next writes
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar(T::BAR_QEMPTY + qb));
+        }
+    }
 }
 
 }  // namespace sdpa_sm90

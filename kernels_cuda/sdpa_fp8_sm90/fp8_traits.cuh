@@ -69,6 +69,18 @@ constexpr float kE4M3Max = 448.f;
 #endif
 static_assert(SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192, "SDPA_SM90_BN_D128: 128 or 192");
 
+// SDPA_SM90_PERSISTENT = 1 (default) or 0: the unsplit kernels run one block per SM (at most), each
+// taking the work units (the tiles of tile_plan.cuh) blockIdx.x, blockIdx.x + gridDim.x, ... in
+// turn.  The K/V ring runs on across units, so the producer brings the next unit's first tiles in
+// while the consumers finish the current one; Q is two buffers deep, the next unit's loaded during
+// the current one (Q empty: the epilogue, which stages O in the Q rows, is done with a buffer).  The
+// ping-pong turn passes straight from a unit's last P V to the next unit's first Q K^T.  0 = one
+// unit per block (the grid of every build before); the split configuration and the ablations are
+// always one unit per block.
+#ifndef SDPA_SM90_PERSISTENT
+#define SDPA_SM90_PERSISTENT 1
+#endif
+
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
 // instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
@@ -85,12 +97,17 @@ struct Fp8TraitsN {
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
     static constexpr int THREADS = 128 * (1 + NCWG);
     static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
+    // Several work units per block (SDPA_SM90_PERSISTENT): unsplit, no ablation.
+    static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
+    static constexpr int NQ = PERSIST ? 2 : 1;  // Q buffers
     // setmaxnreg moves registers within what the block got at launch: 65536 / THREADS per thread,
-    // rounded down to 8 (168 with 384 threads, 128 with 512).  BN 192: the producer keeps 72 (its
-    // transpose of three items and, in the baseline, 12 K chunks per thread), the consumers 216.
+    // rounded down to 8 (168 with 384 threads, 128 with 512).  BN 192: the cpasync producer keeps 72
+    // (its transpose of three items), the consumers 216; the baseline producer (K in batches of four
+    // chunks, V transposed from global memory) fits in 56, and its consumers take 224: with 216 the
+    // persistent loop's unit counter spilled (they also load Q).
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : BN == 192 ? 72 : 64;
-    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
+    static constexpr int PRODUCER_REGS = NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
+    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : BN == 192 && !ASYNC ? 224 : 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
@@ -115,8 +132,8 @@ struct Fp8TraitsN {
     static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
     static constexpr uint32_t K_SBO = 8 * D;            // bytes per 8 key rows
 
-    static constexpr int OFF_Q = 0;
-    static constexpr int OFF_K = OFF_Q + Q_BYTES;
+    static constexpr int OFF_Q = 0;                     // [NQ] Q buffers (unit i: buffer i % NQ)
+    static constexpr int OFF_K = OFF_Q + NQ * Q_BYTES;
     static constexpr int OFF_V = OFF_K + NS * K_TILE;
     // Raw V stages: cpasync (the copy engine's), and the baseline with three consumer warpgroups,
     // whose producer (56 registers) stages V through shared memory rather than transposing it
@@ -129,8 +146,9 @@ struct Fp8TraitsN {
     static constexpr int OFF_MERGE = OFF_K;
     static_assert((D / 2 + 4) * 128 * 4 <= NS * K_TILE, "merge space");
 
-    static constexpr int BAR_Q = 0;
-    static constexpr int BAR_KFULL = 1;                 // [NS] K landed (copy engine / 128 producer threads)
+    static constexpr int BAR_Q = 0;                     // [NQ] Q landed (copy engine; cpasync only)
+    static constexpr int BAR_QEMPTY = BAR_Q + NQ;       // [NQ] consumers done with a Q buffer (cpasync, persistent)
+    static constexpr int BAR_KFULL = BAR_QEMPTY + NQ;   // [NS] K landed (copy engine / 128 producer threads)
     static constexpr int BAR_VRAW = BAR_KFULL + NS;     // [NS] V landed (copy engine; cpasync only)
     static constexpr int BAR_KEMPTY = BAR_VRAW + NS;    // [NS] consumers done with K (one arrival per consumer warp)
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)

@@ -71,21 +71,24 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
 
     if (threadIdx.x == 0) {
-        mbar_init(bar(T::BAR_Q), 1);
         if constexpr (T::FP8) {
-            // One arrival per consumer warp that runs (unsplit: the tile's nc warpgroups).
-            int consumer_warps = T::CONSUMER_WARPS;
-            if constexpr (kShortTiles<T>) consumer_warps = 4 * block_tile<T>(blockIdx.x, plan, S).nc;
+            // One arrival per consumer warp (a warpgroup without rows in a unit takes and releases its
+            // tiles all the same: consumer_fp8).
+            for (int b = 0; b < T::NQ; ++b) {
+                mbar_init(bar(T::BAR_Q + b), 1);
+                mbar_init(bar(T::BAR_QEMPTY + b), T::CONSUMER_WARPS);
+            }
             for (int s = 0; s < T::NS; ++s) {
                 mbar_init(bar(T::BAR_KFULL + s), T::ASYNC ? 1 : 128);  // copy engine (+ bytes) or 128 producer threads
                 mbar_init(bar(T::BAR_VRAW + s), 1);
-                mbar_init(bar(T::BAR_KEMPTY + s), consumer_warps);
+                mbar_init(bar(T::BAR_KEMPTY + s), T::CONSUMER_WARPS);
             }
             for (int b = 0; b < T::NVT; ++b) {
                 mbar_init(bar(T::BAR_VFULL + b), 128);
-                mbar_init(bar(T::BAR_VEMPTY + b), consumer_warps);
+                mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
             }
         } else {
+            mbar_init(bar(T::BAR_Q), 1);
             for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
             for (int b = 0; b < T::NF16; ++b) {
                 mbar_init(bar(T::BAR_KFULL + b), 128);
@@ -105,46 +108,47 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 
     // Block coordinates are computed inside each role, after the register reallocation, so
     // that nothing is live across it.
-    auto coords = [&](BlockTile& tile, int& ntiles, size_t& head) {
-        tile = block_tile<T>(blockIdx.x, plan, S);
-        ntiles = (S + T::BN - 1) / T::BN;
-        head = (size_t)tile.bh * S * T::D;
-    };
-    BlockTile tile;
-    int ntiles;
-    size_t head;
-    if (threadIdx.x < 128) {
-        regs_dealloc<T::PRODUCER_REGS>();
-        coords(tile, ntiles, head);
-        if constexpr (T::FP8) producer_fp8<T>(smem, bars, &maps, plan, K + head, V + head, S, tile.m0, tile.bh, ntiles);
-        else producer<T>(smem, bars, &maps, K + head, V + head, S, tile.m0, tile.bh, ntiles);
-    } else {
-        regs_alloc<T::CONSUMER_REGS>();
-        coords(tile, ntiles, head);
-        const int cw = threadIdx.x / 128 - 1;
-        if (cw >= tile.nc) return;  // rows this block does not have (a short tile or the end of S)
-        const int m0 = tile.m0;
-        if constexpr (T::ASYNC) {
-            mbar_wait(bar(T::BAR_Q), 0);
-        } else if constexpr (T::SPLIT) {
-            load_q_rows_global<T>(Q + head, S, m0, smem, 0, threadIdx.x - 128, 256);
-            consumers_barrier();
+    if constexpr (T::FP8) {
+        if (threadIdx.x < 128) {
+            regs_dealloc<T::PRODUCER_REGS>();
+            producer_fp8<T>(smem, bars, &maps, plan, K, V, S);
         } else {
-            load_q_rows_global<T>(Q + head, S, m0, smem, cw * 64, threadIdx.x % 128, 128);
-            consumer_wg_barrier<T::NCWG>(cw);
+            regs_alloc<T::CONSUMER_REGS>();
+            consumer_fp8<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
         }
-        ConsumerState<T> st;
-        if constexpr (T::FP8 && kShortTiles<T>) {
-            // Full blocks run the loop of all three warpgroups; a tile with fewer rows the loop of as
-            // many as it has.
-            if (tile.nc == 3) consumer_mainloop_fp8<T, 3>(st, smem, bars, cw, S, ntiles, scale_log2);
-            else if (tile.nc == 2) consumer_mainloop_fp8<T, 2>(st, smem, bars, cw, S, ntiles, scale_log2);
-            else consumer_mainloop_fp8<T, 1>(st, smem, bars, cw, S, ntiles, scale_log2);
-        } else if constexpr (T::FP8) {
-            consumer_mainloop_fp8<T, T::NCWG>(st, smem, bars, cw, S, ntiles, scale_log2);
+    } else {
+        auto coords = [&](BlockTile& tile, int& ntiles, size_t& head) {
+            tile = block_tile<T>(blockIdx.x, plan, S);
+            ntiles = (S + T::BN - 1) / T::BN;
+            head = (size_t)tile.bh * S * T::D;
+        };
+        BlockTile tile;
+        int ntiles;
+        size_t head;
+        // fp16-operand build: one unit per block, every warpgroup with rows.
+        if (threadIdx.x < 128) {
+            regs_dealloc<T::PRODUCER_REGS>();
+            coords(tile, ntiles, head);
+            producer<T>(smem, bars, &maps, K + head, V + head, S, tile.m0, tile.bh, ntiles);
+        } else {
+            regs_alloc<T::CONSUMER_REGS>();
+            coords(tile, ntiles, head);
+            const int cw = threadIdx.x / 128 - 1;
+            const int m0 = tile.m0;
+            uint8_t* q = smem + T::OFF_Q;
+            if constexpr (T::ASYNC) {
+                mbar_wait(bar(T::BAR_Q), 0);
+            } else if constexpr (T::SPLIT) {
+                load_q_rows_global<T>(Q + head, S, m0, q, 0, threadIdx.x - 128, 256);
+                consumers_barrier();
+            } else {
+                load_q_rows_global<T>(Q + head, S, m0, q, cw * 64, threadIdx.x % 128, 128);
+                consumer_wg_barrier<T::NCWG>(cw);
+            }
+            ConsumerState<T> st;
+            consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
+            if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, q, cw, O + head, S, m0 + cw * 64, out_scale);
         }
-        else consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
-        if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, smem, cw, O + head, S, m0 + cw * 64, out_scale);
     }
 #endif
 }
@@ -164,8 +168,14 @@ struct LaunchInfo {
     int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
     int num_sms = 0;  // the SM count select_config was given
     int ablate = kAblNone;
-    TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); grid = (full + nshort) * BH
+    bool persistent = false;  // blocks take units grid apart (SDPA_SM90_PERSISTENT); else grid = units
+    TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); units = (full + nshort) * BH
 };
+
+// Blocks of a grid of `units` work units: one per unit, or at most one per SM for a persistent kernel.
+inline int grid_for(const LaunchInfo& li) {
+    return li.persistent && li.num_sms > 0 && li.num_sms < li.plan.units ? li.num_sms : li.plan.units;
+}
 
 template <int D, int ABL, bool SPLIT, int NCWG>
 inline LaunchInfo info_for(int BH, int S) {
@@ -174,7 +184,7 @@ inline LaunchInfo info_for(int BH, int S) {
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
     li.plan = make_tile_plan((S + T::BM - 1) / T::BM, 0, BH);
-    li.grid = (int)(((long long)S + T::BM - 1) / T::BM * BH);
+    li.grid = li.plan.units;  // select_config: grid_for
     li.block = T::THREADS;
     li.smem = T::SMEM;
     li.bm = T::BM;
@@ -182,6 +192,7 @@ inline LaunchInfo info_for(int BH, int S) {
     li.split = SPLIT ? 2 : 1;
     li.ncwg = T::NCWG;
     li.ablate = ABL;
+    if constexpr (T::FP8) li.persistent = T::PERSIST;
     return li;
 }
 
@@ -237,10 +248,9 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
-    if (SDPA_SM90_FP8 && li->split == 1) {
-        li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, plan_policy);
-        li->grid = (li->plan.full + li->plan.nshort) * BH;  // <= the split grid, checked above
-    }
+    if (SDPA_SM90_FP8 && li->split == 1)
+        li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy);
+    li->grid = grid_for(*li);  // units <= the split grid, checked above
     return true;
 }
 

@@ -100,14 +100,14 @@ __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restric
 // global loads into Q's 128-byte-swizzled panels (rows past S as zero), `nthreads` threads
 // together (one warpgroup for its own rows; both, for the split configuration's shared rows).
 template <class T>
-__device__ __forceinline__ void load_q_rows_global(const __half* __restrict__ Qg, int S, int m0, uint8_t* smem, int r0,
+__device__ __forceinline__ void load_q_rows_global(const __half* __restrict__ Qg, int S, int m0, uint8_t* q, int r0,
                                                    int tid, int nthreads) {
     constexpr int CHUNKS_PER_ROW = T::D / 8;
     for (int c = tid; c < 64 * CHUNKS_PER_ROW; c += nthreads) {
         const int r = r0 + c / CHUNKS_PER_ROW, col = c % CHUNKS_PER_ROW;
         uint4 w = make_uint4(0u, 0u, 0u, 0u);
         if (m0 + r < S) w = __ldg(reinterpret_cast<const uint4*>(Qg + (size_t)(m0 + r) * T::D) + col);
-        *reinterpret_cast<uint4*>(smem + T::OFF_Q + (col >> 3) * (T::BM * 128) + swz128(r, col & 7)) = w;
+        *reinterpret_cast<uint4*>(q + (col >> 3) * (T::BM * 128) + swz128(r, col & 7)) = w;
     }
     fence_proxy_async();
 }

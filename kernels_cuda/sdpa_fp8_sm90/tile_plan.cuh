@@ -1,5 +1,7 @@
-// Which query rows each block of the Hopper SDPA kernel takes (the tile plan), and how the host
-// chooses the plan.
+// Which query rows each work unit of the Hopper SDPA kernel takes (the tile plan), and how the host
+// chooses the plan.  A unit is one block's rows; a persistent block (SDPA_SM90_PERSISTENT,
+// fp8_traits.cuh) takes units blockIdx.x, blockIdx.x + gridDim.x, ... in turn, any other block the
+// unit of its own index.
 //
 // A block of the three-consumer-warpgroup kernel (FP8 build, head dim 64, unsplit) has BM = 192 query
 // rows (a full tile) or 128 (a short tile: one consumer warpgroup fewer).  Per (b, h): `full` full
@@ -30,7 +32,8 @@ namespace sdpa_sm90 {
 struct TilePlan {
     int full;         // full tiles per (b, h)
     int nshort;       // short tiles per (b, h), after the full ones
-    int full_blocks;  // full * BH: the first short-tile block
+    int full_blocks;  // full * BH: the first short-tile unit
+    int units;        // (full + nshort) * BH: every unit
 };
 
 // Which kernels have short tiles and exit warpgroups without rows: the FP8 build's three-warpgroup
@@ -72,6 +75,18 @@ __host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& 
     return t;
 }
 
+// The work units of this block: blockIdx.x, blockIdx.x + gridDim.x, ... below plan.units (T::PERSIST),
+// or the one of its own index.
+template <class T>
+__device__ __forceinline__ int block_units(const TilePlan& plan) {
+    if constexpr (!T::PERSIST) return 1;
+    else return (plan.units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+}
+template <class T>
+__device__ __forceinline__ BlockTile unit_tile(int i, const TilePlan& plan, int S) {
+    return block_tile<T>((int)blockIdx.x + i * (int)gridDim.x, plan, S);
+}
+
 // Time of a three-warpgroup block with nc consumer warpgroups running, relative to a full one
 // (kBlockCost[nc]).  The consumers are latency-bound, so a block with fewer warpgroups is not
 // proportionally shorter.  From plan 2 against plan 0 on 1x H100 (cold p50 per wave,
@@ -80,17 +95,26 @@ __host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& 
 // two-warpgroup kernel: 0.70 at (2,16,2048,128), 0.72 at (1,16,8192,128)).
 constexpr double kBlockCost[4] = {0, 0.58, 0.82, 1};
 
-// Makespan of `plan` (blocks of bm rows, bm - 64 in short tiles) in units of a full block: blocks taken
-// in index order by the first free SM (one block per SM at a time: the kernel fills an SM's registers).
-inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, int num_sms) {
+// Makespan of `plan` (units of bm rows, bm - 64 in short tiles) in units of a full block.  persistent:
+// min(units, num_sms) blocks, unit j on block j % blocks; else one block per unit, blocks taken in
+// index order by the first free SM (one block per SM at a time: the kernel fills an SM's registers).
+inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, int num_sms, bool persistent) {
     std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+    const int nblocks = std::max(1, std::min(plan.units, num_sms));
+    std::vector<double> busy(nblocks, 0.0);
     for (int i = 0; i < num_sms; ++i) free_at.push(0.0);
     double end = 0.0;
+    int j = 0;
     auto run = [&](int rows) {
         const int nc = std::max(1, std::min(3, (rows + 63) / 64));
-        const double t = free_at.top() + kBlockCost[nc];
-        free_at.pop();
-        free_at.push(t);
+        double t;
+        if (persistent) {
+            t = busy[j++ % nblocks] += kBlockCost[nc];
+        } else {
+            t = free_at.top() + kBlockCost[nc];
+            free_at.pop();
+            free_at.push(t);
+        }
         end = std::max(end, t);
     };
     for (int h = 0; h < BH; ++h)
@@ -100,7 +124,9 @@ inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, in
     return end;
 }
 
-inline TilePlan make_tile_plan(int full, int nshort, int BH) { return TilePlan{full, nshort, full * BH}; }
+inline TilePlan make_tile_plan(int full, int nshort, int BH) {
+    return TilePlan{full, nshort, full * BH, (full + nshort) * BH};
+}
 
 // The plan for an unsplit grid of BH heads x S rows, blocks of bm rows and ncwg consumer warpgroups, on
 // num_sms SMs.  policy 1: of every split of S into `full` tiles of bm rows and the rest in tiles of
@@ -108,7 +134,8 @@ inline TilePlan make_tile_plan(int full, int nshort, int BH) { return TilePlan{f
 // kMaxPlanWaves waves of full tiles (whose last wave costs little) and the other kernels keep full
 // tiles.
 constexpr int kMaxPlanWaves = 24;
-inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, int policy = SDPA_SM90_TILE_PLAN) {
+inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, bool persistent,
+                                 int policy = SDPA_SM90_TILE_PLAN) {
     const int amax = (S + bm - 1) / bm;
     const int bs = bm - 64;
     auto with_full = [&](int a) {
@@ -119,11 +146,11 @@ inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, i
     if (policy == 2) return with_full(0);
     if ((long long)amax * BH > (long long)kMaxPlanWaves * num_sms) return with_full(amax);
     TilePlan best = with_full(amax);
-    double best_t = simulate_tile_plan(best, BH, S, bm, num_sms);
+    double best_t = simulate_tile_plan(best, BH, S, bm, num_sms, persistent);
     for (int a = amax - 1; a >= 0; --a) {
         const TilePlan p = with_full(a);
         if ((long long)(p.full + p.nshort) * BH > 2LL * kMaxPlanWaves * num_sms) break;
-        const double t = simulate_tile_plan(p, BH, S, bm, num_sms);
+        const double t = simulate_tile_plan(p, BH, S, bm, num_sms, persistent);
         if (t < best_t - 1e-9) {
             best = p;
             best_t = t;

@@ -3,8 +3,9 @@
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
 // launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
 // plan"; policy / plan -1 = the build's default): the launch configuration select_config gives, or
-// its error, with what the blocks of its tile plan cover (block_tile, the kernel's own mapping):
-// "cover" = every row of every head in exactly one block, "nc" = blocks per number of consumer
+// its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
+// "cover" = every row of every head in exactly one unit and the grid one block per unit (persistent:
+// min(units, SMs) blocks, each taking units grid apart), "nc" = units per number of consumer
 // warpgroups with rows.
 #include <cstdio>
 #include <vector>
@@ -14,8 +15,10 @@
 template <class T>
 static void cover(const sdpa_sm90::LaunchInfo& li, int BH, int S, bool* ok, int (&nc)[4]) {
     std::vector<unsigned char> seen((size_t)BH * S, 0);
-    *ok = li.grid == (li.plan.full + li.plan.nshort) * BH && li.plan.full_blocks == li.plan.full * BH;
-    for (int b = 0; b < li.grid && *ok; ++b) {
+    const int units = (li.plan.full + li.plan.nshort) * BH;
+    const int blocks = li.persistent && li.num_sms < units ? li.num_sms : units;  // persistent: units grid apart
+    *ok = li.plan.units == units && li.plan.full_blocks == li.plan.full * BH && li.grid == blocks;
+    for (int b = 0; b < units && *ok; ++b) {
         const sdpa_sm90::BlockTile t = sdpa_sm90::block_tile<T>(b, li.plan, S);
         const int rows = b < li.plan.full_blocks ? T::BM : T::BM - 64;
         if (t.bh < 0 || t.bh >= BH || t.m0 < 0 || t.m0 >= S || t.nc < 1 || t.nc > T::NCWG) { *ok = false; break; }
@@ -55,9 +58,10 @@ int main() {
         else if (li.split == 2) cover<KernelTraits<128, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
         else cover<KernelTraits<128, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
-                    "\"tiles\":[%d,%d],\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
+                    "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
                     sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.split, li.ncwg, li.smem, li.func, li.plan.full,
-                    li.plan.nshort, ok ? "true" : "false", nc[1], nc[2], nc[3]);
+                    li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", ok ? "true" : "false", nc[1],
+                    nc[2], nc[3]);
     }
     return 0;
 }
