@@ -19,6 +19,9 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+# ptxas info C7520 (nvcc 12.3+): "wgmma.mma_async instructions are serialized due to <reason> in the
+# function '<name>'" -- it may come before or after the function's own report lines.
+_WGMMA_SERIAL = re.compile(r"\(C7520\).*wgmma\.mma_async instructions are serialized due to (.*?),? in the function '([^']+)'")
 
 
 def parse_ptxas(text: str) -> list[PtxasKernel]:
@@ -47,7 +50,8 @@ def parse_ptxas(text: str) -> list[PtxasKernel]:
                 )
             )
             name = arch = None
-    return kernels
+    serialized = {m.group(2): m.group(1).strip() for m in _WGMMA_SERIAL.finditer(text)}
+    return [k.model_copy(update={"wgmma_serialized": serialized[k.name]}) if k.name in serialized else k for k in kernels]
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\(")

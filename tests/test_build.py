@@ -67,6 +67,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
         assert 0 < k.registers <= g.max_registers_per_thread, k
         assert k.smem_bytes <= g.max_smem_bytes_per_block, k
         assert k.spill_store_bytes == k.spill_load_bytes == 0, k
+        assert k.wgmma_serialized == "", k  # ptxas info C7520
     hopper = [k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name]
     mma_sync = [k for k in rec.ptxas if "sdpa_fp8_fwd_kernel" in k.name]
     # 2 head dims x 2 block configurations (unsplit, split) x 3 ablation modes, plus the head-dim-64
@@ -172,3 +173,15 @@ def test_sdpa_runner_rejects_bad_timing_flags(meta, args, needle):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert proc.stdout == "" and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), proc.stderr
+
+
+def test_serialized_wgmma_fails_the_static_gate(meta):
+    """A kernel ptxas serialized the wgmma of (info C7520) fails the build's static gate, with the reason."""
+    rec = meta.target("sdpa_fp8_cpasync", "sm_90")
+    t = targets.select("sdpa_fp8_cpasync")[0]
+    assert gates.static_violations(t, rec, GATES) == []
+    k0 = next(k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name)
+    bad = rec.model_copy(update={"ptxas": [k0.model_copy(update={"wgmma_serialized": "a reason"})]})
+    got = gates.static_violations(t, bad, GATES)
+    assert any("serialized its wgmma (a reason; info C7520)" in v and k0.name in v for v in got), got
+

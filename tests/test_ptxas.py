@@ -38,3 +38,19 @@ def test_scan_ptx_attributes_instructions_to_entries():
 """
     got = {k.name: (k.has_cp_async, k.has_mma) for k in scan_ptx(ptx)}
     assert got == {"plain": (False, False), "piped": (True, False), "tensor": (False, True)}
+
+
+CAPTURED_C7520 = Path(__file__).parent / "data" / "captured" / "ptxas_wgmma_serialized_sm90a.txt"
+
+
+def test_parse_ptxas_marks_serialized_wgmma():
+    """ptxas info C7520 (captured): the three kernels it names carry its reason; every other kernel none."""
+    kernels = parse_ptxas(CAPTURED_C7520.read_text())
+    serialized = {k.name: k.wgmma_serialized for k in kernels if k.wgmma_serialized}
+    assert set(serialized) == {
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi128ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi64ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
+    }
+    assert set(serialized.values()) == {"program dependence on compiler-inserted WG.AR in divergent path"}
+    assert len(kernels) > len(serialized) and all(k.registers > 0 for k in kernels)
