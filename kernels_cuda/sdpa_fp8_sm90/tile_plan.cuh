@@ -5,10 +5,11 @@
 //
 // A block of the three-consumer-warpgroup kernel (FP8 build, head dim 64, unsplit) has BM = 192 query
 // rows (a full tile) or 128 (a short tile: one consumer warpgroup fewer).  Per (b, h): `full` full
-// tiles from row 0, then `nshort` short tiles; blocks [0, full_blocks = full * BH) are the full tiles
-// of every head, the short tiles come after them (the GPU starts blocks in index order, so short
-// tiles fill the last wave).  A warpgroup whose 64 rows all lie past the tile's end or past S exits
-// at once and the others take turns among themselves, so such a block is shorter than a full one.
+// tiles from row 0, then `nshort` short tiles; units [0, full_blocks = full * BH) are the full tiles
+// of every head, the short tiles come after them (blocks start, and persistent blocks take, units in
+// index order, so short tiles fill the last wave).  A warpgroup whose 64 rows all lie past the tile's
+// end or past S runs no loop in that unit (it only takes and hands back the unit's K/V tiles) and the
+// others take turns among themselves, so such a unit is shorter than a full one.
 // Every other kernel takes full tiles only (nshort = 0) and keeps every warpgroup (kShortTiles).
 //
 // SDPA_SM90_TILE_PLAN (the three-warpgroup kernel):
@@ -36,7 +37,7 @@ struct TilePlan {
     int units;        // (full + nshort) * BH: every unit
 };
 
-// Which kernels have short tiles and exit warpgroups without rows: the FP8 build's three-warpgroup
+// Which kernels have short tiles and warpgroups without rows: the FP8 build's three-warpgroup
 // kernel (head dim 64, unsplit).  In the two-warpgroup kernels a second copy of the loop for one
 // warpgroup made (2,16,2048,128) 7% slower with full tiles only (experiments/2026-11-23-sdpa-tile-plan
 // run 2), and the model found no plan with 64-row tiles that pays at the listed shapes; they keep full
