@@ -113,7 +113,55 @@ struct OnlineSoftmax {
             if constexpr (kSum) l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
+
+    // Below: the lazy form (row sums from elsewhere, as SDPA_SM90_ROWSUM_MMA).
+    template <int kPoly>
+    __device__ __forceinline__ bool step_rows_lazy(float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
+                                                   float tau, float (&alpha)[2]);
 };
+
+// The FP8 kernel's step with a lazy running max (SDPA_SM90_LAZY_RESCALE, FlashAttention-4's
+// conditional rescale): a warp moves the running max of its 16 rows (and O and l must be rescaled)
+// only when some row's new max exceeds its running max by more than tau (log2 units); otherwise m
+// stays, alpha is exactly 1 and the call returns false (warp-uniform).  A stale m lets a probability
+// reach 2^(bias + tau): the caller lowers the bias by tau so P stays within [0, 2^8].
+template <int BN>
+template <int kPoly>
+__device__ __forceinline__ bool OnlineSoftmax<BN>::step_rows_lazy(float (&s)[BN / 2], const float (&scale_log2)[2],
+                                                                  float bias, float tau, float (&alpha)[2]) {
+    constexpr int NJ = BN / 8;
+    float cand[2];
+    bool need = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx4[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+        for (int j = 4; j < NJ; ++j) mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        cand[r] = fmaxf(m[r], mx * scale_log2[r]);
+        need |= cand[r] > m[r] + tau;  // m = -inf (first tile): always
+    }
+    const bool moved = __any_sync(0xffffffffu, need);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_new = moved ? cand[r] : m[r];
+        alpha[r] = fast_exp2(m[r] - m_new);  // exactly 1 when m stays
+        m[r] = m_new;
+        const float off = bias - m_new;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float x = fmaf(s[4 * j + 2 * r + e], scale_log2[r], off);
+                s[4 * j + 2 * r + e] = poly_chunk<kPoly>(j) ? poly_exp2(x) : fast_exp2(x);
+            }
+    }
+    return moved;
+}
 
 // O (m64nD accumulator fragment, same layout as S) *= alpha per row.
 template <int D>
