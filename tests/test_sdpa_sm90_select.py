@@ -38,9 +38,10 @@ def _compile(tmp_path_factory, name: str, *defines: str):
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
-    def run(cases, plan: int = 0):
-        """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below)."""
-        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan}\n" for (b, h, s, d), sms, split, pol in cases)
+    def run(cases, plan: int = 0, bn: int = -1):
+        """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below); bn: the
+        head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128)."""
+        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn}\n" for (b, h, s, d), sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
 
@@ -52,23 +53,33 @@ def fp8(tmp_path_factory):
     return _compile(tmp_path_factory, "fp8")
 
 
-def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True) -> dict:
+def expected_bn(s: int, d: int, fp8: bool = True, bn_policy: int = 0) -> int:
+    """Keys per K/V tile: 128, except at head dim 128 in the FP8 build, where policy 0 (SDPA_SM90_BN_D128's
+    default) takes 192 when S padded to 192-key tiles is less than 1.02x S padded to 128-key tiles."""
+    if not fp8 or d != 128:
+        return 128
+    if bn_policy:
+        return bn_policy
+    return 192 if _cdiv(s, 192) * 192 * 49 < _cdiv(s, 128) * 128 * 50 else 128
+
+
+def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True, bn_policy: int = 0) -> dict:
     """The rule select_config documents, restated."""
     b, h, s, d = shape
     bh = b * h
     blocks2, blocks3 = _cdiv(s, 128) * bh, _cdiv(s, 192) * bh
     can3 = fp8 and d == 64 and policy != 0
     split_blocks = blocks3 if can3 and policy == 2 else blocks2
-    bn = 192 if fp8 and d == 128 else 128  # keys per K/V tile (SDPA_SM90_BN_D128: 192 in the FP8 build)
+    bn = expected_bn(s, d, fp8, bn_policy)
     split = split_override == 2 or (split_override == 0 and _cdiv(s, bn) >= 2 and 2 * split_blocks <= sms)
     three = not split and can3 and (policy == 2 or blocks3 >= sms)
     bm = 64 if split else 192 if three else 128
-    return {"units": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "split": 2 if split else 1,
+    return {"units": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "bn": bn, "split": 2 if split else 1,
             "ncwg": 3 if three else 2}
 
 
 def _pick(r: dict) -> dict:
-    return {k: r[k] for k in ("units", "block", "bm", "split", "ncwg")}
+    return {k: r[k] for k in ("units", "block", "bm", "bn", "split", "ncwg")}
 
 
 @pytest.mark.parametrize("sms", [132, 114])
@@ -76,13 +87,13 @@ def test_wave_rule_at_the_listed_shapes(fp8, sms):
     """Policy 1 (the wave rule): three warpgroups only from one full wave of 192-row blocks; the mission
     shape splits exactly as with two; (3,5,777,64) (75 three-warpgroup blocks) stays on two (105)."""
     got = {shape: _pick(r) for shape, r in zip(SHAPES, fp8([(shape, sms, 0, 1) for shape in SHAPES]))}
-    two = {"block": 384, "bm": 128, "split": 1, "ncwg": 2}
-    three = {"block": 512, "bm": 192, "split": 1, "ncwg": 3}
+    two = {"block": 384, "bm": 128, "bn": 128, "split": 1, "ncwg": 2}
+    three = {"block": 512, "bm": 192, "bn": 128, "split": 1, "ncwg": 3}
     assert got[(3, 5, 777, 64)] == {"units": 105, **two}
     assert got[(8, 8, 1024, 64)] == {"units": 384, **three}
     assert got[(2, 16, 2048, 64)] == {"units": 352, **three}
     assert got[(4, 32, 4096, 64)] == {"units": 2816, **three}
-    assert got[(1, 8, 512, 64)] == {"units": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+    assert got[(1, 8, 512, 64)] == {"units": 64, "block": 384, "bm": 64, "bn": 128, "split": 2, "ncwg": 2}
     assert got[(1, 1, 1, 64)] == {"units": 1, **two}
 
 
@@ -94,7 +105,7 @@ def test_forced_policies_are_the_former_builds(fp8):
     assert [r["ncwg"] for r in r0] == [2] * 6
     assert r0[0]["units"] == 105 and r0[1]["units"] == 512 and r0[4]["split"] == 2
     assert [r["ncwg"] for r in r2] == [3, 3, 3, 3, 2, 3]
-    assert r2[0]["units"] == 75 and r2[4] == {"units": 64, "block": 384, "bm": 64, "split": 2, "ncwg": 2}
+    assert r2[0]["units"] == 75 and r2[4] == {"units": 64, "block": 384, "bm": 64, "bn": 128, "split": 2, "ncwg": 2}
 
 
 def test_every_policy_and_override_follows_the_rule(fp8):
@@ -206,3 +217,32 @@ def test_persistent_grid(fp8, tmp_path_factory):
     run = _compile(tmp_path_factory, "fp8_nonpersistent", "SDPA_SM90_PERSISTENT=0")
     off = run(cases, 1)
     assert all(not r["persistent"] and r["grid"] == r["units"] and r["cover"] for r in off)
+
+
+def test_head_dim_128_tile_width(fp8, tmp_path_factory):
+    """Head dim 128 in the FP8 build: both tile widths are compiled in and select_config picks 192 keys
+    where S padded to 192-key tiles is less than 1.02x S padded to 128-key tiles (a key costs 0.98 as much
+    in the wide tile: run 2 of experiments/2026-11-23-sdpa-d128-pipes on 1x H100). So (1,16,8192,128)
+    takes 192 (43 tiles) and (2,16,2048,128) 128 (16 tiles rather than 11 of 192, 3% more keys).
+    Policies 128 and 192 force a width; head dim 64 keeps 128; the two widths are distinct kernels."""
+    sizes = [1, 77, 128, 129, 192, 193, 256, 384, 777, 1000, 2048, 4096, 8192, 16384]
+    shapes = [(1, 16, s, 128) for s in sizes]
+    got = fp8([(s, 132, 0, 1) for s in shapes])
+    assert [r["bn"] for r in got] == [expected_bn(s, 128) for s in sizes]
+    by_s = {s: r["bn"] for s, r in zip(sizes, got)}
+    assert (by_s[1], by_s[384], by_s[2048], by_s[8192]) == (128, 192, 128, 192)
+    assert all(r["cover"] for r in got)
+    # the unsplit kernels' shared memory differs (192: two K/V stages of 24 KiB, V^T of two panels)
+    assert len({r["smem"] for r in got if r["split"] == 1}) == 2
+    for pol in (128, 192):
+        cases = [(s, sms, split, 1) for s in shapes for sms in (132, 66) for split in (0, 1, 2)]
+        forced = fp8(cases, 1, pol)
+        assert all(r["bn"] == pol and r["cover"] for r in forced)
+        assert [_pick(r) for r in forced] == [expected(*c, bn_policy=pol) for c in cases]
+    funcs = {(r["bn"], r["split"]): r["func"] for r in fp8([(s, 66, split, 1) for s in shapes for split in (1, 2)])}
+    assert len(set(funcs.values())) == len(funcs) == 4
+    d64 = fp8([((1, 16, s, 64), 132, 0, 1) for s in sizes], 1, 192)
+    assert {r["bn"] for r in d64} == {128}
+    assert fp8([((1, 1, 1, 128), 132, 0, 1)], 0, 100) == [{"error": "SDPA_SM90_BN_D128 must be 0, 128 or 192"}]
+    run = _compile(tmp_path_factory, "fp8_bn192", "SDPA_SM90_BN_D128=192")
+    assert {r["bn"] for r in run([(s, 132, 0, 1) for s in shapes])} == {192}

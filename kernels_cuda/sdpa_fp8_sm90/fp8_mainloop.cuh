@@ -19,20 +19,6 @@
 #include "softmax.cuh"
 #include "wgmma_ops.cuh"
 
-// SDPA_SM90_RESCALE_IN_TURN = 0|1 (compile time, FP8 build): where a consumer warpgroup rescales O by
-// the tile's alpha.  0: after P V of the previous tile completed, before it waits for the turn (on the
-// chain from the softmax to the next issue); 1: in the turn, after it issued the next Q K^T and before
-// it issues P V (FlashAttention-3's order: the FMULs run while the tensor core works on Q K^T).
-#ifndef SDPA_SM90_RESCALE_IN_TURN
-#define SDPA_SM90_RESCALE_IN_TURN 0
-#endif
-// SDPA_SM90_LAZY_RESCALE = 0|1 (compile time, FP8 build with SDPA_SM90_ROWSUM_MMA): 1 = a warp keeps its
-// rows' running max until one grows by more than kLazyTau (log2 units) and skips O *= alpha while it
-// does (softmax.cuh step_rows_lazy); the probabilities' bias drops by kLazyTau, so P stays in [0, 2^8].
-#ifndef SDPA_SM90_LAZY_RESCALE
-#define SDPA_SM90_LAZY_RESCALE 0
-#endif
-
 namespace sdpa_sm90 {
 
 template <int N>
@@ -271,17 +257,8 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
     // The softmax step on S and the packing of P; SDPA_SM90_EXP2_POLY (head dim 64) and
     // SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU.
     constexpr int kPoly = T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
-    constexpr bool kLazy = SDPA_SM90_LAZY_RESCALE != 0;
-    static_assert(!kLazy || T::ROWSUM, "the lazy step leaves the row sums to the tensor core");
-    constexpr float kLazyTau = 1.5f;
-    bool moved = true;  // kLazy: whether this tile moved the running max (O must be rescaled)
-    auto softmax_step = [&] {
-        if constexpr (kLazy) moved = st.sm.template step_rows_lazy<kPoly>(s, sc, kPExp2Bias - kLazyTau, kLazyTau, alpha);
-        else st.sm.template step_rows<true, kPoly, !T::ROWSUM>(s, sc, kPExp2Bias, alpha);
-    };
+    auto softmax_step = [&] { st.sm.template step_rows<true, kPoly, !T::ROWSUM>(s, sc, kPExp2Bias, alpha); };
     auto pack_p = [&] { pack_p_e4m3<T::BN>(s, p); };
-    // O *= alpha in the turn (SDPA_SM90_RESCALE_IN_TURN): at the top of the next tile, or before the last P V.
-    constexpr bool kRescaleInTurn = SDPA_SM90_RESCALE_IN_TURN != 0;
     // Ping-pong among the NC warpgroups that run (the last one passes to warpgroup 0 with two or three):
     // unless the previous unit left a turn for warpgroup 0, the last one starts by passing one; unless
     // the next unit takes it, it skips its last pass (every turn passed is taken).  One takes no turns.
@@ -323,10 +300,6 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         wgmma_fence();
         issue_qk_fp8<T>(s, qa, qd, kdesc(kr));
         wgmma_commit();
-        if constexpr (kRescaleInTurn) {
-            if (!kLazy || moved) rescale_o<T::D>(st.o, alpha);
-            wgmma_fence();
-        }
         wait_v(vr, tp);
         issue_pv_fp8<T>(st.o, rs, p, vdesc(vr));
         wgmma_commit();
@@ -346,14 +319,9 @@ __device__ __forceinline__ void consumer_mainloop_fp8(ConsumerState<T>& st, uint
         release_v(vr);
         vr.advance(step);
         if constexpr (T::ROWSUM) take_rowsum(alpha);
-        if constexpr (!kRescaleInTurn) {
-            if (!kLazy || moved) rescale_o<T::D>(st.o, alpha);
-        }
+        rescale_o<T::D>(st.o, alpha);
         pack_p();
         tp = t;
-    }
-    if constexpr (kRescaleInTurn) {
-        if (!kLazy || moved) rescale_o<T::D>(st.o, alpha);  // the last tile's (one tile: O and alpha are 0)
     }
 
     // ---- last P V ------------------------------------------------------------------------------

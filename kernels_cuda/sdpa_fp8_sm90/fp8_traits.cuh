@@ -56,18 +56,29 @@ constexpr float kE4M3Max = 448.f;
 #define SDPA_SM90_ROWSUM_MMA 1
 #endif
 
-// SDPA_SM90_BN_D128 = 192 (default) or 128: keys per K/V tile at head dim 128.  192 (FlashAttention-3
-// takes 224 for FP8 at head dim 128) spreads each tile's fixed costs (row-max shuffles, the O
-// rescale, the turn and the waits) over 1.5x the keys; S takes 96 accumulator registers instead of
-// 64 (Q K^T then reads Q from shared memory: Q_SMEM), and the K/V ring is two stages deep instead of
-// three (shared memory).  V^T is then two panels: keys 0..127 with the 128-byte swizzle, keys
-// 128..191 with the 64-byte swizzle.  On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-bn192,
-// cold p50, one call each) 128 / 192: (1,16,8192,128) 640.8 / 611.4 and 645.4 / 620.0 us,
-// (2,16,2048,128) 98.9 / 98.6 and 98.2 / 98.9.
+// SDPA_SM90_BN_D128 = 0 (default), 128 or 192: keys per K/V tile at head dim 128.  Both kernels are in
+// every FP8 build; 0 = select_config (kernel.cuh) picks one per S at run time (bn_d128 below), 128 or
+// 192 = always that one.  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
+// tile's fixed costs (row-max shuffles, the O rescale, the turn and the waits) over 1.5x the keys;
+// S takes 96 accumulator registers instead of 64 (Q K^T then reads Q from shared memory: Q_SMEM),
+// and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
+// keys 0..127 with the 128-byte swizzle, keys 128..191 with the 64-byte swizzle.  But S is padded to
+// a multiple of the tile: 2048 keys are 11 tiles of 192 (2112 keys), 16 of 128.
 #ifndef SDPA_SM90_BN_D128
-#define SDPA_SM90_BN_D128 192
+#define SDPA_SM90_BN_D128 0
 #endif
-static_assert(SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192, "SDPA_SM90_BN_D128: 128 or 192");
+static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192,
+              "SDPA_SM90_BN_D128: 0 (by S), 128 or 192");
+
+// The run-time rule (policy 0): 192-key tiles when S padded to them is less than 1.02x S padded to
+// 128-key tiles, i.e. a key in a 192-key tile costs 0.98 of one in a 128-key tile.  1x H100
+// (experiments/2026-11-23-sdpa-d128-pipes, run 2, one call, no polynomial exponentials; cold / hot
+// p50) 128 / 192: (1,16,8192,128) 613.9 / 605.5 and 633.0 / 591.4 us (per padded key: 0.98 / 0.93),
+// (2,16,2048,128) 92.1 / 94.5 and 88.3 / 89.9 (192 pads 3% more keys).
+__host__ __device__ constexpr int bn_d128(int S, int policy) {
+    return policy != 0 ? policy
+                       : ((long long)(S + 191) / 192 * 192) * 49 < ((long long)(S + 127) / 128 * 128) * 50 ? 192 : 128;
+}
 
 // SDPA_SM90_PERSISTENT = 1 (default) or 0: the unsplit kernels run one block per SM (at most), each
 // taking the work units (the tiles of tile_plan.cuh) blockIdx.x, blockIdx.x + gridDim.x, ... in
@@ -81,18 +92,19 @@ static_assert(SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192, "SDPA_SM90_B
 #define SDPA_SM90_PERSISTENT 1
 #endif
 
-// NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  The kernels are
-// instantiated on the two thin names below (Fp8Traits keeps the two-warpgroup kernels' symbols).
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
+// NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  BN_: keys per K/V
+// tile, 192 only at head dim 128.  The kernels are instantiated on the two thin names below.
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_, int BN_>
 struct Fp8TraitsN {
     static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
+    static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2), "keys per tile: 128, or 192 at head dim 128");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;
     static constexpr int ABL = ABL_;
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
-    static constexpr int BN = D == 128 ? SDPA_SM90_BN_D128 : 128;  // keys per K/V tile (V^T panels below)
+    static constexpr int BN = BN_;          // keys per K/V tile (V^T panels below)
     static constexpr int NCWG = NCWG_;      // consumer warpgroups, 64 rows each
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;
     static constexpr int THREADS = 128 * (1 + NCWG);
@@ -172,11 +184,11 @@ struct Fp8TraitsN {
     static constexpr int K_CHUNKS_PER_THREAD = K_TILE / 16 / 128;
 };
 
-// Two consumer warpgroups (every head dim, unsplit and split).
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
-struct Fp8Traits : Fp8TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2> {};
+// Two consumer warpgroups (every head dim, unsplit and split; 128- or 192-key tiles at head dim 128).
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int BN_ = 128>
+struct Fp8Traits : Fp8TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2, BN_> {};
 // Three consumer warpgroups (head dim 64, unsplit).
 template <int D_, bool ASYNC_, int ABL_>
-struct Fp8Traits3 : Fp8TraitsN<D_, ASYNC_, ABL_, false, 3> {};
+struct Fp8Traits3 : Fp8TraitsN<D_, ASYNC_, ABL_, false, 3, 128> {};
 
 }  // namespace sdpa_sm90

@@ -47,12 +47,12 @@ namespace sdpa_sm90 {
 
 // NCWG: consumer warpgroups; 3 = the FP8 build's unsplit head-dim-64 kernel of 192 rows per block.
 #if SDPA_SM90_FP8
-template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2>
-using KernelTraits = std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT>>;
+template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
+using KernelTraits = std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>;
 constexpr const char* kKernelName = "wgmma_fp8_sm90";
 #else
-template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2>
-using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;  // two consumer warpgroups only: NCWG is ignored
+template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
+using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;  // two consumer warpgroups, its own tile: NCWG and BN are ignored
 constexpr const char* kKernelName = "wgmma_sm90";
 #endif
 // Whether this build has a three-consumer-warpgroup kernel (the FP8 build's, at head dim 64).
@@ -177,9 +177,9 @@ inline int grid_for(const LaunchInfo& li) {
     return li.persistent && li.num_sms > 0 && li.num_sms < li.plan.units ? li.num_sms : li.plan.units;
 }
 
-template <int D, int ABL, bool SPLIT, int NCWG>
+template <int D, int ABL, bool SPLIT, int NCWG, int BN>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = KernelTraits<D, kAsync, ABL, SPLIT, NCWG>;
+    using T = KernelTraits<D, kAsync, ABL, SPLIT, NCWG, BN>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -196,12 +196,12 @@ inline LaunchInfo info_for(int BH, int S) {
     return li;
 }
 
-template <int D, bool SPLIT, int NCWG = 2>
+template <int D, bool SPLIT, int NCWG = 2, int BN = 128>
 inline LaunchInfo info_for(int BH, int S, int ablate) {
     switch (ablate) {
-        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT, NCWG>(BH, S);
-        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT, NCWG>(BH, S);
-        default: return info_for<D, kAblNone, SPLIT, NCWG>(BH, S);
+        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT, NCWG, BN>(BH, S);
+        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT, NCWG, BN>(BH, S);
+        default: return info_for<D, kAblNone, SPLIT, NCWG, BN>(BH, S);
     }
 }
 
@@ -216,7 +216,7 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
                           const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
-                          int plan_policy = SDPA_SM90_TILE_PLAN) {
+                          int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (split_override < 0 || split_override > 2) {
@@ -225,6 +225,10 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
     }
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
     if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
+    if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192) {
+        *err = "SDPA_SM90_BN_D128 must be 0, 128 or 192";
+        return false;
+    }
     // Unsplit blocks with two consumer warpgroups (128 rows; the largest unsplit grid) and, where
     // this build has them at this head dim, three (192 rows).
     const int bm2 = KernelTraits<64, kAsync, kAblNone, false>::BM;
@@ -235,7 +239,10 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
     const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
     const bool can3 = kHasNcwg3 && D == 64 && ncwg_policy != 0;
-    const int bn = D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN : KernelTraits<128, kAsync, kAblNone, false>::BN;
+    // Keys per K/V tile: head dim 128 in the FP8 build by S (fp8_traits.cuh bn_d128), else the traits' own.
+    const bool wide = SDPA_SM90_FP8 && D == 128 && bn_d128(S, bn_policy) == 192;
+    const int bn = wide ? 192 : D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN
+                                        : KernelTraits<128, kAsync, kAblNone, false>::BN;
     const int ntiles = (S + bn - 1) / bn;
     const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
@@ -245,7 +252,8 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         else if (three) *li = info_for<64, false, 3>(BH, S, ablate);
         else *li = info_for<64, false>(BH, S, ablate);
     } else {
-        *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
+        if (wide) *li = split ? info_for<128, true, 2, 192>(BH, S, ablate) : info_for<128, false, 2, 192>(BH, S, ablate);
+        else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
     if (SDPA_SM90_FP8 && li->split == 1)

@@ -21,12 +21,15 @@
 #define SDPA_SM90_EXP2_POLY 0
 #endif
 static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_EXP2_POLY: chunks of 16");
-// SDPA_SM90_EXP2_POLY_D128 = n (default 4): the same at head dim 128 (FP8 kernel), where the
-// exponentials need as many MUFU clocks as the tensor core needs for the two MMAs.  1x H100
-// (experiments/2026-11-23-sdpa-fp8-profile, A/B 2, cold p50) n = 0 / 4 / 8: (2,16,2048,128) 108.16 /
-// 105.06 / 108.96 us, (1,16,8192,128) 714.7 / 682.5 / 721.5.
+// SDPA_SM90_EXP2_POLY_D128 = n (default 0): the same at head dim 128 (FP8 kernel).  It paid while
+// MUFU was as busy as the tensor core (1x H100, experiments/2026-11-23-sdpa-fp8-profile, A/B 2, cold
+// p50, 128-key tiles, row sums by FADD: n = 0 / 4 / 8: (2,16,2048,128) 108.16 / 105.06 / 108.96 us,
+// (1,16,8192,128) 714.7 / 682.5 / 721.5); since the row sums come from the tensor core the softmax is
+// bound by its instruction count (8 instructions per polynomial exponential), and 0 is faster:
+// experiments/2026-11-23-sdpa-d128-pipes run 2 (192-key tiles, cold / hot) n = 4 / 0:
+// (2,16,2048,128) 96.99 / 94.48 and 92.05 / 89.90 us, (1,16,8192,128) 610.4 / 605.5 and 621.2 / 591.4.
 #ifndef SDPA_SM90_EXP2_POLY_D128
-#define SDPA_SM90_EXP2_POLY_D128 4
+#define SDPA_SM90_EXP2_POLY_D128 0
 #endif
 static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "SDPA_SM90_EXP2_POLY_D128: chunks of 16");
 
@@ -113,55 +116,7 @@ struct OnlineSoftmax {
             if constexpr (kSum) l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
-
-    // Below: the lazy form (row sums from elsewhere, as SDPA_SM90_ROWSUM_MMA).
-    template <int kPoly>
-    __device__ __forceinline__ bool step_rows_lazy(float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
-                                                   float tau, float (&alpha)[2]);
 };
-
-// The FP8 kernel's step with a lazy running max (SDPA_SM90_LAZY_RESCALE, FlashAttention-4's
-// conditional rescale): a warp moves the running max of its 16 rows (and O and l must be rescaled)
-// only when some row's new max exceeds its running max by more than tau (log2 units); otherwise m
-// stays, alpha is exactly 1 and the call returns false (warp-uniform).  A stale m lets a probability
-// reach 2^(bias + tau): the caller lowers the bias by tau so P stays within [0, 2^8].
-template <int BN>
-template <int kPoly>
-__device__ __forceinline__ bool OnlineSoftmax<BN>::step_rows_lazy(float (&s)[BN / 2], const float (&scale_log2)[2],
-                                                                  float bias, float tau, float (&alpha)[2]) {
-    constexpr int NJ = BN / 8;
-    float cand[2];
-    bool need = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float mx4[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
-#pragma unroll
-        for (int j = 4; j < NJ; ++j) mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-        float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        cand[r] = fmaxf(m[r], mx * scale_log2[r]);
-        need |= cand[r] > m[r] + tau;  // m = -inf (first tile): always
-    }
-    const bool moved = __any_sync(0xffffffffu, need);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float m_new = moved ? cand[r] : m[r];
-        alpha[r] = fast_exp2(m[r] - m_new);  // exactly 1 when m stays
-        m[r] = m_new;
-        const float off = bias - m_new;
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float x = fmaf(s[4 * j + 2 * r + e], scale_log2[r], off);
-                s[4 * j + 2 * r + e] = poly_chunk<kPoly>(j) ? poly_exp2(x) : fast_exp2(x);
-            }
-    }
-    return moved;
-}
 
 // O (m64nD accumulator fragment, same layout as S) *= alpha per row.
 template <int D>

@@ -2,7 +2,8 @@
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
 // launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
-// plan"; policy / plan -1 = the build's default): the launch configuration select_config gives, or
+// plan bn"; policy / plan / bn -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S):
+// the launch configuration select_config gives (with "bn", the keys per K/V tile), or
 // its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
 // "cover" = every row of every head in exactly one unit and the grid one block per unit (persistent:
 // min(units, SMs) blocks, each taking units grid apart), "nc" = units per number of consumer
@@ -38,14 +39,15 @@ static void cover(const sdpa_sm90::LaunchInfo& li, int BH, int S, bool* ok, int 
 
 int main() {
     long long B, H, S;
-    int D, sms, split, policy, plan;
-    while (std::scanf("%lld %lld %lld %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan) == 8) {
+    int D, sms, split, policy, plan, bnpol;
+    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol) == 9) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
         const int BH = (int)(B * H);
         const int pol = policy < 0 ? SDPA_SM90_NCWG3_D64 : policy;
         const int pl = plan < 0 ? SDPA_SM90_TILE_PLAN : plan;
-        if (!sdpa_sm90::select_config(BH, (int)S, D, sms, split, 0, &li, &err, pol, pl)) {
+        const int bp = bnpol < 0 ? SDPA_SM90_BN_D128 : bnpol;
+        if (!sdpa_sm90::select_config(BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
@@ -55,11 +57,13 @@ int main() {
         if (D == 64 && li.split == 2) cover<KernelTraits<64, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
         else if (D == 64 && li.ncwg == 3) cover<KernelTraits<64, kAsync, kAblNone, false, 3>>(li, BH, (int)S, &ok, nc);
         else if (D == 64) cover<KernelTraits<64, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
+        else if (li.split == 2 && li.bn == 192) cover<KernelTraits<128, kAsync, kAblNone, true, 2, 192>>(li, BH, (int)S, &ok, nc);
         else if (li.split == 2) cover<KernelTraits<128, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
+        else if (li.bn == 192) cover<KernelTraits<128, kAsync, kAblNone, false, 2, 192>>(li, BH, (int)S, &ok, nc);
         else cover<KernelTraits<128, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
-        std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
+        std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
                     "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
-                    sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.split, li.ncwg, li.smem, li.func, li.plan.full,
+                    sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
                     li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", ok ? "true" : "false", nc[1],
                     nc[2], nc[3]);
     }
