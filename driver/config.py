@@ -44,9 +44,11 @@ SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "long_d128": (1, 16, 8192, 128),
     # Sanitizer shapes for the Hopper kernel's unsplit configurations (132-SM H100/H200): 264 blocks of
     # 192 rows (three consumer warpgroups, the second row block mostly past S) and 132 of 128 rows at
-    # head dim 128, two K/V tiles each with a tail, small enough for racecheck.
+    # head dim 128, two K/V tiles each with a tail (128 keys at S 250, 192 at S 380: the tile width is
+    # chosen by S), small enough for racecheck.
     "unsplit3_d64": (1, 132, 250, 64),
     "unsplit_d128": (1, 66, 250, 128),
+    "unsplit_wide_d128": (1, 44, 380, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.

@@ -70,10 +70,12 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
         assert k.wgmma_serialized == "", k  # ptxas info C7520
     hopper = [k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name]
     mma_sync = [k for k in rec.ptxas if "sdpa_fp8_fwd_kernel" in k.name]
-    # 2 head dims x 2 block configurations (unsplit, split) x 3 ablation modes, plus the head-dim-64
-    # unsplit kernel with three consumer warpgroups x 3 ablation modes, in sm_90 builds only
-    assert len(hopper) == (15 if arch == "sm_90" else 0)
+    # (head dim 64, head dim 128 with 128-key tiles, with 192-key tiles) x 2 block configurations (unsplit,
+    # split) x 3 ablation modes, plus the head-dim-64 unsplit kernel with three consumer warpgroups x 3
+    # ablation modes, in sm_90 builds only
+    assert len(hopper) == (21 if arch == "sm_90" else 0)
     assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 if arch == "sm_90" else 0)
+    assert len([k for k in hopper if "Li192EEE" in k.name]) == (6 if arch == "sm_90" else 0)
     assert mma_sync and all(k.registers <= GATES.max_registers_per_thread for k in mma_sync)
     assert all(GATES.for_entry(k.name).max_registers_per_thread == 168 for k in hopper)
 

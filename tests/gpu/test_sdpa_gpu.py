@@ -109,6 +109,25 @@ def test_three_warpgroup_tile_plan_at_odd_sizes(exe_dir, tmp_path, shape):
         pytest.skip(f"this GPU's SM count gives no short tiles at {shape} (tiles {lines[0].tiles}); checked as full tiles")
 
 
+@pytest.mark.parametrize("shape,bn", [((1, 4, 300, 128), 192), ((2, 2, 1000, 128), 128), ((1, 44, 380, 128), 192),
+                                      ((1, 24, 2000, 128), 128), ((1, 2, 8000, 128), 192)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else f"bn{s}")
+def test_head_dim_128_tile_width_by_s(exe_dir, tmp_path, shape, bn):
+    """Head dim 128: the keys per K/V tile select_config picks by S (192 where S padded to 192-key tiles is
+    less than 1.02x S padded to 128, else 128; tests/test_sdpa_sm90_select.py restates the rule), each
+    with a tail, split and unsplit, one and several units per persistent block: the line names the width,
+    both variants correct and bit-identical."""
+    if device.arch_of(0) != "sm_90":
+        pytest.skip(f"{HOPPER_KERNEL} runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    lines, outs = [], []
+    for impl in sdpa.VARIANTS:
+        line, got = run_case(exe_dir, tmp_path, impl, shape, 1, "--kernel", HOPPER_KERNEL)
+        lines.append(line)
+        outs.append(got)
+    assert [line.bn for line in lines] == [bn, bn], lines
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
 @pytest.mark.parametrize("shape", [(1, 8, 512, 64), (1, 3, 77, 128)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
 def test_mma_sync_kernel_still_runs_when_forced(exe_dir, tmp_path, impl, shape):
