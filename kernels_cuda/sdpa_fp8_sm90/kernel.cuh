@@ -213,6 +213,8 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
 // Then, unsplit in the FP8 build, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
+// Head dim 128, FP8 build: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, fp8_traits.cuh
+// bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
                           const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
