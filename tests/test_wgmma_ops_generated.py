@@ -27,7 +27,7 @@ def test_e4m3_wrappers_spell_the_fp8_instruction_and_its_operands():
     A from 4 registers, B by descriptor, and no transpose immediates (PTX allows none for FP8 operands);
     operand numbers: N/2 accumulators, then the 4 A registers, the descriptor, the scale-d flag."""
     gen = _generator()
-    assert gen.RS_E4M3_N == (8, 64, 128, 192)  # P 1 (row sums); P V at head dims 64 / 128; Q K^T at 128 / 192 keys
+    assert gen.RS_E4M3_N == (8, 64, 128)  # P 1 (row sums); P V at head dims 64 / 128; Q K^T at 128 keys (192: SS)
     for n in gen.RS_E4M3_N:
         nd = n // 2
         text = gen.rs_e4m3(n)

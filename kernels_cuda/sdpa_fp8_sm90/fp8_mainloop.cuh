@@ -35,12 +35,6 @@ struct RsE4m3<128> {
         wgmma::rs_e4m3_m64n128k32(d, a, b, acc);
     }
 };
-template <>
-struct RsE4m3<192> {
-    __device__ __forceinline__ static void run(float (&d)[96], const uint32_t (&a)[4], uint64_t b, int acc) {
-        wgmma::rs_e4m3_m64n192k32(d, a, b, acc);
-    }
-};
 
 // The thread's E4M3 A fragments of Q (rows g = 16 warp + lane/4 and g + 8 of the warpgroup's 64,
 // k-step kk: [0] row g, columns 32kk + 4t .. +3; [1] row g+8, same; [2] row g, 32kk + 16 + 4t ..;

@@ -15,7 +15,7 @@ from pathlib import Path
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (64, 128)
 SS_E4M3_N = (192,)
-RS_E4M3_N = (8, 64, 128, 192)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192: S at SDPA_SM90_BN_D128=192
+RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192-key tiles take Q from shared memory (SS_E4M3_N)
 
 
 def regs(first: int, n: int) -> str:
@@ -99,7 +99,7 @@ def render() -> str:
         "// O += P V with V stored transposed [D][keys].",
         *[rs_e4m3(n) for n in RS_E4M3_N],
         "// FP8, A and B from shared memory, both K-major: S = Q K^T with Q's E4M3 codes in shared memory",
-        "// (SDPA_SM90_BN_D128=192, where the registers hold no Q fragments).",
+        "// (192-key tiles at head dim 128, SDPA_SM90_BN_D128, where the registers hold no Q fragments).",
         *[ss_e4m3(n) for n in SS_E4M3_N],
         "}  // namespace wgmma",
         "}  // namespace sdpa_sm90",

@@ -103,7 +103,8 @@ inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, in
     std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
     const int nblocks = std::max(1, std::min(plan.units, num_sms));
     std::vector<double> busy(nblocks, 0.0);
-    for (int i = 0; i < num_sms; ++i) free_at.push(0.0);
+    if (!persistent)
+        for (int i = 0; i < num_sms; ++i) free_at.push(0.0);
     double end = 0.0;
     int j = 0;
     auto run = [&](int rows) {
