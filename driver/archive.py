@@ -7,16 +7,55 @@ files say (COMPARE.md, the index) is rendered by driver/report.py.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from driver import paths
+from driver.errors import ConfigError
 from driver.records import BuildMeta, RunArchive
 
 RESULTS_FILE = "results.json"
+RESULTS_HINT = "make it a writable folder, or point BENCH_RESULTS_DIR at one"
+
+
+def check_writable(folder: Path, what: str = "results folder", hint: str = RESULTS_HINT) -> None:
+    """Refuse, in one line and before any work, a folder that cannot be made or written into (a file in
+    its place or above it, no write permission): found later it is a traceback after the work, or a
+    move stopped half-way. Creates nothing."""
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "it is" if probe == folder else f"{probe} is"
+        raise ConfigError(f"cannot write the {what} {folder}: {where} a file, not a folder", hint)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        where = "" if probe == folder else f" ({probe}, where it would be made)"
+        raise ConfigError(f"cannot write the {what} {folder}: no write permission{where}", hint)
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError in a few words with the path it is about (shutil.copytree's Error: its first failure)."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        _src, dst, why = exc.args[0][0]
+        more = len(exc.args[0]) - 1
+        return f"{why} (copying to {dst}{f'; {more} more' if more else ''})"
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+@contextlib.contextmanager
+def writing(what: str, hint: str = RESULTS_HINT) -> Iterator[None]:
+    """An OSError while writing `what` becomes one ConfigError line naming the path. The writers replace
+    whole files and folders (`paths.write_atomic`, `write_run`), so nothing half-written stays behind."""
+    try:
+        yield
+    except OSError as exc:
+        raise ConfigError(f"cannot write {what}: {os_reason(exc)}", hint) from None
 
 
 def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from driver import archive, build, device, gates, paths, plots, report, targets, thresholds
+from driver import archive, build, device, gates, paths, phases, plots, report, targets, thresholds
 from driver.config import DEFAULT_ARCH
 from driver.errors import BuildFailed, NoGPU
 from driver.host import git_state, host_info, utc_now
 from driver.options import RunOptions
 from driver.records import BuildMeta, RunArchive
 from driver.suites import allreduce, sdpa, stress, sweep
-from driver.suites.common import Suite, SuiteResult, progress
+from driver.suites.common import Suite, SuiteResult, plan, progress
 
 SUITES: dict[str, Suite] = {"allreduce": allreduce, "sdpa": sdpa, "sweep": sweep, "stress": stress}
 
@@ -38,9 +38,12 @@ def prepare(opts: RunOptions, limits: thresholds.Thresholds) -> tuple[BuildMeta,
 
 
 def run(opts: RunOptions, argv: list[str]) -> Path:
+    phases.reset()
+    plan(0, reset=True)
     limits = thresholds.load(opts.thresholds)
     try:
-        meta, arch = prepare(opts, limits)
+        with phases.timed("build"):
+            meta, arch = prepare(opts, limits)
         dev = device.probe()
     except NoGPU as exc:  # nothing ran: every gate of the run is absent, and the message says so
         raise NoGPU(f"{exc.message}; not measured: {gates.requested_summary(opts, limits)}", exc.hint) from None
@@ -67,7 +70,12 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         gates=verdicts,
     )
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
-    folder = report.publish(run_rec, meta, thresholds_text, {**plots.render(run_rec), **results.extra_files})
+    with phases.timed("report"):
+        figures = plots.render(run_rec)
+    # The archive's own write is the one phase results.json cannot hold; it is the last step.
+    run_rec = run_rec.model_copy(update={"wall_s": round(phases.wall_s(), 3), "phases_s": phases.snapshot()})
+    progress(f"time: {phases.one_line(run_rec.wall_s, run_rec.phases_s)}")
+    folder = report.publish(run_rec, meta, thresholds_text, {**figures, **results.extra_files})
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
     failure = gates.exit_decision(run_rec.gates, folder)

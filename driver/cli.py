@@ -37,6 +37,9 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes:
     p.add_argument("--thresholds", default=None, help="thresholds file (default: thresholds.toml)")
     p.add_argument("--timeout", default="300", help="seconds before a launch counts as hung")
     p.add_argument("--no-build", action="store_true", help="use the existing build as it is")
+    p.add_argument("--no-workers", action="store_true",
+                   help="start a new process for every case instead of one long-lived worker per runner and peer "
+                        "(slower; for A/B of the timing method and for debugging a worker)")
 
 
 def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> None:
@@ -49,6 +52,14 @@ def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> N
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
 
 
+def _given(value: str | None, flag: str) -> str | None:
+    """An option's value, None where it was not given. An empty value is an error, never the default:
+    `--sizes ''` from an unset shell variable must not quietly run the default sizes."""
+    if value is not None and not value.strip():
+        raise ConfigError(f"empty {flag}", f"give {flag} a value, or leave the option out for its default")
+    return value
+
+
 def _suites(ns: argparse.Namespace) -> tuple[str, ...]:
     if ns.cmd == "sweep":
         return ("sweep",)
@@ -57,22 +68,26 @@ def _suites(ns: argparse.Namespace) -> tuple[str, ...]:
 
 def _run_options(ns: argparse.Namespace) -> RunOptions:
     """Every string is validated here, before any build or GPU work starts."""
-    tpath = Path(ns.thresholds) if ns.thresholds else None
+    tpath = Path(ns.thresholds) if _given(ns.thresholds, "--thresholds") else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
     write = getattr(ns, "write", False)
     if write and paths.is_bundle():
         raise ConfigError("a bundle has no source tree to write the dispatch windows into",
                           "run the sweep without --write; copy dispatch_windows.json from its run folder")
     suite = getattr(ns, "suite", "all")
+    sizes, dtypes = _given(ns.sizes, "--sizes"), config.parse_dtypes(ns.dtype)
+    sizes_bytes = config.parse_sizes(sizes or "256K,16M")
+    config.check_sizes(sizes_bytes, dtypes)  # the executables would refuse them only after the build
+    ngpus, arch = _given(ns.ngpus, "--ngpus"), _given(ns.arch, "--arch")
     return RunOptions(
         suites=_suites(ns),
         stress_parts=(*config.parse_suite(suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
                       *(() if getattr(ns, "no_profile", False) else ("profile",))),
-        sizes_bytes=config.parse_sizes(ns.sizes or "256K,16M"),
-        sizes_given=ns.sizes is not None,
+        sizes_bytes=sizes_bytes,
+        sizes_given=sizes is not None,
         write_windows=write,
-        dtypes=config.parse_dtypes(ns.dtype),
-        ngpus=config.parse_ngpus(ns.ngpus) if ns.ngpus else None,
+        dtypes=dtypes,
+        ngpus=config.parse_ngpus(ngpus) if ngpus else None,
         shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
         seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
         iters=config.parse_positive_int(ns.iters, "--iters"),
@@ -81,18 +96,19 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         timing=config.parse_timing(ns.timing) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
         kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
-        arch=config.parse_archs(ns.arch)[0] if ns.arch else None,
+        arch=config.parse_archs(arch)[0] if arch else None,
         rounds=config.parse_positive_int(ns.rounds, "--rounds"),
         timeout_s=float(config.parse_positive_int(ns.timeout, "--timeout")),
         thresholds=tpath,
         build=not ns.no_build,
+        workers=not ns.no_workers,
     )
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
     archs = config.parse_archs(ns.arch)
-    wanted = targets.select(ns.targets)
-    gates = thresholds.load(Path(ns.thresholds) if ns.thresholds else None).build
+    wanted = targets.select(_given(ns.targets, "--targets"))  # `all` is every target; '' is a mistake
+    gates = thresholds.load(Path(ns.thresholds) if _given(ns.thresholds, "--thresholds") else None).build
     if paths.is_bundle():
         print("this is a GPU-host bundle: its executables are prebuilt, nothing to build", file=sys.stderr)
         return 0
@@ -112,7 +128,10 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
 
 def cmd_bench(ns: argparse.Namespace) -> int:
+    from driver import archive
+
     opts = _run_options(ns)
+    archive.check_writable(paths.results_dir())  # the run is archived there at its end, not lost then
     from driver import bench
 
     bench.run(opts, ["python", "-m", "driver", *sys.argv[1:]])
@@ -145,10 +164,16 @@ def cmd_bundle(ns: argparse.Namespace) -> int:
 
 
 def cmd_schema(ns: argparse.Namespace) -> int:
-    out = Path(ns.out) if ns.out else paths.results_dir() / "schema"
-    out.mkdir(parents=True, exist_ok=True)
-    for name, model in SCHEMA_MODELS.items():
-        (out / f"{name}.schema.json").write_text(json.dumps(model.model_json_schema(), indent=1) + "\n")
+    from driver import archive
+
+    given = _given(ns.out, "--out")
+    out = Path(given) if given else paths.results_dir() / "schema"
+    hint = "pass --out a writable folder" if given else f"{archive.RESULTS_HINT}, or pass --out"
+    archive.check_writable(out, "schema folder", hint)
+    with archive.writing(f"the JSON Schemas into {out}", hint):
+        out.mkdir(parents=True, exist_ok=True)
+        for name, model in SCHEMA_MODELS.items():
+            paths.write_atomic(out / f"{name}.schema.json", json.dumps(model.model_json_schema(), indent=1) + "\n")
     print(f"schema: {len(SCHEMA_MODELS)} JSON Schemas in {out}")
     return 0
 
@@ -156,11 +181,14 @@ def cmd_schema(ns: argparse.Namespace) -> int:
 def cmd_index(ns: argparse.Namespace) -> int:
     from driver import archive, report
 
-    if ns.rerender:
-        for folder in archive.archived_runs():
-            report.rerender_compare(folder)
-    report.update_index(paths.results_dir())
-    print(f"index: {paths.results_dir() / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+    root = paths.results_dir()
+    archive.check_writable(root)
+    with archive.writing(f"the index of {root}"):
+        if ns.rerender:
+            for folder in archive.archived_runs():
+                report.rerender_compare(folder)
+        report.update_index(root)
+    print(f"index: {root / 'README.md'} lists {len(archive.archived_runs())} run(s)")
     _write_limits()
     return 0
 
@@ -169,7 +197,9 @@ def _write_limits() -> bool:
     from driver import archive, limits
 
     table = limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates()))
-    written = limits.write_readme(table)
+    with archive.writing(f"the known limits into {limits.README_FILE}",
+                         "make it writable, or print the table with `python -m driver limits`"):
+        written = limits.write_readme(table)
     if written:
         print(f"limits: known limits in {limits.README_FILE} refreshed from {paths.results_dir()}")
     return written
@@ -213,9 +243,11 @@ def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOpt
     partitions = tuple(dict.fromkeys(p.strip() for p in ns.partitions.split(",")))
     if not all(partitions):
         raise ConfigError(f"malformed partition list {ns.partitions!r}", "e.g. --partitions h100,h200")
-    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in ns.gpus.split(","))) if ns.gpus else None
-    timeout = ns.timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
-    shared = ns.shared or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
+    given_gpus, given_timeout = _given(ns.gpus, "--gpus"), _given(ns.timeout, "--timeout")
+    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in given_gpus.split(","))) \
+        if given_gpus else None
+    timeout = given_timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
+    shared = _given(ns.shared, "--shared") or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
     return SubmitOptions(
         suites=suites, partitions=partitions, gpus=gpus,
         time_limit_s=config.parse_positive_int(timeout, "--timeout"), shared_dir=Path(shared),
@@ -235,9 +267,12 @@ def _parse_suites(text: str) -> tuple[str, ...]:
 
 
 def cmd_submit(ns: argparse.Namespace) -> int:
+    from driver import archive
     from driver.cluster import collect, submit, watch
 
     opts = _submit_options(ns, ns.driver_args)
+    if opts.watch:  # collected into it once the array ends: refuse now, not hours later
+        archive.check_writable(paths.results_dir())
     tasks = submit.plan(opts)
     submit.preflight(tasks, opts)
     for t in tasks:
@@ -253,10 +288,13 @@ def cmd_submit(ns: argparse.Namespace) -> int:
 
 
 def cmd_collect(ns: argparse.Namespace) -> int:
+    from driver import archive
     from driver.cluster import collect, submit, watch
 
     sub = submit.load(Path(ns.folder))
-    collect.collect(sub, watch.watch(sub, float(config.parse_positive_int(ns.poll, "--poll"))))
+    poll = float(config.parse_positive_int(ns.poll, "--poll"))
+    archive.check_writable(paths.results_dir())  # before the wait, not after it
+    collect.collect(sub, watch.watch(sub, poll))
     return 0
 
 

@@ -43,11 +43,18 @@ def _resolve(text: str) -> Path:
     raise ConfigError(f"{text!r} is not an archived run folder", f"look in {paths.results_dir()}")
 
 
+HEADER = ["| suite | impl | kernel | config | timing | old p50 us | new p50 us | change | noise | verdict |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def _timed_keys(run: RunArchive) -> set[tuple[str, ...]]:
+    return {_key(r) for r in run.records if r.round_p50_us and r.suite != "stress" and r.measurement.p50_us > 0}
+
+
 def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[str], int]:
-    """Markdown rows and the number of regressions."""
+    """Markdown rows (HEADER first) and the number of regressions."""
     old_by = {_key(r): r for r in old.records if r.round_p50_us}  # records with timings only
-    rows = ["| suite | impl | kernel | config | timing | old p50 us | new p50 us | change | noise | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = list(HEADER)
     regressions = 0
     for r in (r for r in new.records if r.round_p50_us):
         if r.suite == "stress":
@@ -77,6 +84,11 @@ def main(run_args: list[str]) -> int:
     if old.device.kind != new.device.kind:
         print(f"warning: comparing {old.device.kind} with {new.device.kind}", file=sys.stderr)
     rows, regressions = compare(old, new, thresholds.load().noise.min_rel_noise)
+    if len(rows) == len(HEADER):  # an empty table and exit 0 would read as "no change"
+        raise ConfigError(f"{old.run_id} and {new.run_id} have no timed config in common (the first has "
+                          f"{len(_timed_keys(old))} timed, the second {len(_timed_keys(new))}): nothing to compare",
+                          "compare two runs of the same suite, configs and timing modes, e.g. two `bench` runs "
+                          "on one device kind")
     print(f"# {old.run_id} -> {new.run_id}\n")
     print("\n".join(rows))
     if regressions:

@@ -84,6 +84,30 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(parse_size(p) for p in parts)
 
 
+def size_problem(nbytes: int, dtype: str) -> str | None:
+    """Why no run can time `nbytes` of `dtype` (None: it can): the executables take whole elements only,
+    at least one, and --sizes stops at MAX_SIZE_BYTES."""
+    if nbytes == 0:
+        return "size 0 is no element at all: an allreduce of nothing times nothing"
+    if nbytes > MAX_SIZE_BYTES:
+        return f"size {nbytes} bytes is above the {MAX_SIZE_BYTES >> 30}G limit"
+    if nbytes % ELEM_BYTES[dtype]:
+        shown = format_size(nbytes) + ("" if format_size(nbytes) == str(nbytes) else f" ({nbytes} bytes)")
+        return f"size {shown} is not a multiple of the {ELEM_BYTES[dtype]}-byte {dtype} element"
+    return None
+
+
+def check_sizes(sizes: tuple[int, ...], dtypes: tuple[str, ...]) -> None:
+    """Refuse, before any build, a size the executables would refuse only once a GPU was found."""
+    for nbytes in sizes:
+        for dtype in dtypes:
+            why = size_problem(nbytes, dtype)
+            if why:
+                step = max(ELEM_BYTES[d] for d in dtypes)  # 4 or 2: each is a multiple of the other
+                raise ConfigError(f"--sizes: {why}", f"with --dtype {','.join(dtypes)} give sizes of at least "
+                                  f"{step} bytes, multiples of {step}, e.g. 256K,16M")
+
+
 def format_size(nbytes: int) -> str:
     for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if nbytes >= unit and nbytes % unit == 0:

@@ -95,6 +95,19 @@ def run_process(
     return ProcessResult(tuple(cmd), proc.returncode, out, err, time.perf_counter() - start, timed_out)
 
 
+def start_process(cmd: Sequence[str], *, what: str) -> subprocess.Popen:
+    """Start a long-lived kernel executable or peer (driver/workers.py speaks to it over its stdin and
+    stdout), in its own session so that `kill_tree` takes its children too, with the same environment
+    as `launch`: runtime libraries and the NVLink-multicast guard."""
+    try:
+        return subprocess.Popen(
+            list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            bufsize=1, env=runtime_env(), start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise KernelFailed(f"{what}: executable {cmd[0]} not found", "run `nox -s build` first") from None
+
+
 def runtime_env() -> dict[str, str]:
     """Environment for kernel executables: Mojo runtime libraries, multicast off."""
     env = dict(os.environ)

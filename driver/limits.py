@@ -239,6 +239,10 @@ def write_readme(table: str, readme: Path | None = None) -> bool:
     new = text[: start + len(BEGIN)] + "\n" + table + text[end:]
     if new != text:
         tmp = readme.with_name(f".{readme.name}.tmp")
-        tmp.write_text(new)
-        os.replace(tmp, readme)
+        try:
+            tmp.write_text(new)
+            os.replace(tmp, readme)
+        except BaseException:  # no half-written copy left beside the README
+            tmp.unlink(missing_ok=True)
+            raise
     return True

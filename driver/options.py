@@ -28,6 +28,7 @@ class RunOptions(Record):
     timeout_s: float = Field(default=300.0, gt=0)
     thresholds: Path | None = None
     build: bool = True
+    workers: bool = True  # False (--no-workers): one process per case, as before long-lived workers
     sizes_given: bool = False  # --sizes on the command line (the sweep has its own default)
     write_windows: bool = False  # sweep --write: the measured windows go to kernels_mojo/dispatch_windows.json
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")

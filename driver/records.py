@@ -366,6 +366,10 @@ class RunArchive(Record):
     skipped: list[Skip] = Field(default_factory=list)
     ceilings_gbps: dict[str, NonNegativeFloat] = Field(default_factory=dict)
     gates: list[GateResult] = Field(default_factory=list)  # every gate of the run (empty in schema 1 archives)
+    wall_s: NonNegativeFloat | None = None  # the whole run, start to archive (None in archives before it existed)
+    # Where the wall time went (driver/phases.py): build, each worker's start-up, checks, timing, the
+    # reference's waits on the critical path and its background time, report.
+    phases_s: dict[str, NonNegativeFloat] = Field(default_factory=dict)
 
 
 

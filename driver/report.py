@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, gates, paths, plots
+from driver import archive, gates, paths, phases, plots
 from driver.config import TIMING_MODES
 from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
@@ -168,6 +168,8 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         f"- device: {run.device.kind} ({gpus}), driver {run.device.driver_version}",
         f"- git: {run.git_sha}{' (dirty)' if run.git_dirty else ''}",
         f"- command: `{' '.join(run.command)}`",
+        *([f"- time: {phases.one_line(run.wall_s, run.phases_s)} (phase seconds; background phases overlap)"]
+          if run.wall_s is not None else []),
         "",
     ]
     ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]

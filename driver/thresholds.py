@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
-from driver import paths
+from driver import config, paths
 from driver.errors import ConfigError
 from driver.records import Record, TimingMode
 
@@ -130,6 +131,34 @@ class Thresholds(Record):
         return next((o.reason for o in self.optional if o.covers(gate, device_kind)), None)
 
 
+def _entry(table: str, i: int, gate: Record) -> str:
+    """A gate as thresholds.toml writes it: `[[sdpa.speedup]] #3 (impl = "best", ..., shape = "missoin", ...)`."""
+    fields = ", ".join(f"{k} = {json.dumps(v)}" for k, v in gate.model_dump().items())
+    return f"[[{table}]] #{i} ({fields})"
+
+
+def _unmeasurable(t: Thresholds) -> list[str]:
+    """Speed gates whose config no run can produce. gates.speed_gates keeps a gate only when the run asked
+    for its config, so such a gate would never be judged, nor listed as not measured: it is silently void."""
+    bad = []
+    for i, a in enumerate(t.allreduce.speedup, 1):
+        why = config.size_problem(a.bytes, a.dtype)
+        if a.ngpus not in config.SUPPORTED_NGPUS:
+            why = f"no run uses {a.ngpus} GPUs (the allreduce kernels are built for " \
+                  f"{', '.join(map(str, config.SUPPORTED_NGPUS))})"
+        if why:
+            bad.append(f"{_entry('allreduce.speedup', i, a)}: {why}")
+    for i, g in enumerate(t.sdpa.speedup, 1):
+        try:
+            name, _dims = config.parse_shape(g.shape)
+        except ConfigError as exc:
+            bad.append(f"{_entry('sdpa.speedup', i, g)}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+            continue
+        if name != g.shape:
+            bad.append(f"{_entry('sdpa.speedup', i, g)}: runs name this shape {name!r}, never {g.shape!r}")
+    return bad
+
+
 def load(path: Path | None = None) -> Thresholds:
     path = path or paths.thresholds_file()
     try:
@@ -142,9 +171,14 @@ def load(path: Path | None = None) -> Thresholds:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
     try:
-        return Thresholds.model_validate(data)
+        gates = Thresholds.model_validate(data)
     except ValidationError as exc:
         # A misspelt field shows up twice (unknown + missing): name the unknown one.
         errs = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         text = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs)
         raise ConfigError(f"thresholds file {path}: {text}") from None
+    bad = _unmeasurable(gates)
+    if bad:
+        raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
+                          "no run can measure such a gate: fix its shape or size, or remove it")
+    return gates

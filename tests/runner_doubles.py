@@ -27,22 +27,22 @@ H200X2 = DeviceInfo(driver_version="580.159.04",
 ALLREDUCE = """#!{python}
 # allreduce_bench / upstream_bench double: one line per size; --debug-hang-rank hangs.
 import json, sys, time
-argv = sys.argv[1:]
-args = dict(zip(argv[::2], argv[1::2]))
-with open({log!r}, "a") as f:
+def case(argv):
+  args = dict(zip(argv[::2], argv[1::2]))
+  with open({log!r}, "a") as f:
     f.write(json.dumps(argv) + "\\n")
-if "--debug-hang-rank" in args:
+  if "--debug-hang-rank" in args:
     time.sleep(600)
-impl, p50, wrong, err = {impl!r}, {p50!r}, {wrong!r}, {err!r}
-dtype = args.get("--dtype", "float32")
-esize = {{"float32": 4, "bfloat16": 2, "float16": 2}}[dtype]
-kernel = args.get("--kernel", "auto")
-selected = "1stage" if kernel == "auto" else kernel
-if kernel == "1stage_cpasync":
+  impl, p50, wrong, err = {impl!r}, {p50!r}, {wrong!r}, {err!r}
+  dtype = args.get("--dtype", "float32")
+  esize = {{"float32": 4, "bfloat16": 2, "float16": 2}}[dtype]
+  kernel = args.get("--kernel", "auto")
+  selected = "1stage" if kernel == "auto" else kernel
+  if kernel == "1stage_cpasync":
     selected = "1stage_cpasync_s" + args.get("--stages", "3")
-if impl != "ours":
+  if impl != "ours":
     kernel = selected = "upstream"
-for size in args["--sizes"].split(","):
+  for size in args["--sizes"].split(","):
     n = int(size.rstrip("KMG")) << {{"K": 10, "M": 20, "G": 30}}.get(size[-1], 0)
     t = p50.get(selected, p50.get("*")) if isinstance(p50, dict) else p50
     print(json.dumps({{"suite": "allreduce", "impl": impl, "kernel_requested": kernel, "kernel_selected": selected,
@@ -52,8 +52,8 @@ for size in args["--sizes"].split(","):
                       "batch": int(args.get("--batch", "1")),
                       "p50_us": t, "p90_us": t * 1.05, "min_us": t * 0.95, "mean_us": t, "algbw_gbps": n / t / 1e3,
                       "busbw_gbps": n / t / 1e3, "max_abs_err": err, "wrong": wrong,
-                      "checked": args.get("--check", "0") == "1", "checked_iters": 1}}))
-"""
+                      "checked": args.get("--check", "0") == "1", "checked_iters": 1}}), flush=True)
+""" + "{serve}"
 
 SDPA = """#!{python}
 # sdpa_fp8_<variant> double: writes the float64 reference as float16 (optionally corrupted or
@@ -62,23 +62,48 @@ import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
 from driver.reference import sdpa as ref
-argv = sys.argv[1:]
-args = dict(zip(argv[::2], argv[1::2]))
-with open({log!r}, "a") as f:
-    f.write(json.dumps(argv) + "\\n")
-q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
-ks, vs = np.load(args["--scales"])
-out = ref.reference(q, k, v, float(ks), float(vs)).astype(np.float16)
-if {corrupt}:
-    out = out + np.float16(1.0)
-if {first_head_only}:
-    out = out[:, :1]
-np.save(args["--out"], out)
-p50 = {p50!r}
-print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
-                  "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
-                  "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
-                  "batch": int(args.get("--batch", "1"))}}))
+def case(argv):
+    args = dict(zip(argv[::2], argv[1::2]))
+    with open({log!r}, "a") as f:
+        f.write(json.dumps(argv) + "\\n")
+    q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
+    ks, vs = np.load(args["--scales"])
+    out = ref.reference(q, k, v, float(ks), float(vs)).astype(np.float16)
+    if {corrupt}:
+        out = out + np.float16(1.0)
+    if {first_head_only}:
+        out = out[:, :1]
+    np.save(args["--out"], out)
+    p50 = {p50!r}
+    print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
+                      "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
+                      "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
+                      "batch": int(args.get("--batch", "1"))}}), flush=True)
+""" + "{serve}"
+
+
+# Appended to every double (and usable by a test's own doubles): the body is `case(argv)`; with `--serve`
+# it is a long-lived worker speaking driver/workers.py's protocol, else one case from the command line.
+SERVE = """
+if sys.argv[1:] == ["--serve"]:
+    import io
+    print(json.dumps({"worker_ready": True}), flush=True)
+    for raw in sys.stdin:
+        line = raw.rstrip("\\n")
+        if not line:
+            continue
+        real, sys.stderr = sys.stderr, io.StringIO()
+        rc = 0
+        try:
+            case(line.split("\\t"))
+        except SystemExit as exc:
+            rc = exc.code or 0
+        text, sys.stderr = sys.stderr.getvalue(), real
+        sys.stderr.write(text)
+        errors = [ln[7:] for ln in text.splitlines() if ln.startswith("error: ")]
+        print(json.dumps({"worker_end": True, "rc": rc, "error": errors[-1] if rc and errors else ""}), flush=True)
+else:
+    case(sys.argv[1:])
 """
 
 
@@ -94,7 +119,7 @@ def allreduce_exe(exe_dir: Path, name: str, *, impl: str, p50: float | dict[str,
     """`p50`: one time for every kernel, or a time per selected kernel name ("*": the rest)."""
     log = log or exe_dir / "calls.jsonl"
     return _script(exe_dir / name, ALLREDUCE.format(python=sys.executable, log=str(log), impl=impl, p50=p50,
-                                                    wrong=wrong, err=err))
+                                                    wrong=wrong, err=err, serve=SERVE))
 
 
 def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_head_only: str = "",
@@ -104,7 +129,7 @@ def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_
     for impl, exe in sdpa.VARIANTS.items():
         _script(exe_dir / exe, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl,
                                            p50=p50[impl], corrupt=impl == corrupt,
-                                           first_head_only=impl == first_head_only))
+                                           first_head_only=impl == first_head_only, serve=SERVE))
     return log
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from driver import archive, compare, report, thresholds
-from driver.errors import PerfGateFailed
+from driver.errors import ConfigError, PerfGateFailed
 from driver.gates import allreduce_correctness
 from driver.host import host_info, utc_now
 from driver.parse import parse_lines
@@ -111,7 +111,16 @@ def test_records_without_timings_are_shown_as_not_timed_and_never_compared(resul
     assert "| ours | nccl |" not in text
     old = report.publish(untimed, _meta(), "")
     new = report.publish(_run(5.0, sha="d" * 40).model_copy(update={"records": untimed.records}), _meta(), "")
-    assert compare.main([str(old), str(new)]) == 0
+    with pytest.raises(ConfigError, match="no timed config in common"):  # nothing timed: nothing to compare
+        compare.main([str(old), str(new)])
+    # One config timed in both, the others 5x slower but untimed in the newer run: only the first is compared.
+    slow = _run(5.0, sha="e" * 40).records
+    both = report.publish(run.model_copy(update={"run_id": run.run_id + "-b"}), _meta(), "")
+    mixed = report.publish(_run(1.0, sha="f" * 40).model_copy(update={"records": [
+        run.records[0], *(r.model_copy(update={"round_p50_us": []}) for r in slow[1:])]}), _meta(), "")
+    assert compare.main([str(both), str(mixed)]) == 0
+    table = capsys.readouterr().out
+    assert "REGRESSION" not in table and len([ln for ln in table.splitlines() if ln.startswith("| allreduce")]) == 1
 
 
 def test_profile_counters_get_their_own_tables_on_a_real_stress_run():

@@ -19,7 +19,7 @@ from driver.options import RunOptions
 from driver.records import DeviceInfo, GpuInfo
 from driver.suites import sdpa
 from driver.thresholds import load as load_thresholds
-from tests.runner_doubles import ROOT, calls, sdpa_exes
+from tests.runner_doubles import ROOT, SERVE, calls, sdpa_exes
 
 
 def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch):
@@ -66,16 +66,17 @@ PEER = """import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
 from driver.reference import sdpa as ref
-args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-if {refuse!r}:
-    print("error: cuDNN refuses FP8 SDPA for [B,H,S,D] [1, 2, 128, 64]: head dim not supported", file=sys.stderr)
-    sys.exit(3)
-q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
-ks, vs = np.load(args["--scales"])
-np.save(args["--out"], (ref.reference(q, k, v, float(ks), float(vs)) + 0.01).astype(np.float16))
-print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": 20, "warmup": 0,
-                  "p50_us": 9.0, "p90_us": 9.5, "mean_us": 9.1, "std_us": 0.1, "min_us": 8.9, "tflops": 1.0,
-                  "timing": args["--timing"], "precision": "q e4m3, P e4m3", "peer_version": "test"}}))
+def case(argv):
+    args = dict(zip(argv[::2], argv[1::2]))
+    if {refuse!r}:
+        print("error: cuDNN refuses FP8 SDPA for [B,H,S,D] [1, 2, 128, 64]: head dim not supported", file=sys.stderr)
+        sys.exit(3)
+    q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
+    ks, vs = np.load(args["--scales"])
+    np.save(args["--out"], (ref.reference(q, k, v, float(ks), float(vs)) + 0.01).astype(np.float16))
+    print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": 20, "warmup": 0,
+                      "p50_us": 9.0, "p90_us": 9.5, "mean_us": 9.1, "std_us": 0.1, "min_us": 8.9, "tflops": 1.0,
+                      "timing": args["--timing"], "precision": "q e4m3, P e4m3", "peer_version": "test"}}), flush=True)
 """
 
 
@@ -83,7 +84,7 @@ def _fake_peers(tmp_path: Path, monkeypatch, refuse: tuple[str, ...] = ()) -> No
     scripts = {}
     for impl in sdpa.PEERS:
         scripts[impl] = tmp_path / f"peer_{impl}.py"
-        scripts[impl].write_text(PEER.format(root=str(ROOT), impl=impl, refuse=impl in refuse))
+        scripts[impl].write_text(PEER.format(root=str(ROOT), impl=impl, refuse=impl in refuse) + SERVE)
     monkeypatch.setattr(peers, "command", lambda impl, *args: [sys.executable, str(scripts[impl]), *args])
 
 

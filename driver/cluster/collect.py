@@ -20,7 +20,7 @@ from typing import TextIO
 
 from driver import archive, paths, report
 from driver.cluster import watch
-from driver.errors import ALL_ERRORS, ClusterFailed, DriverError
+from driver.errors import ALL_ERRORS, ClusterFailed, ConfigError, DriverError
 from driver.host import utc_now
 from driver.records import ClusterReport, RunArchive, Submission, TaskOutcome, TaskState
 
@@ -66,6 +66,17 @@ def move_run(src: Path, root: Path) -> RunArchive:
         raise
     shutil.rmtree(src)
     return run
+
+
+def _move_failed(src: Path, root: Path, sub: Submission, exc: OSError) -> ConfigError:
+    """One line for a move that failed on the way: move_run left either the whole run in `root` (only the
+    source could not be removed) or none of it, and says which."""
+    again = f"fix that and run `python -m driver collect {sub.folder}` again"
+    if (root / src.name / archive.RESULTS_FILE).is_file():
+        return ConfigError(f"collected {src.name} into {root}, but could not remove {src}: {archive.os_reason(exc)}",
+                           again)
+    return ConfigError(f"cannot collect {src.name} into {root}: {archive.os_reason(exc)}; nothing of it was moved, "
+                       f"it stays in {src.parent}", f"{archive.RESULTS_HINT}; {again}")
 
 
 def log_tail(sub: Submission, index: int, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -129,8 +140,10 @@ def _write_report(cluster: ClusterReport, text: str) -> Path:
 
 def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.stdout) -> ClusterReport:
     """Move every finished run folder into bench_results/, refresh the index, print and archive the
-    report; raise the failure's class when any task did not complete with exit 0."""
+    report; raise the failure's class when any task did not complete with exit 0. A results folder that
+    cannot be written is a ConfigError, before anything moves (or, failing later, with no run half-moved)."""
     root = paths.results_dir()
+    archive.check_writable(root)
     outcomes: list[TaskOutcome] = []
     runs: list[RunArchive] = []
     for t in sub.tasks:
@@ -142,6 +155,8 @@ def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.std
             except ClusterFailed as exc:
                 trouble = "; ".join(filter(None, [trouble, exc.message]))
                 continue
+            except OSError as exc:
+                raise _move_failed(folder, root, sub, exc) from None
             runs.append(run)
             moved.append(run.run_id)
         if trouble is None and not moved:
@@ -152,8 +167,9 @@ def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.std
     text = report.cluster_markdown(cluster, runs)
     print(text, file=out)
     if runs:
-        report.update_index(root)
-        folder = _write_report(cluster, text)
+        with archive.writing(f"the index and the cluster report into {root}"):
+            report.update_index(root)
+            folder = _write_report(cluster, text)
         print(f"collected {len(runs)} run folder(s) into {root}; report: {folder / 'CLUSTER.md'}", file=sys.stderr)
     else:
         print(f"collected nothing: no task archived a run folder; logs in {Path(sub.folder) / 'logs'}", file=sys.stderr)

@@ -26,13 +26,14 @@ import math
 
 import numpy as np
 
-from driver.peers import sdpa_io
+from driver.peers import sdpa_io, serving
 from driver.peers.sdpa_io import EXIT_CUDA_ERROR, fail
 from driver.reference.sdpa import E4M3_MAX, decode_e4m3_sim, encode_e4m3_sim
 
 IMPL = "cudnn_fp8"
 SCALE_S = 256.0  # P in [0, 1] -> [0, 256] in E4M3 (max 448); a power of two: no rounding from the scale itself
 MIN_ARCH = (9, 0)
+_GRAPHS: dict[tuple[int, int, int, int], tuple[Fp8Sdpa, str]] = {}  # per shape, when served: built once
 
 
 def quantize_q(q: np.ndarray) -> tuple[np.ndarray, float]:
@@ -101,10 +102,19 @@ class Fp8Sdpa:
         self.out = torch.empty((b, h, s, d), dtype=torch.float16 if out_fp16 else torch.float8_e4m3fn, device=dev)
         self.workspace = torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8, device=dev)
         self.scales = {n: torch.full((1, 1, 1, 1), scales[n], dtype=torch.float32, device=dev) for n in names}
+        self.inputs = (q8, k8, v8)
         self.pack = {tq: q8, tk: k8, tv: v8, o: self.out,
                      amax_s: torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev),
                      amax_o: torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev),
                      **{ts[n]: self.scales[n] for n in names}}
+
+    def load(self, q8, k8, v8, scales: dict[str, float]) -> None:
+        """Another problem of the same shape through the same graph (a served peer builds each shape's
+        graph once): its codes copied into the bound tensors, its scales into the scale tensors."""
+        for mine, new in zip(self.inputs, (q8, k8, v8)):
+            mine.copy_(new)
+        for n, t in self.scales.items():
+            t.fill_(1.0 if n == "scale_o" and self.out_fp16 else scales[n])
 
     def run(self) -> None:
         self.cudnn.set_stream(handle=self.handle, stream=self.torch.cuda.current_stream().cuda_stream)
@@ -180,7 +190,12 @@ def main(argv: list[str] | None = None) -> None:
     scales = {"descale_q": q_scale, "descale_k": case.k_scale, "descale_v": case.v_scale,
               "descale_s": 1.0 / SCALE_S, "scale_s": SCALE_S, "scale_o": scale_o}
     q8, k8, v8 = (to_device(torch, a) for a in (q_codes, case.k_u8, case.v_u8))
-    sdpa, why_not_fp16 = build(torch, cudnn, q8, k8, v8, scales)
+    cached = _GRAPHS.get(case.shape)
+    if cached is None:
+        sdpa, why_not_fp16 = _GRAPHS.setdefault(case.shape, build(torch, cudnn, q8, k8, v8, scales))
+    else:
+        sdpa, why_not_fp16 = cached
+        sdpa.load(q8, k8, v8, scales)
     try:
         sdpa.run()
         out = sdpa.output(1.0 if sdpa.out_fp16 else scale_o)
@@ -199,4 +214,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    serving.entry(main)

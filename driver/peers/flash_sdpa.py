@@ -21,7 +21,7 @@ import importlib.util
 
 import numpy as np
 
-from driver.peers import sdpa_io
+from driver.peers import sdpa_io, serving
 from driver.peers.sdpa_io import EXIT_CUDA_ERROR, fail
 from driver.reference.sdpa import decode_e4m3_sim
 
@@ -96,4 +96,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    serving.entry(main)

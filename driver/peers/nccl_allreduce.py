@@ -9,7 +9,9 @@ Run on the GPU host: `python -m driver.peers.nccl_allreduce --sizes 256K --ngpus
 
 from __future__ import annotations
 
-from driver.peers.torch_allreduce import Collective, main, time_collective
+import sys
+
+from driver.peers.torch_allreduce import EXIT_BAD_INPUT, Collective, fail, main, serve, time_collective
 
 __all__ = ["setup", "time_collective"]  # time_collective: the cold/hot timing of any torch-driven collective
 
@@ -25,4 +27,10 @@ def setup(torch, dist, elements: int, dtype, device) -> Collective:
 
 
 if __name__ == "__main__":
-    main("nccl_allreduce", "nccl", setup)
+    if "--serve" in sys.argv:  # one process group serving every torch-driven peer (torch_allreduce.serve)
+        args = [a for a in sys.argv[1:] if a != "--serve"]
+        if len(args) != 2 or args[0] != "--ngpus" or not args[1].isdigit():
+            fail("usage: python -m driver.peers.nccl_allreduce --ngpus N --serve", EXIT_BAD_INPUT)
+        serve(int(args[1]))
+    else:
+        main("nccl_allreduce", "nccl", setup)

@@ -71,11 +71,30 @@ def fail(msg: str, code: int) -> None:
     raise SystemExit(code)
 
 
-def parse_args(prog: str) -> argparse.Namespace:
+class BadRequest(ValueError):
+    """A served case's arguments are wrong; str() is the `error:` text (exit 2 in the one-shot run)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one `error:` line and exit 2 (or BadRequest when served)
+        raise BadRequest(f"{self.prog}: {message}")
+
+
+def parse_args(prog: str, argv: list[str] | None = None, *, served: bool = False) -> argparse.Namespace:
+    """The executables' flags; a bad one is one `error:` line and exit 2, or BadRequest when `served`."""
+    try:
+        return _parse(prog, argv)
+    except BadRequest as exc:
+        if served:
+            raise
+        fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _parse(prog: str, argv: list[str] | None) -> argparse.Namespace:
     from driver.config import parse_sizes  # the same size grammar as everywhere else
     from driver.errors import ConfigError
 
-    p = argparse.ArgumentParser(prog=prog)
+    p = _Parser(prog=prog)
     p.add_argument("--sizes", required=True)
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_TOL))
     p.add_argument("--ngpus", type=int, default=2)
@@ -86,14 +105,15 @@ def parse_args(prog: str) -> argparse.Namespace:
                    help="cold (alias device), hot (a CUDA graph of --batch collectives) or host (nccl-tests' wall clock)")
     p.add_argument("--check", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    ns = p.parse_args()
+    p.add_argument("--impl", default=None, help="served: which collective (nccl, torch_symm_oneshot, ...)")
+    ns = p.parse_args(argv)
     ns.timing = ALIASES.get(ns.timing, ns.timing)
     if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
-        fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
+        raise BadRequest("--iters and --batch must be >= 1, --warmup >= 0")
     try:
         ns.sizes_bytes = parse_sizes(ns.sizes)
     except ConfigError as exc:  # one line, exit 2 like the executables
-        fail(str(exc), EXIT_BAD_INPUT)
+        raise BadRequest(str(exc)) from None
     return ns
 
 
@@ -191,14 +211,29 @@ def _one_size(torch, dist, ns, rank: int, setup: Setup, elements: int, dtype, de
                            batch=ns.batch), max_err, wrong
 
 
-def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setup) -> None:
+def _join(rank: int, ngpus: int, port: int):
+    """This rank's torch, process group (NCCL) and device."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **MULTICAST_OFF)
     import torch
     import torch.distributed as dist
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=ns.ngpus, device_id=device)
+    dist.init_process_group("nccl", rank=rank, world_size=ngpus, device_id=device)
+    return torch, dist, device
+
+
+def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setup) -> None:
+    torch, dist, device = _join(rank, ns.ngpus, port)
+    why = _sizes(torch, dist, device, ns, rank, impl, setup)
+    dist.destroy_process_group()
+    if why:
+        raise SystemExit(EXIT_CUDA_ERROR)
+
+
+def _sizes(torch, dist, device, ns: argparse.Namespace, rank: int, impl: str, setup: Setup) -> str:
+    """Every size of one request on this rank, rank 0 printing each line; the failure every rank agreed
+    on (rank 0 printed its `error:` line), or "" when every size ran."""
     dtype = getattr(torch, ns.dtype)
     elem_bytes = torch.tensor([], dtype=dtype).element_size()
     for nbytes in ns.sizes_bytes:
@@ -219,8 +254,7 @@ def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setu
             if rank == 0:
                 print(f"error: {impl} {ns.dtype} x{ns.ngpus} {nbytes} B {ns.timing}: {failed}", file=sys.stderr,
                       flush=True)
-            dist.destroy_process_group()
-            raise SystemExit(EXIT_CUDA_ERROR)
+            return failed
         if rank == 0:
             if ns.timing != "host":  # rank 0's events span the collective; the others' include the hold
                 per_iter = list(gathered[0][0])
@@ -228,7 +262,7 @@ def _worker(rank: int, ns: argparse.Namespace, port: int, impl: str, setup: Setu
                 per_iter = [max(ts) for ts in zip(*(g[0] for g in gathered))]
             print(json.dumps(line(ns, impl, nbytes, elements, per_iter, max(g[1] for g in gathered),
                                   sum(g[2] for g in gathered))), flush=True)
-    dist.destroy_process_group()
+    return ""
 
 
 def worker_error(traceback_text: str) -> str:
@@ -263,3 +297,104 @@ def main(prog: str, impl: str, setup: Setup) -> None:
         raise SystemExit(exc.exit_code if exc.exit_code and exc.exit_code > 0 else EXIT_CUDA_ERROR) from None
     except mp.ProcessRaisedException as exc:
         fail(f"{impl}: a rank raised {worker_error(str(exc))}", EXIT_CUDA_ERROR)
+
+
+# ---------------------------------------------------------------- served (driver/workers.py)
+# `python -m driver.peers.nccl_allreduce --ngpus N --serve`: one process group of N ranks for the whole
+# suite, serving every torch-driven allreduce peer (`--impl nccl | torch_symm_oneshot | torch_symm_twoshot`
+# in each case). Rank 0 is this process: it reads the cases, parses them (a bad one is an rc 2 end line,
+# never sent to the other ranks), broadcasts each to ranks 1..N-1 (spawned once) and prints the lines.
+
+
+def setup_of(impl: str) -> Setup:
+    """The collective of a served case's `--impl`."""
+    if impl == "nccl":
+        from driver.peers.nccl_allreduce import setup
+
+        return setup
+    from functools import partial
+
+    from driver.peers import symm_allreduce
+
+    if impl not in symm_allreduce.OPS:
+        raise BadRequest(f"--impl must be nccl or one of {', '.join(symm_allreduce.OPS)}, got {impl!r}")
+    return partial(symm_allreduce.setup, impl)
+
+
+def _serve_rank(rank: int, ngpus: int, port: int) -> None:
+    torch, dist, device = _join(rank, ngpus, port)
+    while True:
+        box: list = [None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            break
+        ns = _parse("torch_allreduce", box[0])  # rank 0 parsed it already: it is well formed
+        _sizes(torch, dist, device, ns, rank, ns.impl, setup_of(ns.impl))
+    dist.destroy_process_group()
+
+
+def _request(argv: list[str], ngpus: int) -> tuple[argparse.Namespace, Setup]:
+    ns = _parse("torch_allreduce", argv)
+    if ns.ngpus != ngpus:
+        raise BadRequest(f"this worker serves --ngpus {ngpus}, the case asks for {ns.ngpus}")
+    if ns.impl is None:
+        raise BadRequest("a served case needs --impl")
+    return ns, setup_of(ns.impl)
+
+
+def serve(ngpus: int) -> None:
+    from driver.peers import serving
+
+    channel = serving.protocol_channel()
+    os.environ.update(MULTICAST_OFF)  # before torch loads; the spawned ranks inherit it
+    unusable = ""
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError:
+        torch, unusable, code = None, "torch is not installed on this host", EXIT_BAD_INPUT
+    if torch is not None and not torch.cuda.is_available():
+        unusable, code = "no GPU: torch sees no CUDA device", EXIT_NO_GPU
+    elif torch is not None and torch.cuda.device_count() < ngpus:
+        unusable = f"--ngpus {ngpus} asked for, but this host has {torch.cuda.device_count()} GPU(s)"
+        code = EXIT_BAD_INPUT
+    if unusable:  # every case gets the one-shot run's answer
+        serving.send(channel, worker_ready=True)
+        for raw in sys.stdin:
+            if raw.strip():
+                print(f"error: {unusable}", file=sys.stderr, flush=True)
+                serving.send(channel, worker_end=True, rc=code, error=unusable)
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spawn = mp.get_context("spawn")
+    ranks = [spawn.Process(target=_serve_rank, args=(r, ngpus, port), daemon=True) for r in range(1, ngpus)]
+    for p in ranks:
+        p.start()
+    torch, dist, device = _join(0, ngpus, port)
+    serving.send(channel, worker_ready=True)
+    for raw in sys.stdin:
+        argv = raw.rstrip("\r\n").split("\t") if raw.strip() else []
+        if not argv:
+            continue
+        tee = serving._Tee(sys.__stderr__)
+        sys.stderr = tee
+        try:
+            ns, setup = _request(argv, ngpus)
+        except BadRequest as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            sys.stderr = sys.__stderr__
+            serving.send(channel, worker_end=True, rc=EXIT_BAD_INPUT, error=str(exc))
+            continue
+        dist.broadcast_object_list([argv], src=0)
+        try:
+            why = _sizes(torch, dist, device, ns, 0, ns.impl, setup)
+        finally:
+            sys.stderr = sys.__stderr__
+        serving.send(channel, worker_end=True, rc=EXIT_CUDA_ERROR if why else 0, error=tee.last_error if why else "")
+    dist.broadcast_object_list([None], src=0)
+    dist.destroy_process_group()
+    for p in ranks:
+        p.join(timeout=30)
+

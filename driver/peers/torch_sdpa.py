@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from driver.peers import sdpa_io
+from driver.peers import sdpa_io, serving
 from driver.reference.sdpa import decode_e4m3_sim
 
 IMPL = "torch_sdpa"
@@ -44,4 +44,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    serving.entry(main)

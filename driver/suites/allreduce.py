@@ -7,16 +7,17 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from driver import device, peers
+from driver import device, peers, phases
 from driver.config import SUPPORTED_NGPUS, kernel_flags
 from driver.errors import NoGPU
 from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
 from driver.parse import launch_lines
 from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, check_mode, interleaved, progress, telemetry_flags
+from driver.suites.common import SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import allreduce_errors
+from driver.workers import Pool, Served, served
 
 TARGETS = "allreduce"
 EXE = "allreduce_bench"
@@ -45,16 +46,24 @@ def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> lis
     return args
 
 
-def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], list[str]]:
-    """Per (impl, mode), ours and the peers in the same mode one after the other; a peer this host
-    cannot run is left out (its gates are then not measured)."""
-    cmds: dict[tuple[str, str], list[str]] = {}
+def torch_server(ngpus: int) -> list[str]:
+    """The worker that serves every torch-driven peer at `ngpus` GPUs: one process group for the suite
+    (driver/peers/torch_allreduce.py `serve`); each case names its peer with `--impl`."""
+    return [*peers.command("nccl")[:3], "--ngpus", str(ngpus)]
+
+
+def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], Served]:
+    """Per (impl, mode), ours and the peers in the same mode one after the other, each a case for its
+    long-lived worker; a peer this host cannot run is left out (its gates are then not measured)."""
+    cmds: dict[tuple[str, str], Served] = {}
     for mode in opts.modes("allreduce"):
-        cmds[("ours", mode)] = [str(exe_dir / EXE), *_args(opts, dtype, ngpus, "ours", mode)]
-        cmds[("upstream", mode)] = [str(exe_dir / UPSTREAM_EXE), *_args(opts, dtype, ngpus, "upstream", mode)]
+        cmds[("ours", mode)] = served([str(exe_dir / EXE)], _args(opts, dtype, ngpus, "ours", mode))
+        cmds[("upstream", mode)] = served([str(exe_dir / UPSTREAM_EXE)], _args(opts, dtype, ngpus, "upstream", mode))
         for name in peers.of_suite("allreduce"):  # NCCL, then PyTorch symm_mem one-shot and two-shot
             if peers.missing(name) is None:
-                cmds[(name, mode)] = peers.command(name, *_args(opts, dtype, ngpus, name, mode))
+                args = _args(opts, dtype, ngpus, name, mode)
+                cmds[(name, mode)] = served(torch_server(ngpus), ["--impl", name, *args],
+                                            one_shot=peers.command(name, *args))
     return cmds
 
 
@@ -78,22 +87,27 @@ def measure_ceiling(opts: RunOptions) -> tuple[dict[str, float], list[Skip]]:
     if why:
         return {}, [Skip(suite="allreduce", impl="p2p_copy", reason=why)]
     progress("link ceiling: GPU0 -> GPU1 copy")
-    (ceiling,) = launch_lines(peers.command("p2p_copy"), CeilingLine, what="p2p copy", timeout_s=opts.timeout_s)
+    with phases.timed("link ceiling"):
+        (ceiling,) = launch_lines(peers.command("p2p_copy"), CeilingLine, what="p2p copy", timeout_s=opts.timeout_s)
     return {LINK_CEILING: ceiling.p2p_copy_gbps}, []
 
 
 def _group(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, dtype: str, ngpus: int,
-    ceilings_gbps: dict[str, float],
+    ceilings_gbps: dict[str, float], pool: Pool | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """One (dtype, GPU count): ours and the peers interleaved per mode, records per size and mode."""
+    if pool is None:
+        with Pool(one_shot=not opts.workers) as own:
+            return _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, ceilings_gbps, own)
     cmds = _commands(opts, exe_dir, dtype, ngpus)
+    pool.prestart(sorted({c.server for c in cmds.values()}))  # their start-ups overlap
     modes = opts.modes("allreduce")
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(
         interleaved, cmds, AllreduceLine, min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread,
         timeout_s=opts.timeout_s, key=line_key, label=f"allreduce {dtype} x{ngpus}",
-        peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
+        peers=frozenset(k for k in cmds if peers.is_peer(k[0])), pool=pool,
     )
     samples = run_rounds(rounds=opts.rounds)
     if allreduce_inconclusive({k: samples.representative(k)[0] for k in samples.by_key}, gates):
@@ -140,9 +154,14 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     ceilings, ceiling_skips = measure_ceiling(opts)
     result.ceilings_gbps |= ceilings
     result.skipped += ceiling_skips
-    for ngpus in counts:
-        for dtype in opts.dtypes:
-            records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps)
-            result.records += records
-            result.skipped += [s for s in skipped if s not in result.skipped]
+    impls = 2 + sum(peers.missing(name) is None for name in peers.of_suite("allreduce"))
+    plan(len(counts) * len(opts.dtypes) * (opts.rounds + 1) * len(opts.modes("allreduce")) * impls)
+    with Pool(one_shot=not opts.workers) as pool:
+        for ngpus in counts:
+            for dtype in opts.dtypes:
+                records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps,
+                                          pool)
+                result.records += records
+                result.skipped += [s for s in skipped if s not in result.skipped]
+            pool.close()  # this GPU count's workers leave before the next count's start
     return result

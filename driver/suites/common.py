@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from driver import phases
 from driver.errors import ConfigError, KernelFailed
 from driver.options import RunOptions
-from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
 from driver.thresholds import Thresholds
+from driver.workers import Pool, Served
 
 L = TypeVar("L")
 K = TypeVar("K", bound=Hashable)
@@ -46,8 +47,38 @@ class Suite(Protocol):
         ...
 
 
-def progress(what: str) -> None:
-    print(f"[{time.perf_counter() - _T0:7.1f} s] {what}", file=sys.stderr, flush=True)
+@dataclass
+class _Plan:
+    """Cases planned and done in this run, for the progress line's done / total and ETA. A suite adds
+    its cases up front (`plan`); rounds that settle early leave the total an upper bound."""
+
+    total: int = 0
+    done: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+
+_PLAN = _Plan()
+
+
+def plan(cases: int, *, reset: bool = False) -> None:
+    global _PLAN
+    if reset:
+        _PLAN = _Plan()
+    _PLAN.total += cases
+
+
+def progress(what: str, *, step: bool = False) -> None:
+    """One line on stderr: elapsed time, cases done / planned with an ETA, and what runs now. `step`:
+    this line starts one planned case."""
+    now = time.perf_counter()
+    count = ""
+    if _PLAN.total:
+        if step:
+            _PLAN.done = min(_PLAN.done + 1, _PLAN.total)
+        done = _PLAN.done
+        eta = (now - _PLAN.started) / max(done - 1, 1) * (_PLAN.total - done) if done > 1 else None
+        count = f"[{done}/{_PLAN.total}" + (f", ETA {eta:.0f} s] " if eta is not None else "] ")
+    print(f"[{now - _T0:7.1f} s] {count}{what}", file=sys.stderr, flush=True)
 
 
 def spread(p50s: list[float]) -> float:
@@ -80,7 +111,7 @@ class Samples(Generic[L]):
 
 
 def interleaved(
-    cmds: dict[K, list[str]],
+    cmds: dict[K, Served | list[str]],
     model: type[L],
     *,
     rounds: int,
@@ -92,6 +123,7 @@ def interleaved(
     on_line: Callable[[K, L], None] | None = None,
     label: str = "",
     peers: frozenset[K] = frozenset(),
+    pool: Pool | None = None,
 ) -> Samples[L]:
     """Run A B C A B C ... until every config's p50 spread across rounds is below
     `target_spread` (after `min_rounds`) or `rounds` is reached (nvbench-style stop).
@@ -99,16 +131,19 @@ def interleaved(
     `cmds` is keyed by what a command measures (e.g. impl and timing mode); `key(cmd_key, line)`
     gives the sample key of each line it prints. A peer's command (a key in `peers`) that crashes,
     hangs or misprints is dropped and its error kept in `peer_failures`; the same failure of ours
-    raises."""
+    raises. A `Served` command runs on its long-lived worker in `pool` (driver/workers.py), a plain
+    command line as its own process."""
     samples = samples or Samples()
+    pool = pool or Pool()
     for r in range(rounds):
         for cmd_key, cmd in cmds.items():
             if cmd_key in samples.peer_failures:
                 continue
             what = f"{label} {_name(cmd_key)} (round {r + 1}/{rounds})".strip()
-            progress(what)
+            progress(what, step=True)
             try:
-                lines = launch_lines(cmd, model, what=what, timeout_s=timeout_s)
+                with phases.timed("timing"):
+                    lines = pool.run(cmd, model, what=what, timeout_s=timeout_s)
                 keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
                 if cmd_key not in peers:

@@ -4,21 +4,24 @@ reference (reported, not gated)."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from driver import device, peers
-from driver.errors import KernelFailed
+from driver import device, peers, phases
+from driver.errors import ConfigError, KernelFailed
 from driver.gates import sdpa_correctness, sdpa_runner_resources
 from driver.options import RunOptions
-from driver.parse import launch_lines
 from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, progress, telemetry_flags
+from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
+from driver.workers import Pool, Served, served
 
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
@@ -63,82 +66,205 @@ def file_args(files: dict[str, Path]) -> list[str]:
 
 
 CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
+PEER_CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--timing", "cold"]  # the peers' check-only run
 
 
-def _check_only(exe: Path, files: dict[str, Path], out: Path, expected: np.ndarray, gates: Thresholds,
-                timeout_s: float, what: str) -> tuple[SdpaLine, SdpaErrors]:
-    cmd = [str(exe), *file_args(files), "--out", str(out), *CHECK_ARGS]
-    (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=timeout_s)
-    return line, sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=f"{what} output")
+class Cases:
+    """Every (shape, seed)'s inputs and float64 reference, made on a background thread in the order the
+    shapes run, so the reference of the next shape is computed while the GPU works on this one. Each
+    is made once per run: a reference is never computed twice for the same inputs."""
+
+    def __init__(self, folder: Path, shapes: list[tuple[str, tuple[int, int, int, int]]], seeds: tuple[int, ...]):
+        self.folder = folder
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
+        self.inputs: dict[tuple[str, int], Future] = {}
+        self.refs: dict[tuple[str, int], Future] = {}
+        for name, shape in shapes:
+            for seed in seeds:
+                self.inputs[(name, seed)] = self.pool.submit(self._inputs, name, shape, seed)
+            for seed in seeds:
+                self.refs[(name, seed)] = self.pool.submit(self._reference, name, seed)
+
+    def _inputs(self, name: str, shape: tuple[int, int, int, int], seed: int):
+        start = time.perf_counter()
+        folder = self.folder / f"{name}-seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = ref.make_inputs(shape, seed)
+        q, k, v, k_scale, v_scale = arrays
+        files = {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+        np.save(files["q"], q)
+        np.save(files["k"], k)
+        np.save(files["v"], v)
+        np.save(files["scales"], np.array([k_scale, v_scale], dtype=np.float32))
+        phases.add("inputs (background)", time.perf_counter() - start)
+        return files, arrays, folder
+
+    def _reference(self, name: str, seed: int) -> np.ndarray:
+        start = time.perf_counter()
+        _files, (q, k, v, k_scale, v_scale), _folder = self.inputs[(name, seed)].result()
+        out = ref.reference(q, k, v, k_scale, v_scale)
+        phases.add("reference (background)", time.perf_counter() - start)
+        return out
+
+    def files(self, name: str, seed: int) -> tuple[dict[str, Path], Path]:
+        with phases.timed("inputs (wait)"):
+            files, _arrays, folder = self.inputs[(name, seed)].result()
+        return files, folder
+
+    def expected(self, name: str, seed: int) -> np.ndarray:
+        with phases.timed("reference (wait)"):
+            return self.refs[(name, seed)].result()
+
+    def close(self) -> None:
+        for fut in [*self.inputs.values(), *self.refs.values()]:
+            fut.cancel()
+        self.pool.shutdown(wait=True)
+
+
+def servers(exe_dir: Path, peer_impls: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The command each implementation's worker runs (with --serve), or its one-shot command (without)."""
+    out = {impl: (str(exe_dir / exe),) for impl, exe in VARIANTS.items()}
+    out |= {impl: tuple(peers.command(impl)) for impl in peer_impls}
+    return out
+
+
+def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...]) -> int:
+    """Cases one shape sends at most: checks of every seed, then every round of every mode."""
+    impls = len(VARIANTS) + len(peer_impls)
+    return len(opts.seeds) * impls + opts.rounds * len(opts.modes("sdpa")) * impls
 
 
 def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
-    shape_name: str, shape: tuple[int, int, int, int],
+    shape_name: str, shape: tuple[int, int, int, int], *, pool: Pool | None = None, cases: Cases | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed of every variant checked against the reference first (one launch each, nothing
-    timed); then the first seed's inputs timed in every mode asked for, in interleaved rounds with
-    the peers (`peer_impls`, those this host can run) in the same mode, for the variants that were
-    correct on every seed, each timed run's output (ours and the peers') checked again. A variant
-    with wrong results is never timed; a peer's error is reported, not gated."""
+    """Every seed of every variant and peer checked against the reference first (one launch each on its
+    warm worker, nothing timed); then the first seed's inputs timed in every mode asked for, in
+    interleaved rounds with the peers (`peer_impls`, those this host can run) in the same mode, for the
+    variants that were correct on every seed, each timed run's output (ours and the peers') checked
+    again. A variant with wrong results is never timed; a peer's error is reported, not gated.
+    `pool` and `cases` (the suite's workers and its background references) are made here if not given."""
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(Pool(one_shot=not opts.workers))
+        if cases is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
+            cases = Cases(Path(tmp), [(shape_name, shape)], opts.seeds)
+            stack.callback(cases.close)
+        checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
+        return _run_shape(opts, exe_dir, dev, gates, git_sha, peer_impls, shape_name, pool, cases, checker)
+
+
+def _run_shape(
+    opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
+    shape_name: str, pool: Pool, cases: Cases, checker: ThreadPoolExecutor,
+) -> tuple[list[ArchivedRecord], list[Skip]]:
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
-    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
-    check_lines: dict[tuple[str, int], SdpaLine] = {}
-    peer_checks: dict[str, list[SdpaErrors]] = {}  # every timed round's output of each peer, both modes
-    peer_unchecked: dict[str, str] = {}
-    samples: Samples[SdpaLine] | None = None
+    serve = servers(exe_dir, peer_impls)
     timed_seed = opts.seeds[0]
-    with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
-        cases = {}
-        for seed in opts.seeds:
-            folder = Path(tmp) / f"seed{seed}"
-            folder.mkdir()
-            files, expected = prepare_case(folder, shape, seed)
-            cases[seed] = files, expected, {impl: folder / f"out_{impl}.npy" for impl in (*VARIANTS, *peer_impls)}
-            for impl, exe in VARIANTS.items():
-                what = f"sdpa {shape_name} seed {seed} {impl} (check)"
-                progress(what)
-                line, metrics = _check_only(exe_dir / exe, files, cases[seed][2][impl], expected, gates,
-                                            opts.timeout_s, what)
-                check_lines[(impl, seed)] = line
-                checks[(impl, seed)] = [metrics]
-        files, expected, outs = cases[timed_seed]
-        correct = [impl for impl in VARIANTS
-                   if all(sdpa_correctness(checks[(impl, seed)][0], gates.sdpa).passed for seed in opts.seeds)]
-        cmds: dict[tuple[str, str], list[str]] = {}
-        for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
-            for impl in correct:
-                cmds[(impl, mode)] = [str(exe_dir / VARIANTS[impl]), *file_args(files), "--out", str(outs[impl]),
-                                      *timing_args(opts, mode)]
-            for impl in peer_impls if correct else ():
-                cmds[(impl, mode)] = peers.command(impl, *file_args(files), "--out", str(outs[impl]),
-                                                   *timing_args(opts, mode))
+    check_lines: dict[tuple[str, int], SdpaLine] = {}
+    seed_pending: dict[tuple[str, int], Future] = {}  # (impl, seed) -> its check's error, computed on a thread
+    timed_pending: dict[str, list[Future]] = {}  # impl -> the errors of its timed runs' outputs
+    peer_failures: dict[tuple[str, str], str] = {}
+    outs: dict[tuple[str, int], Path] = {}
 
-        def check(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
-            impl = cmd_key[0]
-            what = f"sdpa {shape_name} seed {timed_seed} {impl} output"
+    def out_of(impl: str, seed: int) -> Path:
+        return outs.setdefault((impl, seed), cases.files(shape_name, seed)[1] / f"out_{impl}.npy")
+
+    def check_later(impl: str, seed: int, *, timed: bool) -> None:
+        """The output is read now (the next case overwrites it), its error computed on a thread."""
+        what = f"sdpa {shape_name} seed {seed} {impl} output"
+        try:
+            out = np.load(out_of(impl, seed))
+        except (OSError, ValueError, EOFError) as exc:
             if impl in VARIANTS:
-                checks[(impl, timed_seed)].append(sdpa_errors(np.load(outs[impl]), expected,
-                                                              bad_err=gates.sdpa.bad_err, what=what))
-                return
-            try:  # a peer's output is checked the same way; if it is malformed, its record says so
-                peer_checks.setdefault(impl, []).append(
-                    sdpa_errors(np.load(outs[impl]), expected, bad_err=gates.sdpa.bad_err, what=what))
-            except (KernelFailed, OSError, ValueError) as exc:
-                peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else f"{what}: {exc}"
+                raise KernelFailed(f"{what} cannot be read: {exc}") from None
+            fut = _failed(f"{what}: {exc}")
+        else:
+            fut = checker.submit(_errors, out, cases.refs[(shape_name, seed)], gates.sdpa.bad_err, what)
+        if timed:
+            timed_pending.setdefault(impl, []).append(fut)
+        else:
+            seed_pending[(impl, seed)] = fut
 
-        def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
-            check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
-            return (line.impl, cmd_key[1])
+    # ---- checks: every seed, ours and the peers, one launch each on the warm workers
+    for seed in opts.seeds:
+        files, _folder = cases.files(shape_name, seed)
+        for impl in (*VARIANTS, *peer_impls):
+            if (impl, "cold") in peer_failures:
+                continue
+            what = f"sdpa {shape_name} seed {seed} {impl} (check)"
+            progress(what, step=True)
+            if impl in VARIANTS:
+                args = [*file_args(files), "--out", str(out_of(impl, seed)), *CHECK_ARGS]
+            elif seed == timed_seed:
+                continue  # the peers' timed runs on this seed are their checks
+            else:
+                args = [*file_args(files), "--out", str(out_of(impl, seed)), *PEER_CHECK_ARGS]
+            try:
+                with phases.timed("checks"):
+                    (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+            except (KernelFailed, ConfigError) as exc:
+                if impl in VARIANTS:
+                    raise
+                peer_failures[(impl, "cold")] = exc.one_line()  # its seed checks run cold
+                progress(f"peer {impl} dropped: {exc.one_line()}")
+                continue
+            if impl in VARIANTS:
+                check_lines[(impl, seed)] = line
+            check_later(impl, seed, timed=False)
+    # ---- verdicts of ours, before anything is timed: only variants correct on every seed are timed
+    seed_errors: dict[tuple[str, int], SdpaErrors] = {}
+    for impl in VARIANTS:
+        for seed in opts.seeds:
+            with phases.timed("reference (wait)"):
+                seed_errors[(impl, seed)] = seed_pending[(impl, seed)].result()
+    correct = [impl for impl in VARIANTS
+               if all(sdpa_correctness(seed_errors[(impl, seed)], gates.sdpa).passed for seed in opts.seeds)]
+    files, _folder = cases.files(shape_name, timed_seed)
+    cmds: dict[tuple[str, str], Served] = {}
+    for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
+        for impl in correct:
+            cmds[(impl, mode)] = served(serve[impl], [*file_args(files), "--out", str(out_of(impl, timed_seed)),
+                                                      *timing_args(opts, mode)])
+        for impl in peer_impls if correct else ():
+            if any(k[0] == impl for k in peer_failures):
+                continue
+            cmds[(impl, mode)] = served(serve[impl], [*file_args(files), "--out", str(out_of(impl, timed_seed)),
+                                                      *timing_args(opts, mode)])
 
-        if cmds:
-            samples = interleaved(
-                cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
-                on_line=check, label=f"sdpa {shape_name} seed {timed_seed}",
-                peers=frozenset(k for k in cmds if peers.is_peer(k[0])),
-            )
+    def on_line(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
+        check_later(cmd_key[0], timed_seed, timed=True)
+
+    def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
+        check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
+        return (line.impl, cmd_key[1])
+
+    samples: Samples[SdpaLine] | None = None
+    if cmds:
+        samples = interleaved(
+            cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
+            target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+            on_line=on_line, label=f"sdpa {shape_name} seed {timed_seed}",
+            peers=frozenset(k for k in cmds if peers.is_peer(k[0])), pool=pool,
+        )
+    # ---- every output's error (ours raise on a malformed output; a peer's is recorded)
+    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
+    peer_checks: dict[str, list[SdpaErrors]] = {}
+    peer_unchecked: dict[str, str] = {}
+    with phases.timed("checks (wait)"):
+        for impl in VARIANTS:
+            for seed in opts.seeds:
+                checks[(impl, seed)] = [seed_errors[(impl, seed)]]
+            for fut in timed_pending.get(impl, []):
+                checks[(impl, timed_seed)].append(fut.result())
+        for impl in peer_impls:
+            for fut in [*(f for (i, _s), f in seed_pending.items() if i == impl), *timed_pending.get(impl, [])]:
+                try:
+                    peer_checks.setdefault(impl, []).append(fut.result())
+                except (KernelFailed, OSError, ValueError) as exc:
+                    peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else str(exc)
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
     flags = telemetry_flags(before, after)
@@ -175,15 +301,27 @@ def _shape(
         m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
         for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
             line, p50s = samples.representative((impl, mode))
-            reasons = ["peer: its error against the float64 reference is reported, not gated"
+            seeds_checked = ",".join(map(str, opts.seeds))
+            reasons = [f"peer: its error against the float64 reference (worst of seeds {seeds_checked} and every "
+                       "timed round) is reported, not gated"
                        if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
             reasons += [f"precision: {line.precision}"] if line.precision else []
             records.append(record(impl, timed_seed, line, p50s, mode, passed=False,
                                   correctness=Verdict(status="not_measured", reasons=reasons),
                                   **(errors(m) if m else {})))
-    failures = samples.peer_failures if samples is not None else {}
+    failures = {**peer_failures, **(samples.peer_failures if samples is not None else {})}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
                      for (impl, mode), why in failures.items()]
+
+
+def _errors(out: np.ndarray, expected: Future, bad_err: float, what: str) -> SdpaErrors:
+    return sdpa_errors(out, expected.result(), bad_err=bad_err, what=what)
+
+
+def _failed(why: str) -> Future:
+    fut: Future = Future()
+    fut.set_exception(OSError(why))
+    return fut
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -199,8 +337,18 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
         else:
             here.append(impl)
-    for shape_name, shape in opts.shapes:
-        records, skipped = _shape(opts, exe_dir, dev, gates, git_sha, tuple(here), shape_name, shape)
-        result.records += records
-        result.skipped += skipped
+    here_t = tuple(here)
+    plan(len(opts.shapes) * planned_cases(opts, here_t))
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(Pool(one_shot=not opts.workers))
+        pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap: a torch import each
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
+        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds)
+        stack.callback(cases.close)
+        checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
+        for shape_name, _shape_dims in opts.shapes:
+            records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, here_t, shape_name, pool, cases,
+                                          checker)
+            result.records += records
+            result.skipped += skipped
     return result

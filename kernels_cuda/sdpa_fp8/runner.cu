@@ -40,6 +40,16 @@
 //
 // Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU.  Errors: one line "error: ..." on
 // stderr; stdout carries only the JSON line.
+//
+//   sdpa_fp8_{baseline,cpasync} --serve      (no other argument)
+// A worker serving many cases in one process (one CUDA context).  It prints {"worker_ready":true}
+// before touching CUDA, then reads cases from stdin, one per line: a one-shot command line's
+// arguments separated by tabs (a trailing \r is dropped, empty lines are skipped).  Per case, stdout
+// gets the one-shot run's JSON line (on success only), then
+// {"worker_end":true,"rc":RC,"error":"MSG"}: RC the one-shot exit code, MSG the text of its
+// "error: " line (also on stderr), JSON-escaped, "" when RC is 0.  After RC 2 the worker goes on
+// with the next case (that case's device buffers and stream freed); after RC 3 or 4 it exits with
+// that code (a CUDA error may have broken the context).  EOF on stdin: exit 0.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,6 +57,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -69,9 +80,43 @@ namespace {
 // The Hopper kernel's name (kernels_cuda/sdpa_fp8_sm90/kernel.cuh kKernelName), known in every build.
 const std::string kHopper = SDPA_SM90_FP8 ? "wgmma_fp8_sm90" : "wgmma_sm90";
 
+bool g_serve = false;  // --serve: many cases in one process
+
+// A bad-input (exit 2) error of one case: unwinds to run_case, which returns 2, so the worker goes on
+// with its next case after the case's guards have freed what it allocated.
+struct CaseError {
+    int code;
+    std::string msg;
+};
+
+std::string json_escape(const std::string& s) {
+    std::string r;
+    for (const unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            r += '\\';
+            r += (char)c;
+        } else if (c < 0x20) {
+            char u[8];
+            std::snprintf(u, sizeof u, "\\u%04x", c);
+            r += u;
+        } else r += (char)c;
+    }
+    return r;
+}
+
+// The worker's line after each case (after the result line when rc is 0).
+void worker_end(int rc, const std::string& msg) {
+    std::printf("{\"worker_end\":true,\"rc\":%d,\"error\":\"%s\"}\n", rc, json_escape(msg).c_str());
+    std::fflush(stdout);
+}
+
 [[noreturn]] void die(int code, const std::string& msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
     std::fflush(stderr);
+    if (code == 2) throw CaseError{code, msg};
+    // CUDA error or no GPU: the context may be broken, so no unwinding into CUDA calls; the worker
+    // ends here too (the driver starts a new one).
+    if (g_serve) worker_end(code, msg);
     std::exit(code);
 }
 
@@ -89,6 +134,20 @@ __global__ void count_mismatches_kernel(const unsigned short* out, const unsigne
     if (bad) atomicAdd(count, bad);
 }
 
+// Runs `f` when the scope ends, unless dismissed.
+template <class F>
+struct ScopeExit {
+    F f;
+    bool armed = true;
+    ~ScopeExit() {
+        if (armed) f();
+    }
+};
+template <class F>
+ScopeExit<F> scope_exit(F f) {
+    return ScopeExit<F>{f};
+}
+
 bool parse_int(const char* s, long* out) {
     if (!s || !*s) return false;
     char* end = nullptr;
@@ -104,9 +163,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
     return r + (s.size() == 1 ? ",)" : ")");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// One case: the arguments of a one-shot command line.  Returns 0, or 2 after a bad-input error
+// (its "error: " line already on stderr, its text in *error); exits on a CUDA error or no GPU.
+int run_case(const std::vector<std::string>& args, std::string* error) try {
     std::string q_path, k_path, v_path, s_path, out_path;
     long iters = 500, warmup = 20, warps = 0, split = 0;
     int ablate = sdpa_fp8::kAblNone;
@@ -117,11 +176,11 @@ int main(int argc, char** argv) {
     long batch = 20;             // hot: launches per graph replay
     std::string kernel_req = "auto";
     bool tuned = false;          // --warps given (mma_sync_sm80 only)
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
         auto need = [&](const char* name) -> const char* {
-            if (i + 1 >= argc) die(2, std::string("missing value for ") + name);
-            return argv[++i];
+            if (i + 1 >= args.size()) die(2, std::string("missing value for ") + name);
+            return args[++i].c_str();
         };
         if (a == "--q") q_path = need("--q");
         else if (a == "--k") k_path = need("--k");
@@ -261,6 +320,16 @@ int main(int argc, char** argv) {
     __half* dq = nullptr;
     uint8_t *dk = nullptr, *dv = nullptr;
     __half* dout = nullptr;
+    cudaStream_t st = nullptr;
+    // A bad --out (exit 2, after these are allocated) must not leak them into the worker's next case.
+    // CUDA errors end the process, so the soak and timing resources need no guard.
+    auto free_case = scope_exit([&] {
+        if (st) cudaStreamDestroy(st);
+        cudaFree(dq);
+        cudaFree(dk);
+        cudaFree(dv);
+        cudaFree(dout);
+    });
     CK(cudaMalloc(&dq, n * sizeof(__half)));
     CK(cudaMalloc(&dk, n));
     CK(cudaMalloc(&dv, n));
@@ -270,7 +339,6 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(dv, v.data.data(), n, cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xFF, n * sizeof(__half)));  // poison: NaN fp16 anywhere not written
 
-    cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
 #if SDPA_SM90A
@@ -348,6 +416,7 @@ int main(int argc, char** argv) {
     CK(cudaFree(dk));
     CK(cudaFree(dv));
     CK(cudaFree(dout));
+    free_case.armed = false;
 
     const bench_timing::Stats st_us = bench_timing::summarize(timed.us);
     const double p50 = st_us.p50;
@@ -374,4 +443,45 @@ int main(int argc, char** argv) {
         timed.hold_overruns, extra.c_str());
     std::fflush(stdout);
     return 0;
+} catch (const CaseError& e) {
+    *error = e.msg;
+    return e.code;
+}
+
+// --serve: cases from stdin, one per line, arguments separated by tabs; after each, its result line
+// (if any) and a worker_end line.  EOF ends the worker (exit 0).
+int serve() {
+    g_serve = true;
+    // Before any CUDA call: a host without a GPU still answers, and reports rc 4 on its first case.
+    std::printf("{\"worker_ready\":true}\n");
+    std::fflush(stdout);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        std::vector<std::string> args;
+        for (size_t b = 0;;) {
+            const size_t e = line.find('\t', b);
+            args.push_back(line.substr(b, e == std::string::npos ? std::string::npos : e - b));
+            if (e == std::string::npos) break;
+            b = e + 1;
+        }
+        std::string error;
+        const int rc = run_case(args, &error);
+        worker_end(rc, error);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (std::find(args.begin(), args.end(), "--serve") != args.end()) {
+        if (args.size() == 1) return serve();
+        std::fprintf(stderr, "error: --serve takes no other argument (the cases come on stdin)\n");
+        return 2;
+    }
+    std::string error;
+    return run_case(args, &error);
 }

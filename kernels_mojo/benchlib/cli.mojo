@@ -2,6 +2,7 @@
 
 from std.sys import argv, exit, stderr
 
+comptime EXIT_RUN_FAILED = 1
 comptime EXIT_BAD_CONFIG = 2
 comptime EXIT_NO_GPU = 4
 
@@ -10,6 +11,53 @@ def fail(code: Int, message: String):
     """Print one `error: ...` line on stderr and exit with `code`."""
     print(String("error: ", message), file=stderr)
     exit(code)
+
+
+comptime _CODE_TAG = "[exit "
+"""Prefix of an Error that carries its exit code: `[exit 2] message`."""
+
+
+def coded_error(code: Int, message: String) -> Error:
+    """An Error carrying the exit code the one-shot run ends with and the text
+    of its `error:` line (what `fail` would print); decoded by `case_status`.
+    Code that may run inside `--serve` raises this instead of calling `fail`."""
+    return Error(String(_CODE_TAG, code, "] ", message))
+
+
+struct CaseStatus(Copyable, Movable):
+    """How one case ended: the one-shot exit code and its `error:` text."""
+
+    var code: Int
+    var message: String
+
+    def __init__(out self, code: Int, message: String):
+        self.code = code
+        self.message = message
+
+
+def case_status(e: Error) -> CaseStatus:
+    """Decode an Error raised by a case: `coded_error`'s code and text; any
+    other Error is a run failure (exit 1, `run failed: ...`, as the one-shot
+    run has always reported errors raised while running)."""
+    var text = String(e)
+    if text.startswith(_CODE_TAG):
+        var close = text.find("] ")
+        if close > 0:
+            try:
+                var code = atol(text[byte = _CODE_TAG.byte_length() : close])
+                return CaseStatus(code, String(text[byte = close + 2 :]))
+            except:
+                pass
+    return CaseStatus(EXIT_RUN_FAILED, String("run failed: ", text))
+
+
+def command_line_args() -> List[String]:
+    """argv without the program name."""
+    var args = List[String]()
+    var raw = argv()
+    for i in range(1, len(raw)):
+        args.append(String(raw[i]))
+    return args^
 
 
 def usage() -> String:
@@ -84,6 +132,7 @@ struct BenchConfig(Copyable, Movable):
     var lanes: Int  # stress: independent allreduces in flight at once
     var mem_pressure: Float64  # stress: fraction of free GPU memory held by a filler
     var max_blocks: Int  # 0 = the build's grid cap; else a lower cap (fewer SMs)
+    var help: Bool  # --help/-h seen: print usage, run nothing (exit 0)
 
     def __init__(out self):
         self.sizes_bytes = [256 * 1024, 16 * 1024 * 1024]
@@ -105,24 +154,35 @@ struct BenchConfig(Copyable, Movable):
         self.lanes = 1
         self.mem_pressure = 0.0
         self.max_blocks = 0
+        self.help = False
 
 
 def parse_args(impl: String = "ours") raises -> BenchConfig:
-    """Parse argv; raises Error(message) for any bad option or value. `impl`:
-    which executable is parsing ("ours": allreduce_bench, "upstream":
+    """Parse argv (see parse_arg_list); --help/-h prints the usage and exits 0."""
+    var cfg = parse_arg_list(command_line_args(), impl)
+    if cfg.help:
+        print(usage(), file=stderr)
+        exit(0)
+    return cfg^
+
+
+def parse_arg_list(args: List[String], impl: String = "ours") raises -> BenchConfig:
+    """Parse one case's arguments (argv without the program name, or one
+    `--serve` request); raises Error(message) for any bad option or value.
+    --help/-h stops parsing there and returns with `help` set. `impl`: which
+    executable is parsing ("ours": allreduce_bench, "upstream":
     upstream_bench); --impl, if given, must agree."""
     var cfg = BenchConfig()
     cfg.impl = impl
-    var args = argv()
-    var i = 1
+    var i = 0
     while i < len(args):
-        var opt = String(args[i])
+        var opt = args[i].copy()
         if opt == "--help" or opt == "-h":
-            print(usage(), file=stderr)
-            exit(0)
+            cfg.help = True
+            return cfg^
         if i + 1 >= len(args):
             raise Error(String("option ", opt, " needs a value; ", usage()))
-        var val = String(args[i + 1])
+        var val = args[i + 1].copy()
         i += 2
         if opt == "--sizes":
             cfg.sizes_bytes = List[Int]()

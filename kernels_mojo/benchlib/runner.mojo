@@ -54,7 +54,7 @@ from allreduce.kernels import (
 )
 from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
-from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, fail
+from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, coded_error
 from .check import CheckResult, RefPtr, check_rank_output, fill_rank_inputs
 from .stats import TimingStats, json_fixed3, json_number, json_string
 
@@ -494,8 +494,9 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         for i in range(len(cfg.sizes_bytes)):
             var why = refusal(requested, cfg.sizes_bytes[i])
             if why:
-                fail(EXIT_BAD_CONFIG, String(why, " (--kernel ", cfg.kernel, ", --sizes ", cfg.sizes_bytes[i],
-                                             ", --dtype ", cfg.dtype, ", --ngpus ", ngpus, ")"))
+                raise coded_error(EXIT_BAD_CONFIG, String(why, " (--kernel ", cfg.kernel, ", --sizes ",
+                                                          cfg.sizes_bytes[i], ", --dtype ", cfg.dtype, ", --ngpus ",
+                                                          ngpus, ")"))
     var cycle = _alternation()
     # The noop diagnostic computes nothing, so there is nothing to check.
     var do_check = cfg.check and requested != KERNEL_ID_NOOP
@@ -586,29 +587,63 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
     _ = fillers^
 
 
-def open_contexts(cfg: BenchConfig, enable_peer_access: Bool = True) -> List[DeviceContext]:
-    """Open one context per rank; exits 4 without a GPU, 2 for bad configs
-    (more GPUs than present, a pair without P2P access). `enable_peer_access`
-    False leaves enabling P2P to the caller (upstream_bench uses upstream's
-    own comm.sync.enable_p2p)."""
-    var ndev = DeviceContext.number_of_devices()
-    if ndev == 0:
-        fail(EXIT_NO_GPU, "no GPU: no devices found")
-    if cfg.ngpus > ndev:
-        fail(EXIT_BAD_CONFIG, String("--ngpus ", cfg.ngpus, " exceeds the ", ndev, " GPU(s) present"))
-    var ctxs = List[DeviceContext]()
-    try:
-        for i in range(cfg.ngpus):
-            ctxs.append(DeviceContext(device_id=i))
-    except e:
-        fail(EXIT_NO_GPU, String("no GPU: ", e))
-    try:
-        for i in range(cfg.ngpus):
-            for j in range(cfg.ngpus):
-                if i != j and not ctxs[i].can_access(ctxs[j]):
-                    fail(EXIT_BAD_CONFIG, String("no P2P access from GPU ", i, " to GPU ", j, " (NVLink/PCIe peer access required)"))
-        if enable_peer_access:
-            DeviceContext.enable_all_peer_access()
-    except e:
-        fail(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
-    return ctxs^
+struct ContextCache(Movable):
+    """The process's DeviceContexts, one per GPU, opened on first need and kept:
+    a one-shot run opens the GPUs of its one case; a `--serve` worker keeps
+    them across requests (a 2-GPU request after a 4-GPU one reuses the first
+    two). P2P is enabled once per process (`p2p_enabled`): by
+    DeviceContext.enable_all_peer_access() here (it covers every GPU pair
+    present, as in the one-shot run), or by the caller (upstream_bench:
+    comm.sync.enable_p2p) who then sets the flag. Per-request buffers are not
+    held here: they live and die inside run_ours / run_upstream."""
+
+    var ctxs: List[DeviceContext]
+    var num_devices: Int  # -1 until asked
+    var p2p_enabled: Bool
+
+    def __init__(out self):
+        self.ctxs = List[DeviceContext]()
+        self.num_devices = -1
+        self.p2p_enabled = False
+
+    def open(mut self, ngpus: Int, enable_peer_access: Bool = True) raises -> List[DeviceContext]:
+        """The contexts of GPUs 0..ngpus-1, opening those not open yet. Raises
+        coded_error: 4 without a GPU, 2 for bad configs (more GPUs than
+        present, a pair without P2P access, enabling P2P failed).
+        `enable_peer_access` False leaves enabling P2P to the caller
+        (upstream_bench uses upstream's own comm.sync.enable_p2p)."""
+        if self.num_devices < 0:
+            self.num_devices = DeviceContext.number_of_devices()
+        var ndev = self.num_devices
+        if ndev == 0:
+            raise coded_error(EXIT_NO_GPU, "no GPU: no devices found")
+        if ngpus > ndev:
+            raise coded_error(EXIT_BAD_CONFIG, String("--ngpus ", ngpus, " exceeds the ", ndev, " GPU(s) present"))
+        try:
+            for i in range(len(self.ctxs), ngpus):
+                self.ctxs.append(DeviceContext(device_id=i))
+        except e:
+            raise coded_error(EXIT_NO_GPU, String("no GPU: ", e))
+        var no_access_from = -1
+        var no_access_to = -1
+        try:
+            for i in range(ngpus):
+                for j in range(ngpus):
+                    if no_access_from < 0 and i != j and not self.ctxs[i].can_access(self.ctxs[j]):
+                        no_access_from = i
+                        no_access_to = j
+        except e:
+            raise coded_error(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
+        if no_access_from >= 0:
+            raise coded_error(EXIT_BAD_CONFIG, String("no P2P access from GPU ", no_access_from, " to GPU ",
+                                                      no_access_to, " (NVLink/PCIe peer access required)"))
+        if enable_peer_access and not self.p2p_enabled:
+            try:
+                DeviceContext.enable_all_peer_access()
+            except e:
+                raise coded_error(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
+            self.p2p_enabled = True
+        var out = List[DeviceContext]()
+        for i in range(ngpus):
+            out.append(self.ctxs[i])
+        return out^

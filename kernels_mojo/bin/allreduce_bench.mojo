@@ -5,19 +5,25 @@
 #   mojo build -I kernels_mojo --target-accelerator sm_90 [-D AR_...=V ...] \
 #       kernels_mojo/bin/allreduce_bench.mojo -o allreduce_bench
 # stdout: exactly one JSON line per size; diagnostics go to stderr.
-# Exit codes: 0 ok, 2 bad configuration, 4 no GPU.
+# Exit codes: 0 ok, 2 bad configuration, 4 no GPU, 1 run failed.
+# `allreduce_bench --serve`: a long-lived worker taking one case per stdin
+# line (benchlib/serve.mojo).
 
-from std.sys import exit, size_of, stderr
+from std.sys import exit, stderr
 from max.gpu.host import DeviceContext
 
 from benchlib.cli import (
     EXIT_BAD_CONFIG,
-    EXIT_NO_GPU,
     BenchConfig,
+    case_status,
+    coded_error,
+    command_line_args,
     fail,
-    parse_args,
+    parse_arg_list,
+    usage,
 )
-from benchlib.runner import open_contexts, run_ours
+from benchlib.runner import ContextCache, run_ours
+from benchlib.serve import serve_requests, wants_serve
 
 comptime DTYPES = (DType.float32, DType.bfloat16, DType.float16)
 comptime DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -30,28 +36,44 @@ def _dtype_bytes(name: String) -> Int:
     return 2
 
 
-def main():
+def run_case(args: List[String], mut cache: ContextCache) raises:
+    """One case (the one-shot command line or one --serve request): its JSON
+    lines on stdout; raises coded_error (bad config 2, no GPU 4) or any other
+    Error (a run failure, exit 1)."""
     var cfg: BenchConfig
     try:
-        cfg = parse_args()
+        cfg = parse_arg_list(args)
     except e:
-        fail(EXIT_BAD_CONFIG, String(e))
+        raise coded_error(EXIT_BAD_CONFIG, String(e))
+    if cfg.help:
+        print(usage(), file=stderr)
         return
     var elem_bytes = _dtype_bytes(cfg.dtype)
     for s in cfg.sizes_bytes:
         if s % elem_bytes != 0:
-            fail(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes, "-byte ", cfg.dtype, " element"))
+            raise coded_error(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
+                                                      "-byte ", cfg.dtype, " element"))
     if cfg.impl == "upstream":
-        fail(EXIT_BAD_CONFIG, "upstream comm.allreduce has its own executable: upstream_bench (same flags)")
-    var ctxs = open_contexts(cfg)
+        raise coded_error(EXIT_BAD_CONFIG, "upstream comm.allreduce has its own executable: upstream_bench (same flags)")
+    var ctxs = cache.open(cfg.ngpus)
+    comptime for di in range(len(DTYPES)):
+        comptime dtype = DTYPES[di]
+        if cfg.dtype == DTYPE_NAMES[di]:
+            comptime for gi in range(len(NGPUS)):
+                comptime ngpus = NGPUS[gi]
+                if cfg.ngpus == ngpus:
+                    run_ours[dtype, ngpus](cfg, ctxs)
+
+
+def main():
+    var args = command_line_args()
+    if wants_serve(args):
+        if len(args) != 1:
+            fail(EXIT_BAD_CONFIG, "--serve takes no other argument (the cases come on stdin, one per line, TAB-separated)")
+        exit(serve_requests[run_case]())
+    var cache = ContextCache()
     try:
-        comptime for di in range(len(DTYPES)):
-            comptime dtype = DTYPES[di]
-            if cfg.dtype == DTYPE_NAMES[di]:
-                comptime for gi in range(len(NGPUS)):
-                    comptime ngpus = NGPUS[gi]
-                    if cfg.ngpus == ngpus:
-                        run_ours[dtype, ngpus](cfg, ctxs)
+        run_case(args, cache)
     except e:
-        print(String("error: run failed: ", e), file=stderr)
-        exit(1)
+        var status = case_status(e)
+        fail(status.code, status.message)

@@ -7,19 +7,25 @@
 #   mojo build -I kernels_mojo --target-accelerator sm_90 \
 #       kernels_mojo/bin/upstream_bench.mojo -o upstream_bench
 # stdout: exactly one JSON line per size; diagnostics go to stderr.
-# Exit codes: 0 ok, 2 bad configuration, 4 no GPU.
+# Exit codes: 0 ok, 2 bad configuration, 4 no GPU, 1 run failed.
+# `upstream_bench --serve`: a long-lived worker taking one case per stdin
+# line (benchlib/serve.mojo).
 
-from std.sys import exit, size_of, stderr
+from std.sys import exit, stderr
 from max.gpu.host import DeviceContext
 
 from benchlib.cli import (
     EXIT_BAD_CONFIG,
-    EXIT_NO_GPU,
     BenchConfig,
+    case_status,
+    coded_error,
+    command_line_args,
     fail,
-    parse_args,
+    parse_arg_list,
+    usage,
 )
-from benchlib.runner import open_contexts
+from benchlib.runner import ContextCache
+from benchlib.serve import serve_requests, wants_serve
 from benchlib.upstream import enable_upstream_p2p, run_upstream
 
 comptime DTYPES = (DType.float32, DType.bfloat16, DType.float16)
@@ -33,30 +39,49 @@ def _dtype_bytes(name: String) -> Int:
     return 2
 
 
-def main():
+def run_case(args: List[String], mut cache: ContextCache) raises:
+    """One case (the one-shot command line or one --serve request): its JSON
+    lines on stdout; raises coded_error (bad config 2, no GPU 4) or any other
+    Error (a run failure, exit 1). Upstream's comm.sync.enable_p2p runs once
+    per process, after the first contexts are open (as in the one-shot run)."""
     var cfg: BenchConfig
     try:
-        cfg = parse_args(impl="upstream")
+        cfg = parse_arg_list(args, impl="upstream")
     except e:
-        fail(EXIT_BAD_CONFIG, String(e))
+        raise coded_error(EXIT_BAD_CONFIG, String(e))
+    if cfg.help:
+        print(usage(), file=stderr)
         return
     var elem_bytes = _dtype_bytes(cfg.dtype)
     for s in cfg.sizes_bytes:
         if s % elem_bytes != 0:
-            fail(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes, "-byte ", cfg.dtype, " element"))
-    var ctxs = open_contexts(cfg, enable_peer_access=False)
+            raise coded_error(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
+                                                      "-byte ", cfg.dtype, " element"))
+    var ctxs = cache.open(cfg.ngpus, enable_peer_access=False)
+    if not cache.p2p_enabled:
+        try:
+            enable_upstream_p2p()
+        except e:
+            raise coded_error(EXIT_BAD_CONFIG, String(e))
+        cache.p2p_enabled = True
+    comptime for di in range(len(DTYPES)):
+        comptime dtype = DTYPES[di]
+        if cfg.dtype == DTYPE_NAMES[di]:
+            comptime for gi in range(len(NGPUS)):
+                comptime ngpus = NGPUS[gi]
+                if cfg.ngpus == ngpus:
+                    run_upstream[dtype, ngpus](cfg, ctxs)
+
+
+def main():
+    var args = command_line_args()
+    if wants_serve(args):
+        if len(args) != 1:
+            fail(EXIT_BAD_CONFIG, "--serve takes no other argument (the cases come on stdin, one per line, TAB-separated)")
+        exit(serve_requests[run_case]())
+    var cache = ContextCache()
     try:
-        enable_upstream_p2p()
+        run_case(args, cache)
     except e:
-        fail(EXIT_BAD_CONFIG, String(e))
-    try:
-        comptime for di in range(len(DTYPES)):
-            comptime dtype = DTYPES[di]
-            if cfg.dtype == DTYPE_NAMES[di]:
-                comptime for gi in range(len(NGPUS)):
-                    comptime ngpus = NGPUS[gi]
-                    if cfg.ngpus == ngpus:
-                        run_upstream[dtype, ngpus](cfg, ctxs)
-    except e:
-        print(String("error: run failed: ", e), file=stderr)
-        exit(1)
+        var status = case_status(e)
+        fail(status.code, status.message)

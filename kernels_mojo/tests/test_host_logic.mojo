@@ -1,5 +1,6 @@
 # Host-only tests (no GPU needed): size parsing, kernel selection, kernel
-# names, statistics, JSON number formatting, input generation and checking.
+# names, statistics, JSON number formatting, input generation and checking,
+# argument lists and coded errors, the --serve protocol's lines.
 # Run: mojo run -I kernels_mojo kernels_mojo/tests/test_host_logic.mojo
 
 from std.testing import assert_equal, assert_true, assert_false
@@ -10,7 +11,8 @@ from allreduce.kernels import (
     KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
     cpasync_kernel_id, push_scratch_packs,
 )
-from benchlib.cli import parse_size_bytes
+from benchlib.cli import parse_size_bytes, parse_arg_list, coded_error, case_status
+from benchlib.serve import end_line, json_escape, split_request, take_line
 from benchlib.stats import TimingStats, json_fixed3, json_number
 from benchlib.check import CheckResult, fill_rank_inputs, check_rank_output
 
@@ -125,8 +127,59 @@ def test_check() raises:
     assert_equal(r2.not_bitwise_identical, 1)
 
 
+def test_arg_list_and_codes() raises:
+    var cfg = parse_arg_list(split_request("--sizes\t8K+28,16M\t--dtype\tbfloat16\t--ngpus\t4\t--kernel\t2stage"))
+    assert_equal(len(cfg.sizes_bytes), 2)
+    assert_equal(cfg.sizes_bytes[0], 8192 + 28)
+    assert_equal(cfg.dtype, "bfloat16")
+    assert_equal(cfg.ngpus, 4)
+    assert_equal(cfg.kernel, "2stage")
+    assert_false(cfg.help)
+    assert_true(parse_arg_list(split_request("--help\t--bogus")).help)
+    assert_equal(len(parse_arg_list(List[String]()).sizes_bytes), 2)  # the defaults
+    var msg = String()
+    try:
+        _ = parse_arg_list(split_request("--sizes\t7X"))
+    except e:
+        msg = String(e)
+    assert_equal(msg, "malformed size: '7X' (use e.g. 256K, 16M, 1G or a byte count)")
+    var upstream_kernel = False
+    try:
+        _ = parse_arg_list(split_request("--kernel\t1stage"), impl="upstream")
+    except:
+        upstream_kernel = True
+    assert_true(upstream_kernel)
+    # coded errors carry the one-shot exit code; any other error is a run failure (exit 1)
+    var st = case_status(coded_error(4, "no GPU: no devices found"))
+    assert_equal(st.code, 4)
+    assert_equal(st.message, "no GPU: no devices found")
+    var st2 = case_status(Error("CUDA_ERROR_ILLEGAL_ADDRESS"))
+    assert_equal(st2.code, 1)
+    assert_equal(st2.message, "run failed: CUDA_ERROR_ILLEGAL_ADDRESS")
+
+
+def test_serve_lines() raises:
+    var args = split_request("--sizes\t\t256K")
+    assert_equal(len(args), 3)
+    assert_equal(args[1], "")
+    assert_equal(json_escape('a"b\\c\nd\te\x01'), '"a\\"b\\\\c\\nd\\te\\u0001"')
+    assert_equal(json_escape("café — ok"), "\"café — ok\"")  # UTF-8 copied through
+    assert_equal(end_line(0, "ignored"), '{"worker_end":true,"rc":0,"error":""}')
+    assert_equal(end_line(2, "bad 'x'"), '{"worker_end":true,"rc":2,"error":"bad \'x\'"}')
+    var pending = List[UInt8]()
+    for b in "a\tb\r\n\nlast".as_bytes():
+        pending.append(b)
+    assert_equal(take_line(pending, False).value(), "a\tb")
+    assert_equal(take_line(pending, False).value(), "")
+    assert_false(Bool(take_line(pending, False)))  # "last" has no newline yet
+    assert_equal(take_line(pending, True).value(), "last")
+    assert_false(Bool(take_line(pending, True)))
+
+
 def main() raises:
     test_sizes()
+    test_arg_list_and_codes()
+    test_serve_lines()
     test_names_and_selection()
     test_new_kernels()
     test_stats()

@@ -1,0 +1,290 @@
+"""Long-lived workers: one process per runner or peer serves case after case.
+
+Starting a process per case cost more than the GPU work it measured (a new CUDA context for our
+runners, a torch import for every Python peer, a process group per NCCL round). A worker is the
+same executable or peer started once with `--serve`; the driver sends it one case per line and reads
+back exactly the lines the one-shot run prints, so launching the built binaries and parsing their
+output stays the contract (README "Kernel executable interface"):
+
+    worker -> driver   {"worker_ready":true}                 once, when it can take cases
+    driver -> worker   --q<TAB>q.npy<TAB>--k<TAB>...          one case: the one-shot arguments, TAB-separated
+    worker -> driver   {...result line...}                   what the one-shot run prints, per result
+    worker -> driver   {"worker_end":true,"rc":0,"error":""} the one-shot exit code and `error:` text
+
+A case that does not answer within its timeout has its worker's process tree killed (`KernelFailed`,
+as `launch` does for a one-shot hang); a worker that dies mid-case fails that case with the reason and
+is started again, once, for the next case; a line that is not JSON, or the stream ending without an
+end line, is a `KernelFailed` naming the worker and the case. An rc of 2/3/4 maps to the same error
+classes as a one-shot exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Self, TypeVar
+
+from pydantic import BaseModel
+
+from driver import phases
+from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU
+from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, kill_tree, start_process
+from driver.parse import launch_lines, parse_lines
+
+M = TypeVar("M", bound=BaseModel)
+SERVE_FLAG = "--serve"
+READY, END = "worker_ready", "worker_end"
+RESTARTS = 1  # a worker that dies mid-case is started again this many times, then its cases fail at once
+
+
+@dataclass(frozen=True)
+class Served:
+    """One case for a worker: the command that starts the worker (its identity) and the case's arguments."""
+
+    server: tuple[str, ...]
+    args: tuple[str, ...]
+    one_shot_cmd: tuple[str, ...] | None = None  # where the one-shot command is not server + args
+
+    def one_shot(self) -> list[str]:
+        """The same case as a one-shot command line (`--no-workers`: one process per case)."""
+        if self.one_shot_cmd is not None:
+            return list(self.one_shot_cmd)
+        return [*(a for a in self.server if a != SERVE_FLAG), *self.args]
+
+
+def served(cmd: Sequence[str], args: Sequence[str], one_shot: Sequence[str] | None = None) -> Served:
+    """`cmd` (an executable or `python -m driver.peers.x ...`) serving the case `args`."""
+    for a in args:
+        if "\t" in a or "\n" in a:
+            raise ConfigError(f"argument {a!r} holds a tab or a newline; a worker case cannot carry it")
+    return Served((*cmd, SERVE_FLAG), tuple(args), tuple(one_shot) if one_shot is not None else None)
+
+
+@dataclass
+class _Stream:
+    """A reader thread per pipe, so every wait has a timeout and a full pipe never blocks the worker."""
+
+    lines: queue.Queue = field(default_factory=queue.Queue)  # stdout lines; None at EOF
+    stderr_tail: deque = field(default_factory=lambda: deque(maxlen=200))
+
+
+class Worker:
+    """One long-lived process. Not thread-safe: one case at a time, as the rounds run."""
+
+    def __init__(self, server: Sequence[str], name: str) -> None:
+        self.server, self.name = tuple(server), name
+        self.proc: subprocess.Popen | None = None
+        self.stream = _Stream()
+        self.started_at = 0.0
+        self.ready = False
+        self.deaths = 0
+        self.cases = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the process (without waiting for its ready line: several workers start at once)."""
+        self.stream = _Stream()
+        self.ready = False
+        self.started_at = time.perf_counter()
+        self.proc = start_process(self.server, what=self.name)
+        out, err = self.proc.stdout, self.proc.stderr
+        threading.Thread(target=self._pump_out, args=(out, self.stream), daemon=True).start()
+        threading.Thread(target=self._pump_err, args=(err, self.stream), daemon=True).start()
+
+    @staticmethod
+    def _pump_out(pipe, stream: _Stream) -> None:
+        for line in pipe:
+            stream.lines.put(line.rstrip("\n"))
+        stream.lines.put(None)
+
+    @staticmethod
+    def _pump_err(pipe, stream: _Stream) -> None:
+        for line in pipe:
+            stream.stderr_tail.append(line.rstrip("\n"))
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def close(self) -> None:
+        """End of input, then a short wait; a worker that does not leave is killed with its tree."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        kill_tree(proc.pid)
+        proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            kill_tree(self.proc.pid)
+            self.proc.wait()
+            self.proc = None
+
+    # ------------------------------------------------------------------ one case
+    def _next(self, deadline: float, what: str) -> str:
+        try:
+            line = self.stream.lines.get(timeout=max(deadline - time.perf_counter(), 0.0))
+        except queue.Empty:
+            self.kill()
+            raise KernelFailed(f"{what} hung: no answer from worker {self.name} in time; its process tree was killed",
+                               f"worker: {' '.join(self.server)}") from None
+        if line is None:
+            raise self._died(what)
+        return line
+
+    def _died(self, what: str) -> KernelFailed:
+        proc = self.proc
+        code = proc.wait(timeout=30) if proc is not None else None
+        self.proc = None
+        self.deaths += 1
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited {code}")
+        tail = _error_line(list(self.stream.stderr_tail))
+        return KernelFailed(f"{what}: worker {self.name} {how} mid-case: {tail}", f"worker: {' '.join(self.server)}")
+
+    def _wait_ready(self, deadline: float, what: str) -> None:
+        line = self._next(deadline, what)
+        if _kind(line) != READY:
+            self.kill()
+            raise KernelFailed(f"{what}: worker {self.name} did not start with a ready line, it printed {line[:200]!r}",
+                               "rebuild the executables (python -m driver build)")
+        self.ready = True
+        phases.add(f"startup {self.name}", time.perf_counter() - self.started_at)
+
+    def request(self, args: Sequence[str], model: type[M], *, what: str, timeout_s: float) -> list[M]:
+        """Run one case: its result lines, parsed and validated, or the error its end line names."""
+        if not args:  # an empty line is no case to a worker: it would wait for the next line forever
+            raise ConfigError(f"{what}: a case for worker {self.name} needs at least one argument")
+        if self.proc is None or not self.alive():
+            if self.proc is not None and self.proc.poll() is not None and not self.ready:
+                self.deaths += 1  # it left before its ready line
+            if self.deaths > RESTARTS:
+                raise KernelFailed(f"{what}: worker {self.name} died {self.deaths} times; its cases are not run",
+                                   f"worker: {' '.join(self.server)}")
+            self.close()
+            self.start()
+        deadline = time.perf_counter() + timeout_s
+        if not self.ready:
+            self._wait_ready(deadline, what)
+        try:
+            self.proc.stdin.write("\t".join(args) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(what) from None
+        self.cases += 1
+        results: list[str] = []
+        while True:
+            line = self._next(deadline, what)
+            kind = _kind(line)
+            if kind == END:
+                break
+            if kind == "malformed":
+                self.kill()
+                raise KernelFailed(f"malformed output from worker {self.name} in {what}: not a JSON object",
+                                   f"line: {line[:200]!r}")
+            results.append(line)
+        end = json.loads(line)
+        rc, message = end.get("rc"), str(end.get("error") or "")
+        if not isinstance(rc, int):
+            self.kill()
+            raise KernelFailed(f"malformed end line from worker {self.name} in {what}", f"line: {line[:200]!r}")
+        if rc != 0:
+            raise _rc_error(rc, what, message or _error_line(list(self.stream.stderr_tail)), self.server)
+        return parse_lines("\n".join(results), model, what=f"{what} (worker {self.name})")
+
+
+def _kind(line: str) -> str:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return "malformed"
+    if not isinstance(data, dict):
+        return "malformed"
+    if data.get(END) is True:
+        return END
+    if data.get(READY) is True:
+        return READY
+    return "result"
+
+
+def _error_line(stderr: list[str]) -> str:
+    lines = [ln.strip() for ln in stderr if ln.strip()]
+    for ln in reversed(lines):
+        if ln.lower().startswith("error"):
+            return ln
+    return lines[-1] if lines else "(no output on stderr)"
+
+
+def _rc_error(rc: int, what: str, message: str, server: Sequence[str]) -> DriverError:
+    """The one-shot exit codes, mapped as launch.launch maps them."""
+    detail = message if message.startswith("error") else f"error: {message}"  # as launch quotes stderr
+    if rc == EXE_BAD_INPUT:
+        return ConfigError(f"{what} rejected its input: {detail}")
+    if rc == EXE_NO_GPU:
+        return NoGPU(f"{what}: {detail}")
+    return KernelFailed(f"{what} exited {rc}: {detail}", f"worker: {' '.join(server)}")
+
+
+class Pool:
+    """The workers of one suite, keyed by the command that starts them; started on first use (or all at
+    once with `prestart`) and closed together. A context manager, so no worker outlives its suite."""
+
+    def __init__(self, *, one_shot: bool = False, name_of: Callable[[tuple[str, ...]], str] | None = None) -> None:
+        self.workers: dict[tuple[str, ...], Worker] = {}
+        self.one_shot = one_shot  # --no-workers: every case its own process, as before workers existed
+        self.name_of = name_of or _default_name
+
+    def worker(self, server: tuple[str, ...]) -> Worker:
+        if server not in self.workers:
+            self.workers[server] = Worker(server, self.name_of(server))
+        return self.workers[server]
+
+    def prestart(self, servers: Sequence[tuple[str, ...]]) -> None:
+        """Start these workers now, side by side: their start-up (a torch import, a CUDA context) overlaps."""
+        for server in [] if self.one_shot else servers:
+            w = self.worker(server)
+            if w.proc is None:
+                w.start()
+
+    def run(self, case: Served | Sequence[str], model: type[M], *, what: str, timeout_s: float) -> list[M]:
+        """One case on its worker; a plain command line (or any case under --no-workers) as its own process."""
+        if not isinstance(case, Served) or self.one_shot:
+            cmd = case.one_shot() if isinstance(case, Served) else list(case)
+            return launch_lines(cmd, model, what=what, timeout_s=timeout_s)
+        return self.worker(case.server).request(case.args, model, what=what, timeout_s=timeout_s)
+
+    def close(self, keep: Callable[[tuple[str, ...]], bool] = lambda _s: False) -> None:
+        for server in [s for s in self.workers if not keep(s)]:
+            self.workers.pop(server).close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for w in self.workers.values():
+            if exc[0] is None:
+                w.close()
+            else:  # an error or Ctrl-C: no polite wait
+                w.kill()
+        self.workers.clear()
+
+
+def _default_name(server: tuple[str, ...]) -> str:
+    """`sdpa_fp8_baseline`, `torch_sdpa`, `nccl_allreduce --ngpus 4`: the executable, module or script."""
+    parts = [p for p in server if p != SERVE_FLAG]
+    if len(parts) >= 3 and parts[1] == "-m":
+        return " ".join([parts[2].rsplit(".", 1)[-1], *parts[3:]])
+    if len(parts) >= 2 and parts[0].rsplit("/", 1)[-1].startswith("python"):
+        parts = parts[1:]
+    return " ".join([parts[0].rsplit("/", 1)[-1], *parts[1:]])
