@@ -41,9 +41,9 @@ def check_writable(folder: Path, what: str = "results folder", hint: str = RESUL
 def os_reason(exc: OSError) -> str:
     """An OSError in a few words with the path it is about (shutil.copytree's Error: its first failure)."""
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
-        _src, dst, why = exc.args[0][0]
+        _src, dst, why = exc.args[0][0]  # `why` is str(OSError), with the path where it has one
         more = len(exc.args[0]) - 1
-        return f"{why} (copying to {dst}{f'; {more} more' if more else ''})"
+        return (why if dst in why else f"{why} ({dst})") + (f", and {more} more" if more else "")
     where = f": {exc.filename}" if exc.filename else ""
     return f"{exc.strerror or exc}{where}"
 

@@ -149,9 +149,12 @@ def slurm_done(monkeypatch):
                                                                                       exit_code=0)})
 
 
+def _files(root: Path) -> list[tuple[Path, bytes]]:
+    return sorted((p.relative_to(root), p.read_bytes()) for p in root.rglob("*") if p.is_file())
+
+
 def _same_tree(a: Path, b: Path) -> bool:
-    files = lambda root: sorted((p.relative_to(root), p.read_bytes()) for p in root.rglob("*") if p.is_file())  # noqa: E731
-    return files(a) == files(b)
+    return _files(a) == _files(b)
 
 
 def test_collect_refuses_a_results_folder_it_cannot_write_before_moving_anything(tmp_path, capsys, monkeypatch,

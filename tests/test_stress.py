@@ -76,7 +76,7 @@ def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
     assert not [r for r in result.records if r.kernel in stress.ALLREDUCE_KERNEL_NAMES]
     ran.clear()
     two_gpus = DeviceInfo(driver_version="580.159.04", gpus=[h100, h100.model_copy(update={"index": 1})])
-    monkeypatch.setattr(stress, "soak_allreduce", lambda *args: "soak")
+    monkeypatch.setattr(stress, "soak_allreduce", lambda *args, **kw: "soak")
     monkeypatch.setattr(stress, "allreduce_hang", lambda *args: "watchdog")
     stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
                two_gpus, load(), "0" * 40)

@@ -24,6 +24,7 @@ from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 from driver.verify import allreduce_errors
+from driver.workers import Pool, served
 
 TARGETS = "allreduce"
 # Kernels with a 2-GPU window of their own (select_kernel checks them in this order, after 1stage_push and
@@ -192,6 +193,11 @@ def from_run(folder: Path) -> tuple[str, str]:
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
+    with Pool(one_shot=not opts.workers) as pool:  # one long-lived allreduce_bench serves the whole sweep
+        return _run(opts, exe_dir, dev, gates, git_sha, pool)
+
+
+def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, pool: Pool) -> SuiteResult:
     present = len(dev.gpus)
     counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= present)
     if not counts or max(counts) > present:
@@ -209,13 +215,14 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     table: Table = {}
     for ngpus in counts:
         for dtype in opts.dtypes:
-            base = [str(exe_dir / EXE), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
+            base = ["--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
                     "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags("ours", mode, opts.batch),
                     "--check", "1"]
             samples = interleaved(
-                {k: base + kernel_flags(k) for k in ALLREDUCE_KERNEL_NAMES}, AllreduceLine, rounds=opts.rounds,
+                {k: served([str(exe_dir / EXE)], base + kernel_flags(k)) for k in ALLREDUCE_KERNEL_NAMES},
+                AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
-                key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}",
+                key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}", pool=pool,
             )
             for (kernel, nbytes), rounds in samples.by_key.items():
                 line, p50s = samples.representative((kernel, nbytes))

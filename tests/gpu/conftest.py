@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver import build, device, paths
+from driver.workers import Pool, served
 from tests.conftest import gpu_skip_reason
 
 _REASON = gpu_skip_reason()
@@ -31,3 +32,18 @@ def exe_dir():
     if arch not in meta.archs:
         pytest.fail(f"no build for {arch}: run `python -m driver build --arch {arch}`")
     return paths.build_dir() / arch
+
+
+@pytest.fixture(scope="session")
+def workers():
+    """One long-lived worker per executable for the whole GPU session (driver/workers.py): a test that
+    checks or times many cases pays one process start and CUDA context, not one per case. The hang
+    tests still run their case as its own process (`launch_lines`), so a killed worker costs no other
+    test its worker."""
+    with Pool() as pool:
+        yield pool
+
+
+def serve_lines(pool: Pool, cmd: list[str], model, *, what: str, timeout_s: float):
+    """`launch_lines(cmd, ...)`, but on `cmd[0]`'s long-lived worker."""
+    return pool.run(served(cmd[:1], cmd[1:]), model, what=what, timeout_s=timeout_s)

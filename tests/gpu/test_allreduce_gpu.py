@@ -10,6 +10,7 @@ from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, ELEM_BYTES, SUPPORTED_
 from driver.errors import ConfigError, KernelFailed
 from driver.parse import launch_lines
 from driver.records import AllreduceLine
+from tests.gpu.conftest import serve_lines
 
 ELEMENTS = [0, 7, 8 << 10, (8 << 10) + 1, (8 << 10) + 7, 256 << 10, (256 << 10) + 5, 16 << 20, (16 << 20) + 24, 64 << 20]
 
@@ -18,7 +19,21 @@ def _counts(gpu) -> list[int]:
     return [n for n in SUPPORTED_NGPUS if n <= len(gpu.gpus)]
 
 
+_POOL: list = []  # the session's worker pool (tests/gpu/conftest.py `workers`), set by the autouse fixture
+
+
+@pytest.fixture(autouse=True)
+def _pool(workers):
+    _POOL[:] = [workers]
+
+
 def _run(exe_dir, *args: str, timeout_s: float = 300) -> list[AllreduceLine]:
+    """One case on the session's long-lived allreduce_bench (a hang test passes `one_shot`)."""
+    return serve_lines(_POOL[0], [str(exe_dir / "allreduce_bench"), *args], AllreduceLine, what=" ".join(args),
+                       timeout_s=timeout_s)
+
+
+def _run_alone(exe_dir, *args: str, timeout_s: float = 300) -> list[AllreduceLine]:
     return launch_lines([str(exe_dir / "allreduce_bench"), *args], AllreduceLine, what=" ".join(args), timeout_s=timeout_s)
 
 
@@ -61,9 +76,9 @@ def test_a_rank_stuck_in_the_barrier_is_killed_and_gpus_recover(exe_dir, gpu):
     if not _counts(gpu):
         pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
     with pytest.raises(KernelFailed, match="hung"):
-        _run(exe_dir, "--sizes", "1M", "--ngpus", "2", "--debug-hang-rank", "1", "--iters", "1", "--warmup", "0",
-             timeout_s=20)
-    (ln,) = _run(exe_dir, "--sizes", "1M", "--ngpus", "2", "--iters", "2", "--warmup", "1")
+        _run_alone(exe_dir, "--sizes", "1M", "--ngpus", "2", "--debug-hang-rank", "1", "--iters", "1", "--warmup", "0",
+                   timeout_s=20)
+    (ln,) = _run_alone(exe_dir, "--sizes", "1M", "--ngpus", "2", "--iters", "2", "--warmup", "1")
     assert ln.wrong == 0
 
 

@@ -10,11 +10,11 @@ from driver.config import SDPA_SHAPES
 from driver.errors import ConfigError
 from driver.gates import sdpa_correctness
 from driver.launch import launch
-from driver.parse import launch_lines
 from driver.records import SdpaLine
 from driver.suites import sdpa
 from driver.suites.sdpa import HOPPER_KERNEL
 from driver.verify import sdpa_errors
+from tests.gpu.conftest import serve_lines
 
 GATES = thresholds.load().sdpa
 
@@ -29,12 +29,20 @@ def expected_kernel(arch: str) -> str:
     return HOPPER_KERNEL if arch == "sm_90" else "mma_sync_sm80"
 
 
+_POOL: list = []  # the session's worker pool (tests/gpu/conftest.py `workers`), set by the autouse fixture
+
+
+@pytest.fixture(autouse=True)
+def _pool(workers):
+    _POOL[:] = [workers]
+
+
 def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
     files, expected = sdpa.prepare_case(tmp_path, shape, seed)
     out = tmp_path / f"out_{impl}.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1",
            *extra]
-    (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
+    (line,) = serve_lines(_POOL[0], cmd, SdpaLine, what=impl, timeout_s=120)
     got = np.load(out)
     assert line.impl == impl and line.shape == list(shape)
     assert got.shape == shape and got.dtype == np.float16
@@ -52,7 +60,7 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
     files, expected = sdpa.prepare_case(tmp_path, shape, seed)
     out = tmp_path / "out.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
-    (line,) = launch_lines(cmd, SdpaLine, what=impl, timeout_s=120)
+    (line,) = serve_lines(_POOL[0], cmd, SdpaLine, what=impl, timeout_s=120)
     assert line.impl == impl and line.shape == list(shape)
     assert line.kernel == expected_kernel(device.arch_of(0))
     got = np.load(out)

@@ -41,6 +41,7 @@ from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sa
 from driver.suites.stress.soak import MIXED_CONFIGS, soak_allreduce, soak_sdpa
 from driver.suites.stress.watchdog import allreduce_hang, sdpa_hang
 from driver.thresholds import Thresholds
+from driver.workers import Pool
 
 TARGETS = "all"
 
@@ -53,12 +54,14 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     too_small = f"needs at least 2 GPUs; this host has {len(dev.gpus)}"
     if "allreduce" in opts.stress_parts:
         for ngpus in counts:
-            for dtype in opts.dtypes:
-                for kernel in ALLREDUCE_KERNEL_NAMES:
-                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel))
-                for name, flags in MIXED_CONFIGS.items():
-                    result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
-                                                         flags))
+            with Pool(one_shot=not opts.workers) as pool:  # one allreduce_bench per GPU count serves the soak
+                for dtype in opts.dtypes:
+                    for kernel in ALLREDUCE_KERNEL_NAMES:
+                        result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel,
+                                                             pool=pool))
+                    for name, flags in MIXED_CONFIGS.items():
+                        result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
+                                                             flags, pool=pool))
         if counts:
             result.records.append(allreduce_hang(opts, exe, dev, gates, git_sha))
         else:  # the allreduce soak cannot run here: say so, never pass by omission
@@ -67,9 +70,11 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
             result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))
-        for impl in sdpa.VARIANTS:
-            for shape_name, shape in opts.shapes:
-                result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape))
+        with Pool(one_shot=not opts.workers) as pool:
+            for impl in sdpa.VARIANTS:
+                for shape_name, shape in opts.shapes:
+                    result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape,
+                                                    pool))
     if "sanitizers" in opts.stress_parts:
         with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
             inputs: dict[str, dict[str, Path]] = {}

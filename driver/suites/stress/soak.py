@@ -13,12 +13,12 @@ from driver.config import ELEM_BYTES, kernel_flags
 from driver.errors import KernelFailed
 from driver.gates import sdpa_correctness
 from driver.options import RunOptions
-from driver.parse import launch_lines
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
 from driver.suites.common import checked_verdict, progress, stress_record
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
+from driver.workers import Pool, served
 
 REFRESH_EVERY = 25  # fresh random inputs inside one process
 LAUNCHES_PER_PROCESS = 250  # a new process (new seed, new contexts) after this many checked launches
@@ -38,9 +38,13 @@ def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
 
 
 def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
-                   ngpus: int, dtype: str, kernel: str, flags: list[str] | None = None) -> ArchivedRecord:
-    """`kernel` is a kernel name (forced) or a MIXED_CONFIGS name (its flags cycle every kernel)."""
+                   ngpus: int, dtype: str, kernel: str, flags: list[str] | None = None,
+                   pool: Pool | None = None) -> ArchivedRecord:
+    """`kernel` is a kernel name (forced) or a MIXED_CONFIGS name (its flags cycle every kernel). Each
+    chunk of LAUNCHES_PER_PROCESS launches is one case, with its own seed, on the executable's
+    long-lived worker in `pool` (a new process per chunk with --no-workers)."""
     mixed = flags is not None
+    pool = pool or Pool(one_shot=True)
     sizes = random_sizes(rng, dtype)
     chunks = max(1, -(-opts.iters // LAUNCHES_PER_PROCESS))
     per_chunk = -(-opts.iters // chunks)
@@ -49,13 +53,13 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     c = 0
     # At least `chunks` processes (>= --iters launches per size), and on for --minutes.
     while c < chunks or time.perf_counter() - t0 < opts.soak_minutes * 60:
-        cmd = [str(exe), "--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
-               "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
-               "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
-               *(flags if mixed else kernel_flags(kernel))]
+        args = ["--sizes", ",".join(map(str, sizes)), "--dtype", dtype, "--ngpus", str(ngpus),
+                "--check", "1", "--check-iters", str(per_chunk), "--refresh-every", str(REFRESH_EVERY),
+                "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
+                *(flags if mixed else kernel_flags(kernel))]
         what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks}{'+' if c >= chunks else ''})"
         progress(what)
-        lines += launch_lines(cmd, AllreduceLine, what=what, timeout_s=opts.timeout_s)
+        lines += pool.run(served([str(exe)], args), AllreduceLine, what=what, timeout_s=opts.timeout_s)
         c += 1
     errs = allreduce_errors(lines, dtype=dtype, ngpus=ngpus, what=f"stress soak {kernel} {dtype} x{ngpus}")
     wrong = errs.wrong
@@ -79,10 +83,12 @@ SDPA_SOAK_STREAMS = 2
 
 
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
-              shape_name: str, shape: tuple[int, int, int, int]) -> ArchivedRecord:
+              shape_name: str, shape: tuple[int, int, int, int], pool: Pool | None = None) -> ArchivedRecord:
     """Per seed (fresh inputs): one output launch checked against the float64 reference, then
     `--iters` launches over SDPA_SOAK_STREAMS streams in flight at once, each compared bit for
-    bit with that output on the GPU, so every launch is checked."""
+    bit with that output on the GPU, so every launch is checked. Each seed is one case on the
+    runner's long-lived worker in `pool`."""
+    pool = pool or Pool(one_shot=True)
     t0 = time.perf_counter()
     runs: list[SdpaErrors] = []
     launches = mismatched = 0
@@ -100,11 +106,12 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
             files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
             out = Path(tmp) / "out.npy"
-            cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out),
-                   "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
+            args = [*sdpa.file_args(files), "--out", str(out),
+                    "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
             what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
             progress(what)
-            (sl,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=opts.timeout_s)
+            (sl,) = pool.run(served([str(exe_dir / sdpa.VARIANTS[impl])], args), SdpaLine, what=what,
+                             timeout_s=opts.timeout_s)
             if sl.soak_launches != per_seed:
                 raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_seed}",
                                    "rebuild the SDPA runners (python -m driver build --targets sdpa)")
