@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -50,9 +51,12 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     sha, dirty = git_state()
     exe_dir = paths.build_dir() / arch
     results = SuiteResult()
-    for suite in opts.suites:
-        progress(f"suite {suite} on {dev.kind} ({arch})")
-        results.extend(SUITES[suite].run(opts, exe_dir, dev, limits, sha))
+    with contextlib.ExitStack() as stack:
+        if "sdpa" in opts.suites[1:]:  # its references are computed while the suites before it run
+            stack.enter_context(sdpa.prepared(opts))
+        for suite in opts.suites:
+            progress(f"suite {suite} on {dev.kind} ({arch})")
+            results.extend(SUITES[suite].run(opts, exe_dir, dev, limits, sha))
     created = utc_now()
     verdicts, records = gates.evaluate(results.records, results.skipped, opts, limits, dev.kind)
     run_rec = RunArchive(

@@ -51,6 +51,7 @@ class Served:
     server: tuple[str, ...]
     args: tuple[str, ...]
     one_shot_cmd: tuple[str, ...] | None = None  # where the one-shot command is not server + args
+    serve: bool = True  # False: this case runs as its own process even where workers are on
 
     def one_shot(self) -> list[str]:
         """The same case as a one-shot command line (`--no-workers`: one process per case)."""
@@ -59,12 +60,14 @@ class Served:
         return [*(a for a in self.server if a != SERVE_FLAG), *self.args]
 
 
-def served(cmd: Sequence[str], args: Sequence[str], one_shot: Sequence[str] | None = None) -> Served:
-    """`cmd` (an executable or `python -m driver.peers.x ...`) serving the case `args`."""
+def served(cmd: Sequence[str], args: Sequence[str], one_shot: Sequence[str] | None = None, *,
+           serve: bool = True) -> Served:
+    """`cmd` (an executable or `python -m driver.peers.x ...`) serving the case `args`; with `serve`
+    False the case keeps its own process (an executable whose served timing is not trusted yet)."""
     for a in args:
         if "\t" in a or "\n" in a:
             raise ConfigError(f"argument {a!r} holds a tab or a newline; a worker case cannot carry it")
-    return Served((*cmd, SERVE_FLAG), tuple(args), tuple(one_shot) if one_shot is not None else None)
+    return Served((*cmd, SERVE_FLAG), tuple(args), tuple(one_shot) if one_shot is not None else None, serve)
 
 
 @dataclass
@@ -252,14 +255,14 @@ class Pool:
 
     def prestart(self, servers: Sequence[tuple[str, ...]]) -> None:
         """Start these workers now, side by side: their start-up (a torch import, a CUDA context) overlaps."""
-        for server in [] if self.one_shot else servers:
+        for server in [] if self.one_shot else servers:  # (a case with serve False is never prestarted)
             w = self.worker(server)
             if w.proc is None:
                 w.start()
 
     def run(self, case: Served | Sequence[str], model: type[M], *, what: str, timeout_s: float) -> list[M]:
         """One case on its worker; a plain command line (or any case under --no-workers) as its own process."""
-        if not isinstance(case, Served) or self.one_shot:
+        if not isinstance(case, Served) or self.one_shot or not case.serve:
             cmd = case.one_shot() if isinstance(case, Served) else list(case)
             return launch_lines(cmd, model, what=what, timeout_s=timeout_s)
         return self.worker(case.server).request(case.args, model, what=what, timeout_s=timeout_s)

@@ -144,3 +144,18 @@ def test_reference_rejects_shapes_that_disagree():
     q, k_u8, v_u8, ks, vs = make_inputs((1, 2, 8, 16), seed=0)
     with pytest.raises(ValueError, match="share one"):
         reference(q, k_u8[:, :, :4], v_u8, ks, vs)
+
+
+def test_large_arrays_encode_in_chunks_to_the_same_codes(monkeypatch):
+    """encode_e4m3_sim splits a large array over threads; the codes must be those of one pass, NaN still
+    refused wherever it sits."""
+    from driver.reference import sdpa as ref_mod
+
+    monkeypatch.setattr(ref_mod, "_PARALLEL_ELEMS", 1000)  # chunks of 1000, the last one partial
+    x = np.random.default_rng(3).standard_normal((3, 7, 1001)) * 300
+    x.flat[::97] = 0.0
+    x.flat[1::89] = -0.0
+    assert np.array_equal(ref_mod.encode_e4m3_sim(x), ref_mod._encode(x))
+    x.flat[20000] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        ref_mod.encode_e4m3_sim(x)

@@ -25,6 +25,11 @@ UPSTREAM_EXE = "upstream_bench"
 SYMM_PEERS = ("torch_symm_oneshot", "torch_symm_twoshot")
 TORCH_PEERS = ("nccl", *SYMM_PEERS)  # the torch-driven peers: their hot mode is a CUDA graph
 LINK_CEILING = "p2p_copy_gpu0_gpu1"
+# The Mojo executables' --serve answers correctly, but on 4x H200 (2026-11-26, bundle of 1abadff) every
+# request after a worker's first timed 2.2-2.3 ms slower per collective (ours 256 KiB x2: 6.7 us, then
+# 2265 us), ours and upstream alike: until that is understood, their timed cases keep a process each
+# (experiments/2026-11-26-workers). The soak (checks, not times) uses the worker.
+SERVE_TIMED_MOJO = False
 
 
 def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
@@ -57,8 +62,10 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[t
     long-lived worker; a peer this host cannot run is left out (its gates are then not measured)."""
     cmds: dict[tuple[str, str], Served] = {}
     for mode in opts.modes("allreduce"):
-        cmds[("ours", mode)] = served([str(exe_dir / EXE)], _args(opts, dtype, ngpus, "ours", mode))
-        cmds[("upstream", mode)] = served([str(exe_dir / UPSTREAM_EXE)], _args(opts, dtype, ngpus, "upstream", mode))
+        cmds[("ours", mode)] = served([str(exe_dir / EXE)], _args(opts, dtype, ngpus, "ours", mode),
+                                      serve=SERVE_TIMED_MOJO)
+        cmds[("upstream", mode)] = served([str(exe_dir / UPSTREAM_EXE)], _args(opts, dtype, ngpus, "upstream", mode),
+                                          serve=SERVE_TIMED_MOJO)
         for name in peers.of_suite("allreduce"):  # NCCL, then PyTorch symm_mem one-shot and two-shot
             if peers.missing(name) is None:
                 args = _args(opts, dtype, ngpus, name, mode)
@@ -101,7 +108,7 @@ def _group(
         with Pool(one_shot=not opts.workers) as own:
             return _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, ceilings_gbps, own)
     cmds = _commands(opts, exe_dir, dtype, ngpus)
-    pool.prestart(sorted({c.server for c in cmds.values()}))  # their start-ups overlap
+    pool.prestart(sorted({c.server for c in cmds.values() if c.serve}))  # their start-ups overlap
     modes = opts.modes("allreduce")
     before = device.probe().gpus[:ngpus]
     run_rounds = partial(

@@ -19,7 +19,7 @@ from driver.errors import ConfigError, NoGPU
 from driver.gates import allreduce_correctness
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
-from driver.suites.allreduce import EXE, link_frac, measure_ceiling, timing_flags
+from driver.suites.allreduce import EXE, SERVE_TIMED_MOJO, link_frac, measure_ceiling, timing_flags
 from driver.suites.common import SuiteResult, interleaved
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
@@ -219,7 +219,8 @@ def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, gi
                     "--iters", str(opts.iters), "--warmup", str(opts.warmup), *timing_flags("ours", mode, opts.batch),
                     "--check", "1"]
             samples = interleaved(
-                {k: served([str(exe_dir / EXE)], base + kernel_flags(k)) for k in ALLREDUCE_KERNEL_NAMES},
+                {k: served([str(exe_dir / EXE)], base + kernel_flags(k), serve=SERVE_TIMED_MOJO)
+                 for k in ALLREDUCE_KERNEL_NAMES},
                 AllreduceLine, rounds=opts.rounds,
                 min_rounds=min(2, opts.rounds), target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s,
                 key=lambda _kernel, ln: (ln.kernel_selected, ln.bytes), label=f"sweep {dtype} x{ngpus}", pool=pool,
