@@ -6,7 +6,7 @@ and whether other processes share the GPUs, so a number can be trusted or not.
 
 from __future__ import annotations
 
-import os
+import psutil
 
 from driver.errors import NoGPU
 from driver.records import DeviceInfo, GpuInfo
@@ -47,12 +47,24 @@ def _throttle_names(nv, mask: int | None) -> list[str]:
     return sorted({label for attr, label in names.items() if hasattr(nv, attr) and mask & getattr(nv, attr)})
 
 
+def _this_run_pids() -> set[int]:
+    """The driver and every process it started (the long-lived workers, their ranks): not "other"."""
+    me = psutil.Process()
+    pids = {me.pid}
+    try:
+        pids |= {c.pid for c in me.children(recursive=True)}
+    except psutil.Error:
+        pass
+    return pids
+
+
 def probe() -> DeviceInfo:
     nv = _nvml()
     try:
         count = nv.nvmlDeviceGetCount()
         if count == 0:
             raise NoGPU("NVML reports 0 GPUs")
+        ours = _this_run_pids()
         gpus = []
         for i in range(count):
             h = nv.nvmlDeviceGetHandleByIndex(i)
@@ -69,7 +81,7 @@ def probe() -> DeviceInfo:
                     temperature_c=_safe(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                     power_w=round(power_mw / 1000, 1) if power_mw is not None else None,
                     throttle_reasons=_throttle_names(nv, _safe(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
-                    other_processes=sum(1 for p in procs if p.pid != os.getpid()),
+                    other_processes=sum(1 for p in procs if p.pid not in ours),
                 )
             )
         driver = nv.nvmlSystemGetDriverVersion()

@@ -321,11 +321,19 @@ def setup_of(impl: str) -> Setup:
     return partial(symm_allreduce.setup, impl)
 
 
+def _control_group(dist):
+    """The served ranks wait for the next case on the host (gloo, over TCP), never in a GPU collective: an
+    NCCL broadcast would leave a kernel spinning on GPUs 1..N-1 between cases, and every other process's
+    collective timed meanwhile would share those GPUs with it (2.2 ms per collective on 2x H200)."""
+    return dist.new_group(backend="gloo")
+
+
 def _serve_rank(rank: int, ngpus: int, port: int) -> None:
     torch, dist, device = _join(rank, ngpus, port)
+    control = _control_group(dist)
     while True:
         box: list = [None]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=control)
         if box[0] is None:
             break
         ns = _parse("torch_allreduce", box[0])  # rank 0 parsed it already: it is well formed
@@ -373,6 +381,7 @@ def serve(ngpus: int) -> None:
     for p in ranks:
         p.start()
     torch, dist, device = _join(0, ngpus, port)
+    control = _control_group(dist)
     serving.send(channel, worker_ready=True)
     for raw in sys.stdin:
         argv = raw.rstrip("\r\n").split("\t") if raw.strip() else []
@@ -387,13 +396,13 @@ def serve(ngpus: int) -> None:
             sys.stderr = sys.__stderr__
             serving.send(channel, worker_end=True, rc=EXIT_BAD_INPUT, error=str(exc))
             continue
-        dist.broadcast_object_list([argv], src=0)
+        dist.broadcast_object_list([argv], src=0, group=control)
         try:
             why = _sizes(torch, dist, device, ns, 0, ns.impl, setup)
         finally:
             sys.stderr = sys.__stderr__
         serving.send(channel, worker_end=True, rc=EXIT_CUDA_ERROR if why else 0, error=tee.last_error if why else "")
-    dist.broadcast_object_list([None], src=0)
+    dist.broadcast_object_list([None], src=0, group=control)
     dist.destroy_process_group()
     for p in ranks:
         p.join(timeout=30)

@@ -25,11 +25,12 @@ UPSTREAM_EXE = "upstream_bench"
 SYMM_PEERS = ("torch_symm_oneshot", "torch_symm_twoshot")
 TORCH_PEERS = ("nccl", *SYMM_PEERS)  # the torch-driven peers: their hot mode is a CUDA graph
 LINK_CEILING = "p2p_copy_gpu0_gpu1"
-# The Mojo executables' --serve answers correctly, but on 4x H200 (2026-11-26, bundle of 1abadff) every
-# request after a worker's first timed 2.2-2.3 ms slower per collective (ours 256 KiB x2: 6.7 us, then
-# 2265 us), ours and upstream alike: until that is understood, their timed cases keep a process each
-# (experiments/2026-11-26-workers). The soak (checks, not times) uses the worker.
-SERVE_TIMED_MOJO = False
+# The Mojo executables' timed cases run on their long-lived workers. (A first 4x H200 run, 2026-11-26,
+# timed every Mojo case after a worker's first 2.2 ms slow: the served NCCL worker's ranks 1..N-1 waited
+# for their next case inside an NCCL broadcast, a kernel spinning on GPUs 1..N-1 that our and upstream's
+# peer ranks then shared the GPUs with. They now wait on the host: torch_allreduce._control_group;
+# experiments/2026-11-26-workers.) False gives each Mojo timed case its own process again.
+SERVE_TIMED_MOJO = True
 
 
 def timing_flags(impl: str, mode: str, batch: int) -> list[str]:

@@ -1,6 +1,7 @@
 """GPU smoke test of `--serve` for allreduce_bench and upstream_bench (stdlib only; run it by hand on a GPU host).
 
     python3 kernels_mojo/tests/serve_smoke.py --bin-dir DIR [--lib-dir MODULAR_LIB] [--repeat 200] [--hang]
+    python3 kernels_mojo/tests/serve_smoke.py --bin-dir DIR [--lib-dir MODULAR_LIB] --timing-repeat 4 [--spinner]
 
 DIR holds allreduce_bench and upstream_bench (built as usual); MODULAR_LIB the four runtime libraries
 (README "Build"), put on LD_LIBRARY_PATH. Per executable, one worker serves every case below, and each case
@@ -9,6 +10,14 @@ is repeated --repeat times in the worker while nvidia-smi samples every GPU's us
 and the wall time per case is compared with the one-shot runs'. --hang: a --debug-hang-rank case must not
 answer; its process group is killed and a one-shot run afterwards must pass (the GPUs recovered).
 Exit 0 when every check passed; the last line is a JSON summary.
+
+--timing-repeat N (only this check runs): per executable, the one-shot p50 of TIMING_CASE per size, then
+the same case N times through one worker; fails if any served p50 is over 1.5x the first served one or the
+one-shot one. It first lists the other processes holding a context on the GPUs (nvidia-smi): a process
+with a kernel spinning on a peer GPU (e.g. an idle NCCL rank waiting in a GPU broadcast) makes every
+iteration wait ~2.2 ms for the GPU's time slice. --spinner starts one on purpose (allreduce_bench
+--debug-hang-rank 0 --max-blocks 1: rank 1's kernel spins on GPU 1) after each one-shot run: the check
+must then FAIL (2026-11-26, 2x H200: 256 KiB 6.5 -> 2266 us, 16 MiB 59 -> 2320 us, upstream 8.3 -> 2268 us).
 """
 
 from __future__ import annotations
@@ -115,6 +124,63 @@ def one_shot(exe_path: str, args: list[str], env: dict[str, str]) -> tuple[int, 
     return p.returncode, (err[-1][len("error: "):] if err else ""), p.stdout.splitlines(), time.perf_counter() - t
 
 
+TIMING_CASE = ["--sizes", "262144,16777216", "--dtype", "float32", "--ngpus", "2", "--iters", "100", "--warmup",
+               "10", "--timing", "device", "--check", "1"]
+SPINNER = ["--sizes", "262144", "--ngpus", "2", "--kernel", "1stage", "--check", "0", "--debug-hang-rank", "0",
+           "--max-blocks", "1", "--iters", "1", "--warmup", "1"]
+
+
+def compute_apps() -> str:
+    try:
+        return subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_bus_id,pid,process_name,used_memory",
+                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def p50s(lines: list[str]) -> dict[int, float]:
+    return {d["bytes"]: d["p50_us"] for d in map(json.loads, lines) if d.get("timed")}
+
+
+def timing_repeat(a, env: dict[str, str], check) -> dict:
+    """Served p50s of one case, N times in one worker, against the first served one and a one-shot run."""
+    summary: dict = {}
+    print("other GPU processes before:", compute_apps() or "none", flush=True)
+    spinner = None
+    for exe in ("allreduce_bench", "upstream_bench"):
+        if a.only and exe != a.only:
+            continue
+        path = os.path.join(a.bin_dir, exe)
+        rc, err, olines, _ = one_shot(path, TIMING_CASE, env)
+        shot = p50s(olines)
+        check(rc == 0 and bool(shot), f"{exe} one-shot: rc {rc} p50 {shot} {err[:80]}")
+        if a.spinner:  # after this executable's one-shot run, until its worker is done
+            spinner = subprocess.Popen([os.path.join(a.bin_dir, "allreduce_bench"), *SPINNER], env=env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            time.sleep(3)
+            print("spinner started; other GPU processes:", compute_apps(), flush=True)
+        w = Worker(path, env)
+        w.next_line(120)
+        served = []
+        for i in range(a.timing_repeat):
+            rc, err, lines, _ = w.request(TIMING_CASE, timeout=600)
+            served.append(p50s(lines))
+            print(f"   {exe} request {i + 1}: rc {rc} p50_us {served[-1]}", flush=True)
+        w.proc.stdin.close()
+        w.proc.wait(timeout=60)
+        if spinner is not None:
+            os.killpg(spinner.pid, signal.SIGKILL)
+            spinner.wait(timeout=30)
+            spinner = None
+        for size, first in (served[0] if served else {}).items():
+            worst = max(r.get(size, float("inf")) for r in served)
+            check(worst <= 1.5 * first and worst <= 1.5 * shot.get(size, float("inf")),
+                  f"{exe} {size} B: served p50s {[r.get(size) for r in served]} us, one-shot {shot.get(size)} us "
+                  f"(limit 1.5x)")
+        summary[exe] = {"one_shot_p50_us": shot, "served_p50_us": served}
+    return summary
+
+
 def stable(line: str) -> dict:
     return {k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
 
@@ -126,6 +192,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--hang", action="store_true")
     ap.add_argument("--only", choices=["allreduce_bench", "upstream_bench"])
+    ap.add_argument("--timing-repeat", type=int, default=0, help="only the served-timing check, N requests")
+    ap.add_argument("--spinner", action="store_true", help="with --timing-repeat: a foreign kernel spins on GPU 1")
     a = ap.parse_args()
     env = dict(os.environ)
     if a.lib_dir:
@@ -139,6 +207,11 @@ def main() -> int:
         print(("ok   " if ok else "FAIL ") + what, flush=True)
         if not ok:
             failures.append(what)
+
+    if a.timing_repeat > 0:
+        summary.update(timing_repeat(a, env, check))
+        print(json.dumps({"failures": failures, **summary}))
+        return 1 if failures else 0
 
     for exe in ("allreduce_bench", "upstream_bench"):
         if a.only and exe != a.only:
