@@ -8,7 +8,6 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -78,10 +77,9 @@ class Cases:
 
     def __init__(self, folder: Path, shapes: list[tuple[str, tuple[int, int, int, int]]], seeds: tuple[int, ...]):
         self.folder = folder
-        self.key = (tuple(shapes), tuple(seeds))
         # Inputs on a few threads (the shapes' seeds side by side), the references one at a time, each on
         # half the cores: the other half stays free for the host side of whatever is being timed meanwhile.
-        self.input_pool = ThreadPoolExecutor(3, thread_name_prefix="sdpa-inputs")
+        self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
         self.ref_threads = max(1, (os.cpu_count() or 2) // 2)
         self.inputs: dict[tuple[str, int], Future] = {}
@@ -127,23 +125,6 @@ class Cases:
             fut.cancel()
         self.pool.shutdown(wait=True)
         self.input_pool.shutdown(wait=True)
-
-
-_PREPARED: list[Cases] = []  # made by `prepared` before the suites run; `run` takes it when it matches
-
-
-@contextlib.contextmanager
-def prepared(opts: RunOptions) -> Iterator[None]:
-    """Start making the SDPA inputs and references now, before the suites that run first (allreduce),
-    so that the float64 references are ready when the SDPA suite needs them; removed at the end."""
-    with tempfile.TemporaryDirectory(prefix="sdpa-") as tmp:
-        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds)
-        _PREPARED.append(cases)
-        try:
-            yield
-        finally:
-            _PREPARED.remove(cases)
-            cases.close()
 
 
 def servers(exe_dir: Path, peer_impls: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -367,12 +348,9 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(Pool(one_shot=not opts.workers))
         pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap: a torch import each
-        key = (tuple(opts.shapes), tuple(opts.seeds))
-        cases = next((c for c in _PREPARED if c.key == key), None)
-        if cases is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
-            cases = Cases(Path(tmp), list(opts.shapes), opts.seeds)
-            stack.callback(cases.close)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
+        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds)
+        stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
         for shape_name, _shape_dims in opts.shapes:
             records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, here_t, shape_name, pool, cases,

@@ -30,6 +30,7 @@ import random
 import tempfile
 from pathlib import Path
 
+from driver import phases
 from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_SHAPES, SUPPORTED_NGPUS, kernel_flags
 from driver.options import RunOptions
 from driver.records import DeviceInfo
@@ -54,7 +55,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     too_small = f"needs at least 2 GPUs; this host has {len(dev.gpus)}"
     if "allreduce" in opts.stress_parts:
         for ngpus in counts:
-            with Pool(one_shot=not opts.workers) as pool:  # one allreduce_bench per GPU count serves the soak
+            with Pool(one_shot=not opts.workers) as pool, phases.timed("soak allreduce"):  # one worker per count
                 for dtype in opts.dtypes:
                     for kernel in ALLREDUCE_KERNEL_NAMES:
                         result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel,
@@ -63,20 +64,21 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                         result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, name,
                                                              flags, pool=pool))
         if counts:
-            result.records.append(allreduce_hang(opts, exe, dev, gates, git_sha))
+            with phases.timed("watchdog"):
+                result.records.append(allreduce_hang(opts, exe, dev, gates, git_sha))
         else:  # the allreduce soak cannot run here: say so, never pass by omission
             result.records += [not_measured(dev, git_sha, "soak", "allreduce", "2gpu", too_small),
                                not_measured(dev, git_sha, "watchdog", "1stage", "2gpu/1M/hang-rank-1", too_small)]
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
             result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))
-        with Pool(one_shot=not opts.workers) as pool:
+        with Pool(one_shot=not opts.workers) as pool, phases.timed("soak sdpa"):
             for impl in sdpa.VARIANTS:
                 for shape_name, shape in opts.shapes:
                     result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape,
                                                     pool))
     if "sanitizers" in opts.stress_parts:
-        with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp, phases.timed("sanitizers"):
             inputs: dict[str, dict[str, Path]] = {}
             for name in SANITIZED_SHAPES if "sdpa" in opts.stress_parts else ():
                 (Path(tmp) / name).mkdir()
@@ -97,8 +99,9 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                            *kernel_flags(kernel)]
                     result.records.append(sanitize(opts, tool, cmd, kernel, config, dev, git_sha))
     if "profile" in opts.stress_parts:
-        result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
-                                          allreduce="allreduce" in opts.stress_parts and bool(counts)))
+        with phases.timed("profile"):
+            result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
+                                              allreduce="allreduce" in opts.stress_parts and bool(counts)))
         if "allreduce" in opts.stress_parts and not counts:
             result.records.append(not_measured(dev, git_sha, "profile", "1stage_cpasync", "prefetch/2gpu", too_small))
     return result
