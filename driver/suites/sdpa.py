@@ -137,7 +137,8 @@ def servers(exe_dir: Path, peer_impls: tuple[str, ...]) -> dict[str, tuple[str, 
 def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...]) -> int:
     """Cases one shape sends at most: checks of every seed, then every round of every mode."""
     impls = len(VARIANTS) + len(peer_impls)
-    return len(opts.seeds) * impls + opts.rounds * len(opts.modes("sdpa")) * impls
+    checks = len(opts.seeds) * len(VARIANTS) + (len(opts.seeds) - 1) * len(peer_impls)
+    return checks + opts.rounds * len(opts.modes("sdpa")) * impls
 
 
 def _shape(
@@ -200,14 +201,12 @@ def _run_shape(
         for impl in (*VARIANTS, *peer_impls):
             if (impl, "cold") in peer_failures:
                 continue
+            if impl not in VARIANTS and seed == timed_seed:
+                continue  # the peers' timed runs on this seed are their checks
             what = f"sdpa {shape_name} seed {seed} {impl} (check)"
             progress(what, step=True)
-            if impl in VARIANTS:
-                args = [*file_args(files), "--out", str(out_of(impl, seed)), *CHECK_ARGS]
-            elif seed == timed_seed:
-                continue  # the peers' timed runs on this seed are their checks
-            else:
-                args = [*file_args(files), "--out", str(out_of(impl, seed)), *PEER_CHECK_ARGS]
+            args = [*file_args(files), "--out", str(out_of(impl, seed)),
+                    *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS)]
             try:
                 with phases.timed("checks"):
                     (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
