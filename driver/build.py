@@ -110,16 +110,16 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
 
 def build_all(
     targets: tuple[Target, ...], archs: tuple[str, ...], build_gates: BuildGates, *, force: bool = False
-) -> tuple[BuildMeta, int]:
+) -> tuple[BuildMeta, list[TargetBuild]]:
     """Build everything, write build/build_meta.json, enforce static gates.
 
-    Returns the metadata and how many targets were actually compiled.
+    Returns the metadata and the records of the targets this call compiled (the cache held the others).
     """
     tc = toolchain.describe(
         need_mojo=any(t.lang == "mojo" for t in targets), need_cuda=any(t.lang == "cuda" for t in targets)
     )
     records: list[TargetBuild] = []
-    compiled = 0
+    compiled: list[TargetBuild] = []
     violations: list[str] = []
     for arch in archs:
         for t in targets:
@@ -127,7 +127,8 @@ def build_all(
                 log(f"[build] {arch} {t.name}: skipped, needs sm_{t.min_arch} or newer")
                 continue
             rec, did = build_target(t, arch, tc, force=force)
-            compiled += did
+            if did:
+                compiled.append(rec)
             records.append(rec)
             violations += gates.static_violations(t, rec, build_gates)
     sha, dirty = git_state()
@@ -149,6 +150,19 @@ def build_all(
     if violations:
         raise BuildFailed(f"{len(violations)} static gate(s) failed: " + "; ".join(violations))
     return meta, compiled
+
+
+def report_lines(records: list[TargetBuild]) -> list[str]:
+    """The ptxas report (registers, shared memory, spills) of every kernel in these records, and each
+    target's PTX kernel count, one line each: what `build` prints for what it compiled, or with -v."""
+    lines = []
+    for t in records:
+        for k in t.ptxas:
+            lines.append(f"  {t.arch} {t.target} {k.name[:60]}: {k.registers} regs, {k.smem_bytes} B smem, "
+                         f"{k.spill_store_bytes + k.spill_load_bytes} B spills")
+        n_cp = sum(k.has_cp_async for k in t.ptx_kernels)
+        lines.append(f"  {t.arch} {t.target}: {len(t.ptx_kernels)} PTX kernel(s), {n_cp} with cp.async")
+    return lines
 
 
 def load_meta() -> BuildMeta:

@@ -11,7 +11,7 @@ from pathlib import Path
 from driver import build, config, paths, targets, thresholds
 from driver.errors import ConfigError, DriverError
 from driver.options import RunOptions, SubmitOptions
-from driver.records import SCHEMA_MODELS
+from driver.records import SCHEMA_MODELS, published_schema
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +30,7 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes:
                    help="timing modes, comma list: cold = every launch timed alone with CUDA events behind a held "
                         "stream (SDPA: L2 flushed first); hot = --batch launches back to back (a CUDA graph where "
                         "the API allows it, else the host batch). device = cold, host = hot. Default: cold,hot "
-                        "for SDPA, cold for allreduce (README: How we time)")
+                        "for SDPA, cold for allreduce (docs/TIMING.md)")
     p.add_argument("--batch", default="10", help="hot: launches back to back per timing sample")
     p.add_argument("--rounds", default="3", help="at most this many interleaved rounds of ours and the peers")
     p.add_argument("--arch", default=None, help="GPU architecture (default: GPU 0's)")
@@ -115,15 +115,17 @@ def cmd_build(ns: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     meta, compiled = build.build_all(wanted, archs, gates, force=ns.force)
     seconds = time.perf_counter() - t0
-    total = sum(t.supports(a) for t in wanted for a in archs)
-    print(f"build: {compiled} of {total} target(s) compiled, {total - compiled} cached, {seconds:.2f} s; "
-          f"metadata: {paths.build_dir() / 'build_meta.json'}")
-    for t in meta.targets:
-        for k in t.ptxas:
-            print(f"  {t.arch} {t.target} {k.name[:60]}: {k.registers} regs, {k.smem_bytes} B smem, "
-                  f"{k.spill_store_bytes + k.spill_load_bytes} B spills")
-        n_cp = sum(k.has_cp_async for k in t.ptx_kernels)
-        print(f"  {t.arch} {t.target}: {len(t.ptx_kernels)} PTX kernel(s), {n_cp} with cp.async")
+    names = {t.name for t in wanted}
+    asked = [r for r in meta.targets if r.arch in archs and r.target in names]  # not what earlier calls built
+    where = f"metadata: {paths.build_dir() / 'build_meta.json'}"
+    if compiled:
+        print(f"build: {len(compiled)} of {len(asked)} target(s) for {','.join(archs)} compiled, "
+              f"{len(asked) - len(compiled)} cached, {seconds:.2f} s; {where}")
+    else:
+        print(f"build: nothing to compile, all {len(asked)} target(s) for {','.join(archs)} cached, {seconds:.2f} s; "
+              f"{where} (-v prints the ptxas reports)")
+    for line in build.report_lines(asked if ns.verbose else compiled):
+        print(line)
     return 0
 
 
@@ -172,8 +174,8 @@ def cmd_schema(ns: argparse.Namespace) -> int:
     archive.check_writable(out, "schema folder", hint)
     with archive.writing(f"the JSON Schemas into {out}", hint):
         out.mkdir(parents=True, exist_ok=True)
-        for name, model in SCHEMA_MODELS.items():
-            paths.write_atomic(out / f"{name}.schema.json", json.dumps(model.model_json_schema(), indent=1) + "\n")
+        for name in SCHEMA_MODELS:
+            paths.write_atomic(out / f"{name}.schema.json", json.dumps(published_schema(name), indent=1) + "\n")
     print(f"schema: {len(SCHEMA_MODELS)} JSON Schemas in {out}")
     return 0
 
@@ -307,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--targets", default="all", help="target names or suites (comma list)")
     b.add_argument("--thresholds", default=None)
     b.add_argument("--force", action="store_true", help="ignore the cache")
+    b.add_argument("-v", "--verbose", action="store_true",
+                   help="print every kernel's ptxas report (registers, shared memory, spills), cached ones too; "
+                        "without it only those of the targets this call compiled")
     b.set_defaults(func=cmd_build)
 
     for name, iters, seeds, shapes, dtypes, helptext in (

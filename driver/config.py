@@ -23,7 +23,7 @@ ALLREDUCE_KERNEL_NAMES = ("1stage", "2stage", "1stage_push", "2stage_push", "1st
 # What --kernel takes besides those: auto (the dispatch table) and 1stage_cpasync (the build's stage count).
 ALLREDUCE_KERNELS = ("auto", *dict.fromkeys(re.sub(r"_s\d+$", "", k) for k in ALLREDUCE_KERNEL_NAMES))
 SUITES = ("allreduce", "sdpa", "all")
-TIMING_MODES = ("cold", "hot")  # README "How we time"; records.TimingMode
+TIMING_MODES = ("cold", "hot")  # docs/TIMING.md; records.TimingMode
 TIMING_ALIASES = {"device": "cold", "host": "hot"}  # the allreduce executables' names for the same methods
 # Modes a suite runs when --timing is not given. Allreduce: cold only, because the Mojo executables
 # cannot be graph-timed (their hot is the host back-to-back batch, a measurement of the host launch

@@ -1,4 +1,5 @@
-"""Gate: every verdict in one place. Correctness from the verify stage's metrics, speed ratios
+"""Gate: the run's gates (every `GateResult`) and the per-record correctness rules. Correctness from the
+verify stage's metrics, speed ratios
 against the peers measured in the same run, the static build gates, and the run's exit decision.
 
 The thresholds come from thresholds.toml (validated in driver/thresholds.py); nothing here
@@ -51,7 +52,7 @@ class SpeedGate:
     suite: str
     impl: str  # ours ("ours"; SDPA: a variant, or "best" = the fastest variant timed)
     peer: str
-    timing: str  # cold or hot (README "How we time")
+    timing: str  # cold or hot (docs/TIMING.md)
     config: str
     min_ratio: float
 

@@ -1,8 +1,10 @@
-"""Launch: the one way every compiler and kernel executable is run.
+"""Launch: how compilers, kernel executables and peers are run (one-shot, `run_process` / `launch`) or
+started as long-lived workers (`start_process`, spoken to by driver/workers.py).
 
-A timeout kills the whole process tree (psutil), output is captured, the runtime
-library path and the NVLink-multicast guard are set here and nowhere else, and
-the executables' exit codes are mapped to the driver's error classes.
+A timeout kills the whole process tree (psutil), output is captured, the runtime library path and
+the NVLink-multicast guard are put into every executable's environment (`runtime_env`; the torch
+peers set the guard again in their own processes, before torch loads), and the executables' exit
+codes are mapped to the driver's error classes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import psutil
 from driver import paths
 from driver.errors import ConfigError, KernelFailed, NoGPU
 
-# The kernel executables' own exit codes (README: "Kernel executable interface").
+# The kernel executables' own exit codes (docs/BUILD.md, "Kernel executable interface").
 EXE_BAD_INPUT = 2
 EXE_CUDA_ERROR = 3
 EXE_NO_GPU = 4

@@ -6,16 +6,23 @@ stage archives one verdict per record with one reason per gate (`p50 vs <peer>: 
 .. us, floor <floor>x)`, or `<peer> not measured`); this module splits those reasons back into one state
 per gate with the same rule the gate used (`ratio_verdict`, with the run's own noise setting).
 
+Each row also says whether its run measured what HEAD builds (`History.freshness`): a run whose commit does
+not contain the last change to the gate's kernel sources or the dispatch windows (the source globs of its
+suite's targets in driver/targets.py), or whose checkout has uncommitted changes to them, is stale, and says
+what changed; where there is no git history to ask (a bundle, a shallow clone) the row says so.
+
 `python -m driver limits` prints the table; `--write` (and `python -m driver index`) puts it into README.md
 between the two markers, so the README's known limits follow the newest archived runs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -23,8 +30,10 @@ from pydantic import ValidationError
 
 from driver import gates as gating
 from driver import paths
+from driver import targets as build_targets
 from driver.config import SDPA_SHAPES
 from driver.gates import ratio_verdict
+from driver.launch import run_process
 from driver.options import RunOptions
 from driver.records import Record, RunArchive
 from driver.thresholds import Thresholds
@@ -183,20 +192,141 @@ def _order(s: GateState) -> tuple:
     return s.device, s.suite, chunks, s.impl, s.peer, s.timing
 
 
+@dataclass(frozen=True)
+class Sources:
+    """One group of files a gate's kernel is built from, and its name in a stale row."""
+
+    label: str  # "SDPA kernel sources", "allreduce kernel sources", "dispatch windows"
+    globs: tuple[str, ...]  # relative to the checkout, as in Target.source_globs
+
+
+_SUITE_WORDS = {"sdpa": "SDPA", "allreduce": "allreduce"}
+
+
+def sources_of(suite: str) -> tuple[Sources, ...]:
+    """What the suite's executables are built from (driver/targets.py, the build table): the kernel sources,
+    and for allreduce the dispatch windows file apart, so that a stale row says which of the two changed."""
+    windows = build_targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT).as_posix()
+    globs = tuple(dict.fromkeys(g for t in build_targets.all_targets() if t.suite == suite for g in t.source_globs))
+    groups = [Sources(f"{_SUITE_WORDS.get(suite, suite)} kernel sources", tuple(g for g in globs if g != windows))]
+    if windows in globs:
+        groups.append(Sources("dispatch windows", (windows,)))
+    return tuple(g for g in groups if g.globs)
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """Whether a run measured what HEAD builds: current, stale (why: what changed since, or the commit is
+    unknown here), or not known (why: no git history to ask)."""
+
+    status: Literal["current", "stale", "not_known"]
+    why: str = ""
+
+    def cell(self) -> str:
+        return {"current": "current", "stale": f"stale: {self.why}", "not_known": f"not known: {self.why}"}[self.status]
+
+
+GIT_TIMEOUT_S = 30.0
+
+
+class History:
+    """The git history of a checkout, asked once per question. The answers do not name the commit of the
+    last change, only what changed: the table written before a kernel change is committed is the table the
+    commit then expects (uncommitted changes count as changes)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or paths.ROOT
+        self._answers: dict[tuple[str, str], Freshness] = {}
+
+    def _git(self, *args: str) -> tuple[int, str] | None:
+        try:
+            res = run_process(["git", "-C", str(self.root), *args], timeout_s=GIT_TIMEOUT_S)
+        except OSError:  # no git on PATH
+            return None
+        return (124 if res.timed_out else res.returncode), res.stdout.strip()
+
+    @functools.cached_property
+    def problem(self) -> str | None:
+        """Why this checkout's history cannot say which runs are stale; None where it can."""
+        if (self.root / paths.BUNDLE_MARKER.name).is_file():
+            return "a bundle carries no git history"
+        shallow = self._git("rev-parse", "--is-shallow-repository")
+        if shallow is None:
+            return "git is not installed here"
+        head = self._git("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        if shallow[0] != 0 or head is None or head[0] != 0:
+            return "this folder is not a git checkout with commits"
+        if shallow[1] == "true":
+            return "this is a shallow clone: its history may stop before the runs"
+        return None
+
+    def _has_commit(self, sha: str) -> bool:
+        if not re.fullmatch(r"[0-9a-f]{4,40}", sha):
+            return False
+        out = self._git("rev-parse", "--verify", "-q", f"{sha}^{{commit}}")
+        return bool(out) and out[0] == 0 and out[1].startswith(sha)
+
+    def _changed_since(self, group: Sources, sha: str) -> bool | None:
+        """Whether the group's files in this checkout may differ from what commit `sha` held: the last commit
+        that changed them is not `sha` or one of its ancestors (`git merge-base --is-ancestor`), or they have
+        uncommitted changes (untracked files included). None where git did not answer."""
+        specs = [f":(glob){g}" for g in group.globs]
+        dirty = self._git("status", "--porcelain", "--untracked-files=all", "--", *specs)
+        last = self._git("log", "-1", "--format=%H", "HEAD", "--", *specs)
+        if dirty is None or last is None or dirty[0] != 0 or last[0] != 0:
+            return None
+        if dirty[1]:
+            return True
+        if not last[1]:  # never committed and nothing in the tree: nothing the run could predate
+            return False
+        contains = self._git("merge-base", "--is-ancestor", last[1], sha)
+        if contains is None or contains[0] not in (0, 1):
+            return None
+        return contains[0] == 1
+
+    def freshness(self, suite: str, sha: str) -> Freshness:
+        """Whether a run of `suite` at commit `sha` measured the kernel sources and dispatch windows HEAD builds."""
+        key = (suite, sha)
+        if key not in self._answers:
+            self._answers[key] = self._freshness(suite, sha)
+        return self._answers[key]
+
+    def _freshness(self, suite: str, sha: str) -> Freshness:
+        if problem := self.problem:
+            return Freshness("not_known", problem)
+        short = sha[:8]
+        if not self._has_commit(sha):
+            return Freshness("stale", f"commit {short} not in this history")
+        changed = []
+        for group in sources_of(suite):
+            answer = self._changed_since(group, sha)
+            if answer is None:
+                return Freshness("not_known", f"git could not compare {group.label} with {short}")
+            if answer:
+                changed.append(group.label)
+        if changed:
+            return Freshness("stale", f"the {' and the '.join(changed)} changed since {short}")
+        return Freshness("current")
+
+
 def _where(s: GateState) -> str:
     day, time = s.created_utc[:10], s.created_utc[11:16]
     return f"[{s.run_id}](bench_results/{s.run_id}/COMPARE.md), {day} {time} UTC, {s.git_sha[:8]}"
 
 
-def markdown(states: list[GateState]) -> str:
-    """The table of gates whose newest state is not a pass, and one line naming the ones that pass."""
+def markdown(states: list[GateState], history: History | None = None) -> str:
+    """The table of gates whose newest state is not a pass, and one line naming the ones that pass; each
+    says whether its run measured what HEAD builds (`history`: this checkout's, by default)."""
+    history = history or History()
     short = [s for s in states if s.status != "pass"]
     met = [s for s in states if s.status == "pass"]
     lines = [("Speed gates (`thresholds.toml`) that the newest archived run measuring them did not pass. "
-              "speedup = peer p50 / our p50; short by = how far below the floor."), ""]
+              "speedup = peer p50 / our p50; short by = how far below the floor; at HEAD = whether that run "
+              "measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count), "
+              "and if not, what changed since."), ""]
     if short:
-        lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run | at HEAD |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in short:
             gate = f"{s.suite} {s.config} {s.timing}: {s.impl} ({s.kernel}) vs {s.peer}"
             if s.ratio is not None:
@@ -206,13 +336,23 @@ def markdown(states: list[GateState]) -> str:
                 measured = floor = "-"
             state = {"not_measured": "peer not measured", "untimed": "mode not timed"}.get(s.status, s.status)
             by = f"{s.short_by:.0%}" if s.short_by is not None else "-"
-            lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {state} | {_where(s)} |")
+            fresh = history.freshness(s.suite, s.git_sha).cell()
+            lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {state} | {_where(s)} | {fresh} |")
     else:
         lines.append("Every gate passed in its newest archived run.")
     if met:
+        def mark(s: GateState) -> str:
+            f = history.freshness(s.suite, s.git_sha)
+            return "" if f.status == "current" else "; stale" if f.status == "stale" else "; not known"
+
         lines += ["", "Met in their newest run: " + "; ".join(
             f"{s.device} {s.suite} {s.config} {s.timing} {s.impl} vs {s.peer} {s.ratio:.2f}x (floor {s.floor:.2f}x, "
-            f"{s.created_utc[:10]}, {s.git_sha[:8]})" for s in met) + "."]
+            f"{s.created_utc[:10]}, {s.git_sha[:8]}{mark(s)})" for s in met) + "."]
+        seen = [history.freshness(s.suite, s.git_sha) for s in met]
+        notes = [f"{word}: " + "; ".join(dict.fromkeys(f.why for f in seen if f.status == status))
+                 for status, word in (("stale", "stale"), ("not_known", "not known")) if any(f.status == status for f in seen)]
+        if notes:
+            lines += ["", "Of those, " + ". ".join(notes) + "."]
     return "\n".join(lines) + "\n"
 
 

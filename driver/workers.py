@@ -4,7 +4,7 @@ Starting a process per case cost more than the GPU work it measured (a new CUDA 
 runners, a torch import for every Python peer, a process group per NCCL round). A worker is the
 same executable or peer started once with `--serve`; the driver sends it one case per line and reads
 back exactly the lines the one-shot run prints, so launching the built binaries and parsing their
-output stays the contract (README "Kernel executable interface"):
+output stays the contract (docs/BUILD.md, "Kernel executable interface"):
 
     worker -> driver   {"worker_ready":true}                 once, when it can take cases
     driver -> worker   --q<TAB>q.npy<TAB>--k<TAB>...          one case: the one-shot arguments, TAB-separated

@@ -92,8 +92,8 @@ def test_reading_of_a_difference():
 
 
 def test_side_by_side_table_on_a_real_run():
-    run = RunArchive.model_validate_json((Path(__file__).parent / "data" / "captured" /
-                                          "results_2xH200_bench_256K_16M.json").read_text())
+    run = RunArchive.model_validate_json((Path(__file__).parent.parent / "bench_results" /
+                                          "20261122T120247Z-293dd159-2xH200" / "results.json").read_text())
     md = report.compare_markdown(run)
     assert "| allreduce float32/2gpu/262144B | ours | nccl |" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| sdpa mission | cpasync | baseline |"))
@@ -126,8 +126,8 @@ def test_records_without_timings_are_shown_as_not_timed_and_never_compared(resul
 def test_profile_counters_get_their_own_tables_on_a_real_stress_run():
     """The profile stage's counters are laid out as columns (one table per kind of record), with
     the not-covered allreduce ncu attempt shown as such, never as numbers."""
-    run = RunArchive.model_validate_json((Path(__file__).parent / "data" / "captured" /
-                                          "results_2xH200_stress_profile.json").read_text())
+    run = RunArchive.model_validate_json((Path(__file__).parent.parent / "bench_results" /
+                                          "20261122T150723Z-49c2cb74-2xH200" / "results.json").read_text())
     md = report.compare_markdown(run)
     lines = md.splitlines()
     ncu_head = lines[lines.index("### profile: ncu") + 2]

@@ -81,6 +81,7 @@ def test_missing_mojo(results_dir):
         (["--sizes", "6", "--dtype", "float32"], "size 6 bytes is not a multiple of the 4-byte float32 element"),
     ],
 )
+@pytest.mark.mojo
 def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, needle):
     """The executable validates its whole command line first, so this runs on a CPU-only machine."""
     import subprocess
@@ -96,6 +97,7 @@ def test_allreduce_executable_refuses_bad_flags_before_touching_a_gpu(args, need
     assert proc.stdout == ""
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("split", ["2", "4"])
 def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, split):
     """S = 300: 10 tiles of 32 over 4 groups, 5 of 64 over 2. Racecheck reported hazards for
@@ -128,6 +130,7 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
         ("sm_89", ["--kernel", "wgmma_fp8_sm90"], "the wgmma_fp8_sm90 kernel is not in this build"),
     ],
 )
+@pytest.mark.nvcc
 def test_sdpa_runner_kernel_choice_errors_before_touching_a_gpu(tmp_path, arch, args, message):
     """Which kernel runs is chosen by architecture; forcing one that cannot run is a bad-input error."""
     import subprocess
@@ -172,6 +175,7 @@ def test_thresholds_not_text(tmp_path, results_dir, content, needle):
     assert not results_dir.exists()
 
 
+@pytest.mark.mojo
 def test_the_mojo_pin_comes_from_pyproject_only(tmp_path, monkeypatch):
     """Change the pin in a copy of pyproject.toml: the installed mojo no longer satisfies it, and the
     error names the new pin (toolchain.py holds no copy of it)."""

@@ -8,6 +8,7 @@ ends with the driver's "no GPU" exit 5, and the collector must say so.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -50,6 +51,16 @@ def _assert_one_clear_line(proc, exit_code: int, *needles: str) -> None:
 
 def _empty(folder: Path) -> bool:
     return not folder.exists() or not any(folder.iterdir())
+
+
+def _only_the_report(results_dir: Path, submission_id: str) -> str:
+    """No run folder and no index in bench_results/, only the cluster report of a collect that moved
+    nothing; returns its CLUSTER.md."""
+    assert [p.name for p in results_dir.iterdir()] == ["cluster"]
+    report_dir = results_dir / "cluster" / submission_id
+    assert [p.name for p in (results_dir / "cluster").iterdir()] == [submission_id]
+    assert sorted(p.name for p in report_dir.iterdir()) == ["CLUSTER.md", "cluster.json"]
+    return (report_dir / "CLUSTER.md").read_text()
 
 
 # ---------------------------------------------------------------- GPU table and Slurm's output
@@ -150,7 +161,7 @@ def test_a_broken_run_folder_is_reported_not_collected(tmp_path, results_dir):
     states = {0: TaskState(index=0, state="COMPLETED", exit_code=0)}
     with pytest.raises(ClusterFailed, match="not a readable run folder"):
         collect.collect(sub, states)
-    assert _empty(results_dir)
+    assert "not a readable run folder" in _only_the_report(results_dir, sub.submission_id)
     assert src.is_dir()
 
 
@@ -172,10 +183,36 @@ def test_failed_tasks_decide_the_exit_code(tmp_path, results_dir):
     no_gpu = {i: TaskState(index=i, state="FAILED", exit_code=5, node="n1") for i in range(2)}
     with pytest.raises(NoGPU, match="2 of 2 task"):
         collect.collect(sub, no_gpu)
+    assert "## Task 1 h100/2xh100/bench: FAILED, exit 5 (no GPU)" in _only_the_report(results_dir, sub.submission_id)
     mixed = {0: no_gpu[0], 1: TaskState(index=1, state="TIMEOUT", exit_code=0, signal=15, elapsed_s=3600)}
     with pytest.raises(ClusterFailed, match="TIMEOUT after 3600 s .limit 60 min: submit --timeout., signal 15"):
         collect.collect(sub, mixed)
-    assert _empty(results_dir)
+    assert "TIMEOUT" not in _only_the_report(results_dir, sub.submission_id)  # the first collect's report stays
+
+
+def test_the_report_is_archived_when_nothing_was_collected(tmp_path, results_dir, capsys):
+    """CLUSTER.md lands in bench_results/cluster/<submission>/ with or without run folders; a later collect
+    that moves runs replaces it, one that moves nothing (they were moved before) keeps it."""
+    sub = _submission(tmp_path / "shared", n=1)
+    report_md = results_dir / "cluster" / sub.submission_id / "CLUSTER.md"
+    failed = {0: TaskState(index=0, state="FAILED", exit_code=5, node="n1")}
+    printed = io.StringIO()
+    with pytest.raises(NoGPU):
+        collect.collect(sub, failed, out=printed)
+    assert report_md.read_text() == printed.getvalue().removesuffix("\n")  # what was printed is what was archived
+    assert f"collected nothing: no task archived a run folder; report: {report_md}" in capsys.readouterr().err
+
+    _place(H100_RUN, sub, 0)
+    done = {0: TaskState(index=0, state="COMPLETED", exit_code=0, node="n1")}
+    collect.collect(sub, done)
+    assert f"[{H100_RUN.name}](../../{H100_RUN.name}/COMPARE.md)" in report_md.read_text()
+    assert f"report: {report_md}" in capsys.readouterr().err
+
+    kept = report_md.read_text()
+    with pytest.raises(ClusterFailed, match="archived no run folder"):
+        collect.collect(sub, done)
+    assert report_md.read_text() == kept
+    assert f"the earlier report stays: {report_md}" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- bad input, no Slurm needed
@@ -232,12 +269,16 @@ def _submit(cluster, shared: Path, *args: str, timeout: float = 600) -> subproce
     (["--partitions", "h100,odd"], "unknown GPU type 'mystery'"),
     (["--partitions", "h100", "--gpus", "4"], "Slurm refuses gpu:h100:4 on partition h100"),
 ])
+@pytest.mark.slurm
 def test_refused_before_anything_is_built(cluster, args, needle, tmp_path, results_dir):
     proc = _submit(cluster, tmp_path / "shared", *args)
     _assert_one_clear_line(proc, ConfigError.exit_code, needle)
     assert _empty(results_dir) and _empty(tmp_path / "shared")
 
 
+@pytest.mark.slurm
+@pytest.mark.nvcc
+@pytest.mark.mojo  # it builds and bundles before the real sbatch refuses
 def test_an_array_slurm_refuses_leaves_nothing(cluster, tmp_path, results_dir):
     """MaxArraySize=3: sbatch --test-only takes each request, the real sbatch refuses a 4-task array."""
     shared = tmp_path / "shared"
@@ -256,6 +297,9 @@ def _task_fields(cluster, job_id: str) -> dict[int, dict[str, str]]:
     return out
 
 
+@pytest.mark.slurm
+@pytest.mark.nvcc
+@pytest.mark.mojo
 def test_array_on_a_gpu_less_node_ends_in_no_gpu(cluster, tmp_path, results_dir):
     """Two tasks (1 and 2 GPUs: the second gets its own request), each running the bundle's bench,
     which finds no GPU and exits 5; the collector reports both with Slurm's state and the log."""
@@ -270,10 +314,10 @@ def test_array_on_a_gpu_less_node_ends_in_no_gpu(cluster, tmp_path, results_dir)
     assert "## Task 1 h100/2xh100/bench: FAILED, exit 5 (no GPU)" in proc.stdout
     assert "no GPU: NVML cannot start" in proc.stdout  # the task log's tail
     assert "[watch" in proc.stdout and "FAILED exit 5" in proc.stdout
-    assert _empty(results_dir)
 
     (folder,) = shared.iterdir()
     sub = Submission.model_validate_json((folder / "submission.json").read_text())
+    assert "## Task 1 h100/2xh100/bench: FAILED, exit 5 (no GPU)" in _only_the_report(results_dir, sub.submission_id)
     fields = _task_fields(cluster, sub.job_id)
     assert {i: (f["JobState"], f["ExitCode"]) for i, f in fields.items()} == {0: ("FAILED", "5:0"), 1: ("FAILED", "5:0")}
     assert fields[0]["TresPerNode"] == "gres:gpu:h100:1" and fields[1]["TresPerNode"] == "gres:gpu:h100:2"
@@ -296,6 +340,9 @@ def test_array_on_a_gpu_less_node_ends_in_no_gpu(cluster, tmp_path, results_dir)
     assert not list((folder / "results").glob("task-*/2026*"))  # moved, not copied
 
 
+@pytest.mark.slurm
+@pytest.mark.nvcc
+@pytest.mark.mojo
 def test_ctrl_c_cancels_the_array(cluster, tmp_path, results_dir):
     """A job holding both GPUs keeps the array pending; SIGINT to the watching submit scancels it."""
     blocker = cluster.run("sbatch", "--parsable", "-p", "h100", "--gres=gpu:h100:2", "--time=10",

@@ -89,12 +89,14 @@ def test_mojo_defaults_are_read_from_the_source():
     assert {"AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES_2GPU_DEFAULT", "AR_CPASYNC_STAGES"} <= d.keys()
 
 
+@pytest.mark.mojo
 def test_table_covers_every_gpu_count_and_dtype(default_table):
     assert {k[0] for k in default_table} == set(SUPPORTED_NGPUS)
     assert {k[1] for k in default_table} == set(DTYPES)
     assert set(default_table.values()) <= set(ALLREDUCE_KERNEL_NAMES)
 
 
+@pytest.mark.mojo
 def test_default_windows(tmp_path, monkeypatch):
     """A build with an empty windows file dispatches on dispatch.mojo's own defaults."""
     empty = tmp_path / "dispatch_windows.json"
@@ -111,6 +113,7 @@ def test_default_windows(tmp_path, monkeypatch):
     assert {"1stage_push", "1stage", "2stage"} <= set(table.values())  # the defaults use all three
 
 
+@pytest.mark.mojo
 def test_measured_windows_are_what_the_build_dispatches_on(default_table):
     """kernels_mojo/dispatch_windows.json (written by `sweep --write`) reaches select_kernel."""
     defines = json.loads(targets.DISPATCH_WINDOWS_FILE.read_text())["defines"]
@@ -120,6 +123,7 @@ def test_measured_windows_are_what_the_build_dispatches_on(default_table):
                                          one_stage_defined="AR_1STAGE_MAX_BYTES" in defines), (ngpus, nbytes)
 
 
+@pytest.mark.mojo
 def test_every_registry_kernel_is_one_the_executable_takes():
     """config.ALLREDUCE_KERNEL_NAMES against allreduce_bench's own argument check: each name's flags
     pass it (the refusal is then about the GPU count), an unknown name does not."""
@@ -136,6 +140,7 @@ def test_every_registry_kernel_is_one_the_executable_takes():
     assert proc.returncode == 2 and "unknown kernel" in proc.stderr
 
 
+@pytest.mark.mojo
 def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
     """The seeds' bug: a window set at compile time must change what runs."""
     mojo = toolchain.find_mojo().path
@@ -154,6 +159,7 @@ def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
             assert kernel == "2stage"
 
 
+@pytest.mark.mojo
 def test_a_per_gpu_count_crossover_applies_to_that_count_only(tmp_path):
     mojo = toolchain.find_mojo().path
     exe = tmp_path / "dispatch_table"
@@ -167,6 +173,7 @@ def test_a_per_gpu_count_crossover_applies_to_that_count_only(tmp_path):
             assert kernel == ("1stage" if nbytes <= mojo_defaults()["AR_1STAGE_MAX_BYTES"] else "2stage")
 
 
+@pytest.mark.mojo
 def test_mojo_host_logic():
     """kernels_mojo/tests/test_host_logic.mojo: size parsing, selection, stats, checking, on the CPU."""
     mojo = toolchain.find_mojo().path

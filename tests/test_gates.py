@@ -17,7 +17,7 @@ from driver.suites.stress import sanitizer, watchdog
 from tests.runner_doubles import H200X2, allreduce_exe
 
 LIMITS = thresholds.load()
-CAPTURED = Path(__file__).parent / "data" / "captured"
+RUNS = Path(__file__).parent.parent / "bench_results"  # archived runs, read as they are
 SHA = "0" * 40
 STRESS = RunOptions(suites=("stress",))
 
@@ -77,7 +77,7 @@ def test_a_watchdog_whose_gpus_did_not_recover_measured_nothing(tmp_path, monkey
 
 def test_the_stress_table_prints_unmeasured_fields_as_absent(monkeypatch):
     rec = _no_sanitizer_record(monkeypatch)
-    run = RunArchive.model_validate_json((CAPTURED / "results_2xH200_stress_profile.json").read_text())
+    run = RunArchive.model_validate_json((RUNS / "20261122T150723Z-49c2cb74-2xH200" / "results.json").read_text())
     run = run.model_copy(update={"records": [rec], "gates": gates.evaluate([rec], [], STRESS, LIMITS, "2xH200")[0]})
     row = next(ln for ln in report.compare_markdown(run).splitlines() if ln.startswith("| sanitizer |"))
     assert "| - | - | - | - | - |" in row and "| 0 |" not in row and "0.0" not in row
@@ -86,7 +86,7 @@ def test_the_stress_table_prints_unmeasured_fields_as_absent(monkeypatch):
 def test_the_index_headline_leads_with_the_failed_gate():
     """An archived 2x H200 bench run (schema 1) whose cp.async gate failed and whose upstream peer
     dropped out at 16 MiB: its headline used to read "N/M correct; ...", hiding both."""
-    run = RunArchive.model_validate_json((CAPTURED / "results_2xH200_bench_256K_16M.json").read_text())
+    run = RunArchive.model_validate_json((RUNS / "20261122T120247Z-293dd159-2xH200" / "results.json").read_text())
     line = report.headline(run)
     assert line.startswith("1 FAIL (e.g. sdpa/speed/cpasync/mission/seed0: p50 vs baseline: 1.04x")
     assert line.index("FAIL") < line.index("NOT MEASURED") < line.index("pass")

@@ -125,6 +125,8 @@ def test_sweep_windows_is_no_longer_a_bench_or_stress_flag(cmd, results_dir):
         cli.build_parser().parse_args([cmd, "--sweep-windows"])
 
 
+@pytest.mark.nvcc
+@pytest.mark.mojo
 @pytest.mark.skipif(gpu_skip_reason() is None, reason="this host has a GPU: the stress run would really run")
 def test_stress_without_a_gpu_names_what_was_not_measured(results_dir):
     """The release gate on a CPU box: builds (cached), then exits 5 saying every stress gate is not measured."""

@@ -21,6 +21,7 @@ from driver import paths, toolchain
 from driver.errors import ToolchainMissing
 
 SRC = paths.ROOT / "tests" / "native" / "sdpa_sm90_select.cu"
+pytestmark = pytest.mark.nvcc  # every test compiles tests/native/sdpa_sm90_select.cu
 SHAPES = [(3, 5, 777, 64), (8, 8, 1024, 64), (2, 16, 2048, 64), (4, 32, 4096, 64), (1, 8, 512, 64), (1, 1, 1, 64)]
 
 

@@ -138,9 +138,10 @@ def test_every_gate_names_its_mode(tmp_path):
         thresholds.load(bad)
 
 
-CAPTURED = Path(__file__).parent / "data" / "captured"
-SDPA_RUN = RunArchive.model_validate_json((CAPTURED / "results_2xH200_timing_modes_sdpa.json").read_text())
-AR_RUN = RunArchive.model_validate_json((CAPTURED / "results_2xH200_timing_modes_allreduce.json").read_text())
+# The validation runs of experiments/2026-11-23-timing-modes (2x H200, f98118b), read where they are kept.
+EXPERIMENT = Path(__file__).parent.parent / "experiments" / "2026-11-23-timing-modes"
+SDPA_RUN = RunArchive.model_validate_json((EXPERIMENT / "sdpa_results.json").read_text())
+AR_RUN = RunArchive.model_validate_json((EXPERIMENT / "allreduce_results.json").read_text())
 
 
 def _row(md: str, start: str) -> list[str]:

@@ -2,8 +2,11 @@
 gen_wgmma_ops.py renders, so an edit by hand (or a generator change not re-run) is caught here."""
 
 import importlib.util
+import re
 
 from driver import paths
+
+FOLDER = paths.ROOT / "kernels_cuda" / "sdpa_fp8_sm90"
 
 
 def test_wgmma_ops_is_what_the_generator_renders():
@@ -22,12 +25,25 @@ def _generator():
     return gen
 
 
+def _called(kind: str) -> set[int]:
+    """The N of every `wgmma::{kind}_m64n{N}k..` wrapper the kernel's own sources call."""
+    text = "".join(f.read_text() for f in sorted(FOLDER.glob("*.cu*")) if f.name != "wgmma_ops.cuh")
+    return {int(n) for n in re.findall(rf"\bwgmma::{kind}_m64n(\d+)k\d+", text)}
+
+
+def test_the_fp8_wrappers_are_the_ones_the_kernel_calls():
+    """Every wrapper the kernel calls is generated; no E4M3 wrapper is generated that nothing calls."""
+    gen = _generator()
+    assert _called("rs_e4m3") == set(gen.RS_E4M3_N) and _called("ss_e4m3") == set(gen.SS_E4M3_N)
+    assert _called("ss") <= set(gen.SS_N) and _called("rs") <= set(gen.RS_N)
+
+
 def test_e4m3_wrappers_spell_the_fp8_instruction_and_its_operands():
     """The FP8 wrappers the wgmma_fp8_sm90 kernel calls: m64nNk32 with E4M3 A and B and f32 accumulators,
     A from 4 registers, B by descriptor, and no transpose immediates (PTX allows none for FP8 operands);
     operand numbers: N/2 accumulators, then the 4 A registers, the descriptor, the scale-d flag."""
     gen = _generator()
-    assert gen.RS_E4M3_N == (8, 64, 128)  # P 1 (row sums); P V at head dims 64 / 128; Q K^T at 128 keys (192: SS)
+    assert gen.RS_E4M3_N  # which N: test_the_fp8_wrappers_are_the_ones_the_kernel_calls
     for n in gen.RS_E4M3_N:
         nd = n // 2
         text = gen.rs_e4m3(n)
@@ -45,7 +61,7 @@ def test_e4m3_shared_memory_wrappers_take_both_operands_by_descriptor():
     f32 accumulators, A and B by descriptor, no transpose immediates; operand numbers: N/2 accumulators,
     then the A and B descriptors, the scale-d flag."""
     gen = _generator()
-    assert gen.SS_E4M3_N == (192,)
+    assert gen.SS_E4M3_N
     for n in gen.SS_E4M3_N:
         nd = n // 2
         text = gen.ss_e4m3(n)

@@ -119,11 +119,14 @@ def _verdict(outcomes: list[TaskOutcome]) -> DriverError | None:
     return ClusterFailed(head, "states, exit codes and log tails above")
 
 
-def _write_report(cluster: ClusterReport, text: str) -> Path:
-    """bench_results/cluster/<submission id>/ (cluster.json, CLUSTER.md), whole or not at all."""
+def _write_report(cluster: ClusterReport, text: str, *, replace: bool = True) -> tuple[Path, bool]:
+    """bench_results/cluster/<submission id>/ (cluster.json, CLUSTER.md), whole or not at all. Returns the
+    folder and whether it was written: with replace=False an earlier collect's report there is kept."""
     root = paths.results_dir() / REPORT_DIR
-    root.mkdir(parents=True, exist_ok=True)
     final = root / cluster.submission.submission_id
+    if not replace and (final / "CLUSTER.md").is_file():
+        return final, False
+    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{cluster.submission.submission_id}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -135,12 +138,13 @@ def _write_report(cluster: ClusterReport, text: str) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final
+    return final, True
 
 
 def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.stdout) -> ClusterReport:
     """Move every finished run folder into bench_results/, refresh the index, print and archive the
-    report; raise the failure's class when any task did not complete with exit 0. A results folder that
+    report (also when no task archived a run folder, unless an earlier collect of this submission archived
+    one); raise the failure's class when any task did not complete with exit 0. A results folder that
     cannot be written is a ConfigError, before anything moves (or, failing later, with no run half-moved)."""
     root = paths.results_dir()
     archive.check_writable(root)
@@ -166,13 +170,18 @@ def collect(sub: Submission, states: dict[int, TaskState], out: TextIO = sys.std
     cluster = ClusterReport(collected_utc=utc_now(), submission=sub, outcomes=outcomes)
     text = report.cluster_markdown(cluster, runs)
     print(text, file=out)
-    if runs:
-        with archive.writing(f"the index and the cluster report into {root}"):
+    with archive.writing(f"the {'index and the ' if runs else ''}cluster report into {root}"):
+        if runs:
             report.update_index(root)
-            folder = _write_report(cluster, text)
-        print(f"collected {len(runs)} run folder(s) into {root}; report: {folder / 'CLUSTER.md'}", file=sys.stderr)
+        # Archived when nothing was collected too (what failed, and the log tails), but never over the report
+        # of an earlier collect of the same submission: a second collect finds the run folders already moved.
+        folder, written = _write_report(cluster, text, replace=bool(runs))
+    where = f"report: {folder / 'CLUSTER.md'}" if written else f"the earlier report stays: {folder / 'CLUSTER.md'}"
+    if runs:
+        print(f"collected {len(runs)} run folder(s) into {root}; {where}", file=sys.stderr)
     else:
-        print(f"collected nothing: no task archived a run folder; logs in {Path(sub.folder) / 'logs'}", file=sys.stderr)
+        print(f"collected nothing: no task archived a run folder; {where}; logs in {Path(sub.folder) / 'logs'}",
+              file=sys.stderr)
     verdict = _verdict(outcomes)
     if verdict is not None:
         raise verdict

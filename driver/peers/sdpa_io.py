@@ -6,7 +6,7 @@ Every peer speaks our runners' vocabulary: `--q --k --v --scales` (.npy files: Q
 output, float16 [B,H,S,D], for the driver to check against the float64 reference). It prints
 one SdpaLine as JSON on stdout.
 
-Exit codes are the runners' (README "Kernel executable interface"): 2 bad input (one
+Exit codes are the runners' (docs/BUILD.md, "Kernel executable interface"): 2 bad input (one
 `error:` line naming the file or the shape; checked before torch is imported, so a bad
 request costs no GPU), 3 a library or CUDA error or a mode the peer cannot do (the driver
 records the peer, or that mode, as skipped with the line), 4 no GPU.

@@ -34,7 +34,7 @@ SERVE_TIMED_MOJO = True
 
 
 def timing_flags(impl: str, mode: str, batch: int) -> list[str]:
-    """Flags that make `impl` time in `mode` (README "How we time"): the Mojo executables cannot
+    """Flags that make `impl` time in `mode` (docs/TIMING.md): the Mojo executables cannot
     capture a CUDA graph, so their hot is the host back-to-back batch; the NCCL peer's is a graph."""
     if mode == "cold":
         return ["--timing", "device"]

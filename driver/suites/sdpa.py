@@ -58,7 +58,7 @@ def prepare_case(
 
 
 def timing_args(opts: RunOptions, mode: str) -> list[str]:
-    """The same flags for our runners and every SDPA peer (README "How we time")."""
+    """The same flags for our runners and every SDPA peer (docs/TIMING.md)."""
     return ["--iters", str(opts.iters), "--warmup", str(opts.warmup), "--timing", mode, "--batch", str(opts.batch)]
 
 

@@ -4,7 +4,9 @@
 #   bash experiments/2026-11-22-sdpa-split-kv/sdpa_plan.sh [BIN_DIR]   # BIN_DIR default: <repo>/build/sm_90
 #
 # Needs: BIN_DIR/sdpa_fp8_baseline, BIN_DIR/sdpa_fp8_cpasync (built from this checkout), python3 with
-# numpy.  Imports only driver/reference/sdpa.py (by file path: no pydantic needed).
+# numpy.  Inputs and the float64 reference from experiments/2026-11-23-sdpa-hopper/check_and_time.py (the
+# driver's generator in numpy, the same bits; until issue 31 this loaded driver/reference/sdpa.py by path).
+# The error metrics are those of driver/reference/sdpa.py's compare at 89d7f9d, written out below.
 # Prints one JSON line per run on stdout (also appended to $OUT/sdpa_plan.jsonl when $OUT is set):
 #   {"plan":"main"|"check"|"sanitize", "case":..., "variant":..., "config":..., "ablate":..., "rc":...,
 #    "line":{runner JSON line}, "max_abs_err":.., "bad_frac":.., "rel_l2":.., "pass":..}   (errors: "error")
@@ -22,16 +24,24 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${1:-$ROOT/build/sm_90}"
 export PYTHONUNBUFFERED=1
 exec python3 - "$ROOT" "$BIN" <<'PY'
-import importlib.util, json, os, shutil, subprocess, sys, tempfile, time, traceback
+import json, math, os, shutil, subprocess, sys, tempfile, time, traceback
 
 import numpy as np
 
 T0 = time.time()
 ROOT, BIN = sys.argv[1], sys.argv[2]
 BUDGET = float(os.environ.get("SDPA_PLAN_BUDGET_S", "80"))
-spec = importlib.util.spec_from_file_location("sdpa_ref", os.path.join(ROOT, "driver", "reference", "sdpa.py"))
-ref = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ref)
+sys.path.insert(0, os.path.join(ROOT, "experiments", "2026-11-23-sdpa-hopper"))
+from check_and_time import make_inputs, reference  # numpy only
+
+
+def compare(out_f16, ref):
+    """max_abs_err (inf if any output is not finite), bad_frac (|err| > 0.06), rel_l2 (inf if any is not finite)."""
+    out = np.asarray(out_f16).astype(np.float64)
+    err = np.where(np.isfinite(out), np.abs(out - ref), np.inf)
+    rel = float(np.linalg.norm(out - ref) / np.linalg.norm(ref)) if np.isfinite(out).all() else math.inf
+    return {"max_abs_err": float(err.max()), "bad_frac": float(np.mean(err > 0.06)), "rel_l2": rel}
+
 
 OUTF = None
 if os.environ.get("OUT"):
@@ -64,19 +74,19 @@ _case = {}
 
 
 def case(shape, seed=0, with_ref=True):
-    """Inputs written as driver/suites/sdpa.py prepare_case writes them; reference from the same arrays."""
+    """Inputs written as the driver's SDPA suite writes them (q, k, v, scales .npy); reference from the same arrays."""
     key = (tuple(shape), seed)
     if key in _case and (_case[key][1] is not None or not with_ref):
         return _case[key]
     d = os.path.join(TMP, "x".join(map(str, shape)) + f"_s{seed}")
     os.makedirs(d, exist_ok=True)
-    q, k, v, ks, vs = ref.make_inputs(shape, seed)
+    q, k, v, ks, vs = make_inputs(shape, seed)
     files = {n: os.path.join(d, f"{n}.npy") for n in ("q", "k", "v", "scales")}
     np.save(files["q"], q)
     np.save(files["k"], k)
     np.save(files["v"], v)
     np.save(files["scales"], np.array([ks, vs], dtype=np.float32))
-    expected = ref.reference(q, k, v, ks, vs) if with_ref else None
+    expected = reference(q, k, v, ks, vs) if with_ref else None
     _case.clear()
     _case[key] = (files, expected)
     return _case[key]
@@ -108,7 +118,7 @@ def run(plan, case_name, shape, variant, config, ablate, iters, warmup, check, p
         lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
         rec["line"] = json.loads(lines[-1]) if lines else None
         if check and expected is not None:
-            m = ref.compare(np.load(out), expected)
+            m = compare(np.load(out), expected)
             rec.update(m)
             rec["pass"] = bool(np.isfinite(m["max_abs_err"]) and m["max_abs_err"] <= MAX_ABS and m["bad_frac"] <= BAD_FRAC)
         emit(rec)

@@ -2,11 +2,12 @@
 
 Reads every JSON line of the files given (allreduce_bench, upstream_bench, the torch peers; each
 line tagged by the `tag` the run script prefixed as `TAG<TAB>{json}`) and the p2p_copy line.
-Usage: python3 summarize.py ab.jsonl [p2p.json]   (stdlib only: runs on the GPU host as is)
+Usage: python3 summarize.py ab.jsonl[.gz] [p2p.json]   (stdlib only: runs on the GPU host as is)
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 import sys
@@ -17,7 +18,7 @@ def load(path: str):
     rows = defaultdict(list)  # (tag, dtype, bytes) -> [p50 per round]
     bad = []
     ceiling = None
-    for raw in open(path):
+    for raw in (gzip.open if path.endswith(".gz") else open)(path, "rt"):
         raw = raw.rstrip("\n")
         if "\t" not in raw:
             continue

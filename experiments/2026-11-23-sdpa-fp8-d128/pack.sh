@@ -18,7 +18,7 @@ VARIANTS=("$@")
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(
   slow_vt=SDPA_SM90_VT_FAST=0
 )
-rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64
+rm -rf $G && mkdir -p $G/repo/experiments/2026-11-23-sdpa-fp8-d64
 (cd $W && /work/devvenv/bin/python -m driver bundle --out $G/bundle --arch sm_90 --python 3.12 >/dev/null)
 bad=0
 build() {  # name defs mode:async
@@ -46,7 +46,6 @@ for v in "${VARIANTS[@]}"; do
 done
 # The candidates' runners go as one xz tarball; run_gpu.sh unpacks it.
 (cd $G && tar cf - bin-* | xz -9e -T2 > variants.tar.xz && rm -rf bin-*)
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $C $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
 mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper

@@ -7,7 +7,7 @@ experiments/2026-11-23-sdpa-hopper/check_and_time.py, whose helpers it imports, 
   python3 check_variants.py --variants main=DIR,poly4=DIR2 --out OUT_DIR [--shapes 1x8x512x64,...]
                             [--time-shapes 2x16x2048x64,...] [--iters 50] [--kernels wgmma_fp8_sm90]
 
-Inputs: driver.reference.sdpa.make_inputs (the driver's own generator). Reference: the driver's exact
+Inputs: check_and_time.make_inputs (the driver's generator, copied in numpy: the same bits). Reference: the exact
 E4M3 decode, softmax(Q K^T / sqrt(D)) V in float64 on the GPU through torch (numpy's reference is
 cross-checked on the smallest shape). Gates: thresholds.toml [sdpa] (max_abs_err, bad_err,
 max_bad_frac). Each runner writes its output from one launch into a NaN-poisoned buffer, so unwritten
@@ -29,13 +29,21 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
 
 # The helpers are check_and_time.py's (the single-build checker this one extends), imported, not copied.
 sys.path.insert(0, str(ROOT / "experiments" / "2026-11-23-sdpa-hopper"))
-from check_and_time import (DEFAULT_SHAPES, bit_identical_record, check_runner, parse_shape,  # noqa: E402
-                            status_text, time_torch_peers, torch_reference, write_inputs)
+from check_and_time import (  # noqa: E402
+    DEFAULT_SHAPES,
+    bit_identical_record,
+    check_runner,
+    make_inputs,
+    parse_shape,
+    reference,
+    status_text,
+    time_torch_peers,
+    torch_reference,
+    write_inputs,
+)
 
 
 def main() -> int:
@@ -76,10 +84,10 @@ def main() -> int:
             if seed != seeds[0] and B * H * S * D > args.extra_seeds_max_elems:
                 continue
             t0 = time.time()
-            q, k, v, ks, vs = ref.make_inputs(shape, seed)
+            q, k, v, ks, vs = make_inputs(shape, seed)
             expected = torch_reference(torch, q, k, v, ks, vs)
             if B * H * S * D <= 16384 and seed == seeds[0]:
-                np_ref = ref.reference(q, k, v, ks, vs)
+                np_ref = reference(q, k, v, ks, vs)
                 print(f"  numpy vs torch float64 reference {shape}: max diff {np.abs(np_ref - expected.cpu().numpy()).max():.3g}")
             timed = seed == seeds[0] and (time_shapes is None or shape in time_shapes)
             with tempfile.TemporaryDirectory() as tmp:

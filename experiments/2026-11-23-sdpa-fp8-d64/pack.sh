@@ -20,7 +20,7 @@ VARIANTS=("$@")
   ncwg3=SDPA_SM90_NCWG3_D64=2  # =1 when run 1 ran (then "three"; now the policy values: 2 = three)
   ncwg3_poly4=SDPA_SM90_NCWG3_D64=2,SDPA_SM90_EXP2_POLY=4
 )
-rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64
+rm -rf $G && mkdir -p $G/repo/experiments/2026-11-23-sdpa-fp8-d64
 (cd $W && /work/devvenv/bin/python -m driver bundle --out $G/bundle --arch sm_90 --python 3.12 >/dev/null)
 bad=0
 for v in "${VARIANTS[@]}"; do
@@ -40,7 +40,6 @@ done
 # The candidates' runners go as one xz tarball (about 3 MB instead of 4 MB per build; the carried
 # folder must stay well under 64 MiB next to the 38 MB bundle); run_gpu.sh unpacks it.
 (cd $G && tar cf - bin-* | xz -9e -T2 > variants.tar.xz && rm -rf bin-*)
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $E/check_variants.py $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
 mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper

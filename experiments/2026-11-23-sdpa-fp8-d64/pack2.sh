@@ -2,7 +2,7 @@
 # Build and pack the folder run 2 carries (/work/main/.gpu/ncwg): one pair of runners (baseline,
 # cpasync) per head-dim-64 warpgroup policy (SDPA_SM90_NCWG3_D64: rule = 1, to become the default, three
 # warpgroups from one full wave of 192-row blocks; two = 0; three = 2, the default until then), the checker and what it
-# imports, run2.sh.  No driver bundle: check_variants.py needs numpy, torch and driver/reference only.
+# imports, run2.sh.  No driver bundle: check_variants.py needs numpy and torch only.
 # Prints each build's largest ptxas register count and spill bytes; fails on a spill or a build
 # without QGMMA in an unsplit head-dim-64 kernel.
 set -e
@@ -10,7 +10,7 @@ W=$(cd "$(dirname "$0")/../.." && pwd)
 G=${G:-/work/main/.gpu/ncwg}
 E=$W/experiments/2026-11-23-sdpa-fp8-d64
 CUOBJDUMP=$(command -v cuobjdump || ls /work/devvenv/lib/python3*/site-packages/nvidia/cu13/bin/cuobjdump 2>/dev/null | head -1)
-rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64
+rm -rf $G && mkdir -p $G/repo/experiments/2026-11-23-sdpa-fp8-d64
 bad=0
 for v in rule=1 two=0 three=2; do
   name=${v%%=*}; pol=${v#*=}; d=$G/bin-$name; mkdir -p $d
@@ -27,7 +27,6 @@ for v in rule=1 two=0 three=2; do
     [ "$spills" = 0 ] && [ "$q2" -gt 0 ] && [ "$q3" -gt 0 ] || bad=1
   done
 done
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $E/check_variants.py $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
 mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper

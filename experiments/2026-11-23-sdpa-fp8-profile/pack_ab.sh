@@ -9,7 +9,7 @@ set -e
 W=$(cd "$(dirname "$0")/../.." && pwd)
 G=${G:-/work/main/.gpu/sdpaab}
 E=$W/experiments/2026-11-23-sdpa-fp8-profile
-rm -rf $G && mkdir -p $G/repo/driver/reference $G/repo/experiments/2026-11-23-sdpa-fp8-d64 $G/repo/experiments/2026-11-23-sdpa-hopper
+rm -rf $G && mkdir -p $G/repo/experiments/2026-11-23-sdpa-fp8-d64 $G/repo/experiments/2026-11-23-sdpa-hopper
 if [ -n "$REF_BIN" ]; then
   mkdir -p $G/bin-main && cp $REF_BIN/sdpa_fp8_baseline $REF_BIN/sdpa_fp8_cpasync $G/bin-main/
   echo "main: $(cat $REF_BIN/../commit.txt 2>/dev/null || echo '?')" > $G/builds.txt
@@ -35,7 +35,6 @@ for v in "$@"; do
     [ "$spills" = 0 ] || bad=1
   done
 done
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp $W/experiments/2026-11-23-sdpa-fp8-d64/check_variants.py $G/repo/experiments/2026-11-23-sdpa-fp8-d64/
 cp $W/experiments/2026-11-23-sdpa-hopper/check_and_time.py $G/repo/experiments/2026-11-23-sdpa-hopper/

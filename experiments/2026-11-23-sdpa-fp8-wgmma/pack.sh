@@ -7,7 +7,7 @@ W=$(cd "$(dirname "$0")/../.." && pwd)
 G=/work/main/.gpu/sdpa-fp8
 E=$W/experiments/2026-11-23-sdpa-fp8-wgmma
 export DRIVER_TOOLCHAIN_VENV=${DRIVER_TOOLCHAIN_VENV:-/work/main/.toolchain/venv}
-rm -rf $G && mkdir -p $G/bin $G/repo/driver/reference $G/repo/experiments
+rm -rf $G && mkdir -p $G/bin $G/repo/experiments
 (cd $W && /work/devvenv/bin/python -m driver bundle --out $G/bundle --arch sm_90 --python 3.12 >/dev/null)
 # the main build's runners are the bundle's (bundle/bin/sm_90)
 nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I $W/kernels_cuda/sdpa_fp8_sm90 $E/fp8_probe.cu -o $G/bin/fp8_probe 2>/dev/null
@@ -18,7 +18,6 @@ for v in "$@"; do
       $(echo $defs | tr ',' '\n' | sed 's/^/-D/') $W/kernels_cuda/sdpa_fp8/runner.cu -o $G/bin-$name/sdpa_fp8_${a%%:*} 2>/dev/null
   done
 done
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 mkdir -p $G/repo/experiments/2026-11-23-sdpa-hopper
 cp $W/experiments/2026-11-23-sdpa-hopper/check_and_time.py $G/repo/experiments/2026-11-23-sdpa-hopper/

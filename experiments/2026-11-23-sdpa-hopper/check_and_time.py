@@ -4,7 +4,7 @@ torch SDPA (fp16: the default backend and the flash backend) the same way, in on
   python3 check_and_time.py --exe-dir DIR --out OUT_DIR [--shapes 1x8x512x64,...] [--seeds 0,1,2]
                             [--iters 200] [--kernels wgmma_sm90,mma_sync_sm80]
 
-Inputs: driver.reference.sdpa.make_inputs (the driver's own generator). Reference: the driver's exact
+Inputs: `make_inputs` below (the driver's generator, copied in numpy: the same bits). Reference: the exact
 E4M3 decode, softmax(Q K^T / sqrt(D)) V in float64 on the GPU through torch (numpy's reference is
 cross-checked on the smallest shape). Gates: thresholds.toml [sdpa] (max_abs_err, bad_err,
 max_bad_frac, max_rel_l2 where present). Each runner writes its output from one launch into a NaN-poisoned buffer, so unwritten
@@ -28,8 +28,56 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
+
+# ---- inputs and float64 reference, numpy only ----------------------------------------------------
+# The driver's generator and reference (driver/reference/sdpa.py, whose make_inputs did not change from
+# 90c141c to 4549c0d), written out here so that no experiment imports the driver (issue 31). Checked
+# against it at 4549c0d: every decode, encode at 3M values (each midpoint and its neighbours included),
+# make_inputs equal bit for bit at 6 shapes x 3 seeds, reference equal (max diff 0) at the small ones.
+E4M3_MAX = 448.0
+
+
+def decode_e4m3_sim(u8: np.ndarray) -> np.ndarray:
+    """uint8 E4M3 codes (bias 7, subnormals, 0x7F/0xFF NaN) -> float64."""
+    c = np.asarray(u8, dtype=np.uint8).astype(np.int64)
+    exp, man = (c >> 3) & 0xF, (c & 7).astype(np.float64)
+    mag = np.where(exp == 0, man * 2.0**-9, (8.0 + man) * np.exp2(exp - 10.0))
+    return np.where((c & 0x7F) == 0x7F, np.nan, np.where(c & 0x80, -mag, mag))
+
+
+_E4M3_POS = decode_e4m3_sim(np.arange(0x7F, dtype=np.uint8))  # codes 0x00..0x7E, increasing
+
+
+def encode_e4m3_sim(x: np.ndarray) -> np.ndarray:
+    """float -> E4M3 codes: nearest, ties to even, saturating at +-448 (NaN input refused)."""
+    a = np.asarray(x, dtype=np.float64)
+    if np.isnan(a).any():
+        raise ValueError("encode_e4m3_sim: NaN input")
+    mag = np.minimum(np.abs(a), E4M3_MAX)
+    step = np.exp2(np.maximum(np.frexp(mag)[1] - 1, -6) - 3.0)  # spacing of the codes in mag's binade
+    code = np.searchsorted(_E4M3_POS, np.rint(mag / step) * step)  # rint: ties to the even code
+    return (code | np.where(np.signbit(a), 0x80, 0)).astype(np.uint8)
+
+
+def make_inputs(shape, seed: int):
+    """(q fp16, k codes, v codes, k scale, v scale) for shape (B, H, S, D): N(0,1) draws in the order q,
+    K, V from default_rng(seed); K and V scaled by float32(amax / 448) and encoded."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(shape).astype(np.float16)
+    kx, vx = rng.standard_normal(shape), rng.standard_normal(shape)
+    ks, vs = (float(np.float32(np.abs(x).max() / E4M3_MAX)) or 1.0 for x in (kx, vx))
+    return q, encode_e4m3_sim(kx / ks), encode_e4m3_sim(vx / vs), ks, vs
+
+
+def reference(q, k_u8, v_u8, ks: float, vs: float) -> np.ndarray:
+    """softmax(Q K^T / sqrt(D)) V in float64, one (b, h) head at a time."""
+    out = np.empty(q.shape)
+    for bh in np.ndindex(*q.shape[:2]):
+        s = q[bh].astype(np.float64) @ (decode_e4m3_sim(k_u8[bh]) * ks).T / math.sqrt(q.shape[-1])
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out[bh] = p @ (decode_e4m3_sim(v_u8[bh]) * vs) / p.sum(axis=1, keepdims=True)
+    return out
+
 
 DEFAULT_SHAPES = ",".join((
     "1x2x128x64", "1x8x512x64", "1x8x1000x64", "3x5x777x64", "2x16x2048x64", "8x8x1024x64", "4x32x4096x64",
@@ -46,8 +94,8 @@ def torch_reference(torch, q, k_u8, v_u8, ks, vs):
     dev = torch.device("cuda", 0)
     B, H, S, D = q.shape
     qd = torch.from_numpy(q.astype(np.float64)).to(dev)
-    kd = torch.from_numpy(ref.decode_e4m3_sim(k_u8) * ks).to(dev)
-    vd = torch.from_numpy(ref.decode_e4m3_sim(v_u8) * vs).to(dev)
+    kd = torch.from_numpy(decode_e4m3_sim(k_u8) * ks).to(dev)
+    vd = torch.from_numpy(decode_e4m3_sim(v_u8) * vs).to(dev)
     out = torch.empty((B, H, S, D), dtype=torch.float64, device=dev)
     per = max(1, int(2e9 // (S * S * 8)))  # heads per chunk: ~2 GB of float64 scores
     qf, kf, vf, of = (t.reshape(B * H, S, D) for t in (qd, kd, vd, out))
@@ -149,8 +197,8 @@ def time_torch_peers(torch, dev, q, k, v, ks: float, vs: float, shape, seed: int
     time_torch does; prints each p50 and returns the records."""
     from torch.nn.attention import SDPBackend
     qt = torch.from_numpy(q).to(dev)
-    kt = torch.from_numpy((ref.decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
-    vt = torch.from_numpy((ref.decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
+    kt = torch.from_numpy((decode_e4m3_sim(k) * ks).astype(np.float16)).to(dev)
+    vt = torch.from_numpy((decode_e4m3_sim(v) * vs).astype(np.float16)).to(dev)
     recs = []
     for name, be in (("torch_default", None), ("torch_flash", SDPBackend.FLASH_ATTENTION)):
         try:
@@ -200,10 +248,10 @@ def main() -> int:
             if seed != seeds[0] and B * H * S * D > args.extra_seeds_max_elems:
                 continue
             t0 = time.time()
-            q, k, v, ks, vs = ref.make_inputs(shape, seed)
+            q, k, v, ks, vs = make_inputs(shape, seed)
             expected = torch_reference(torch, q, k, v, ks, vs)
             if B * H * S * D <= 16384 and seed == seeds[0]:
-                np_ref = ref.reference(q, k, v, ks, vs)
+                np_ref = reference(q, k, v, ks, vs)
                 print(f"  numpy vs torch float64 reference {shape}: max diff {np.abs(np_ref - expected.cpu().numpy()).max():.3g}")
             timed = seed == seeds[0]
             with tempfile.TemporaryDirectory() as tmp:

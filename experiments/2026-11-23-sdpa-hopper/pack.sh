@@ -3,7 +3,7 @@
 set -e
 W=/work/wt/sdpa-kernel
 G=/work/main/.gpu/sdpa-kernel
-rm -rf $G && mkdir -p $G/bin $G/repo/driver/reference $G/repo/experiments
+rm -rf $G && mkdir -p $G/bin $G/repo/experiments
 cp $W/build/sm_90/sdpa_fp8_baseline $W/build/sm_90/sdpa_fp8_cpasync $G/bin/
 nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I $W/kernels_cuda/sdpa_fp8_sm90 $W/experiments/2026-11-23-sdpa-hopper/wgmma_probe.cu -o $G/bin/wgmma_probe 2>/dev/null
 for v in "$@"; do  # extra variants: NAME=DEFINE[,DEFINE]
@@ -14,7 +14,6 @@ for v in "$@"; do  # extra variants: NAME=DEFINE[,DEFINE]
   done
   wait
 done
-cp $W/driver/__init__.py $G/repo/driver/; cp $W/driver/reference/*.py $G/repo/driver/reference/
 cp $W/thresholds.toml $G/repo/
 cp -r $W/experiments/2026-11-23-sdpa-hopper $G/repo/experiments/
 rm -rf $G/repo/experiments/2026-11-23-sdpa-hopper/run*/

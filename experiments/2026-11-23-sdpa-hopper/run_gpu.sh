@@ -2,8 +2,9 @@
 # One GPU call (see README.md): layout probe; every variant checked and timed against torch SDPA;
 # A/B of build variants and of the split configuration; ablations; the GPU tests.
 # Runs from the repo root of the device machine's checkout with the carried folder .gpu/sdpa-kernel:
-#   bin/ (sdpa_fp8_baseline, sdpa_fp8_cpasync, wgmma_probe), bin-NAME/ (variants), repo/ (driver
-#   reference, thresholds, this folder), tb/ (driver, tests, executables, site packages for the GPU tests).
+#   bin/ (sdpa_fp8_baseline, sdpa_fp8_cpasync, wgmma_probe), bin-NAME/ (variants), repo/ (thresholds,
+#   this folder: check_and_time.py makes the inputs), tb/ (driver, tests, executables, site packages for
+#   the GPU tests, which run as pytest there).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 G=.gpu/sdpa-kernel
@@ -28,9 +29,9 @@ mkdir -p "$OUT"
   for sh in 2x16x2048x64 2x16x2048x128; do
     python3 - "$sh" <<'PY'
 import sys, numpy as np
-sys.path.insert(0, ".gpu/sdpa-kernel/repo")
-from driver.reference import sdpa as ref
-q, k, v, ks, vs = ref.make_inputs(tuple(int(x) for x in sys.argv[1].split("x")), 0)
+sys.path.insert(0, ".gpu/sdpa-kernel/repo/experiments/2026-11-23-sdpa-hopper")
+from check_and_time import make_inputs
+q, k, v, ks, vs = make_inputs(tuple(int(x) for x in sys.argv[1].split("x")), 0)
 for n, a in (("q", q), ("k", k), ("v", v), ("scales", np.array([ks, vs], np.float32))):
     np.save(f"/tmp/ncu_{n}.npy", a)
 PY
@@ -44,10 +45,10 @@ PY
   for sh in 2x16x2048x64 2x16x2048x128 1x8x512x64 2x2x1000x128; do
     python3 - "$sh" <<'PY'
 import sys, subprocess, json, tempfile, numpy as np
-sys.path.insert(0, ".gpu/sdpa-kernel/repo")
-from driver.reference import sdpa as ref
+sys.path.insert(0, ".gpu/sdpa-kernel/repo/experiments/2026-11-23-sdpa-hopper")
+from check_and_time import make_inputs
 shape = tuple(int(x) for x in sys.argv[1].split("x"))
-q, k, v, ks, vs = ref.make_inputs(shape, 0)
+q, k, v, ks, vs = make_inputs(shape, 0)
 with tempfile.TemporaryDirectory() as t:
     for n, a in (("q", q), ("k", k), ("v", v), ("scales", np.array([ks, vs], np.float32))):
         np.save(f"{t}/{n}.npy", a)

@@ -1,95 +1,70 @@
-"""cuDNN FP8 and torch SDPA peers on one GPU: versions, cuDNN's E4M3 decode against ours, then per
-shape (seed 0) the float64 reference's host cost and each peer in cold and hot timing with its error
-against that reference. The peers' own main() runs in this process (torch is imported once).
+"""cuDNN FP8 and torch SDPA peers on one GPU, through the driver's command line: one `python -m driver
+bench --suite sdpa` at the mission, (2,16,2048,128), (1,16,8192,128) and odd shapes (seed 0, cold and hot,
+100 iterations, 10 warm-up, hot = 20 launches per graph), archived under OUTDIR/bench_results; then every
+SDPA row of its results.json (ours and the peers: p50, TFLOP/s, error against the float64 reference,
+precision, peer version) as OUTDIR/results.jsonl and a table.
 
-    PYTHONPATH=<bundle>:<bundle>/site/py312 python3 run_peers.py OUTDIR
+    PYTHONPATH=<bundle>:<bundle>/site/py312 python3 run_peers.py OUTDIR [extra `driver bench` arguments]
+
+The script that made this folder's log.txt and results.jsonl (bundle of 3f127a0) called the peers' main()
+and cudnn_sdpa.decode_check in its own process; it imported driver modules, so since issue 31 it is in the
+git history only (`git show 4549c0d:experiments/2026-11-23-sdpa-peers/run_peers.py`), and this one asks
+the driver's command line for the same shapes instead (the decode check has no command line: not rerun).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
+import os
+import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f} s] {msg}", flush=True)
+SHAPES = "mission,large_d128,long_d128,odd"
+BENCH = ["bench", "--suite", "sdpa", "--shapes", SHAPES, "--seeds", "0", "--timing", "cold,hot",
+         "--iters", "100", "--warmup", "10", "--batch", "20", "--rounds", "1"]
 
 
-def main() -> None:
-    out_dir = Path(sys.argv[1])
-    import torch
-
-    from driver.peers import cudnn_sdpa, torch_sdpa
-    from driver.reference import sdpa as ref
-    from driver.verify import sdpa_errors
-
-    log(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}, "
-        f"sm_{''.join(map(str, torch.cuda.get_device_capability(0)))}, torch cuDNN {torch.backends.cudnn.version()}")
-    cudnn = cudnn_sdpa.import_cudnn()
-    log(f"cudnn-frontend loaded: {cudnn_sdpa.versions(torch, cudnn)}")
-    check = cudnn_sdpa.decode_check(torch, cudnn)
-    log(f"decode check: {json.dumps(check)}")
+def main() -> int:
+    out_dir = Path(sys.argv[1]).resolve()
+    runs = out_dir / "bench_results"
+    runs.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "driver", *BENCH, *sys.argv[2:]]
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env={**os.environ, "BENCH_RESULTS_DIR": str(runs)})
+    print(f"driver bench exited {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
+    folders = sorted(p for p in runs.iterdir() if (p / "results.json").is_file())
+    if not folders:
+        print("no archived run", file=sys.stderr)
+        return proc.returncode or 1
+    run = json.loads((folders[-1] / "results.json").read_text())
     rows = []
-    shapes = [("mission", (1, 8, 512, 64), ("cold", "hot")), ("large_d128", (2, 16, 2048, 128), ("cold", "hot")),
-              ("long_d128", (1, 16, 8192, 128), ("cold", "hot")), ("odd", (3, 5, 777, 64), ("cold",))]
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, shape, modes in shapes:
-            t = time.perf_counter()
-            q, k, v, ks, vs = ref.make_inputs(shape, 0)
-            t_in = time.perf_counter() - t
-            t = time.perf_counter()
-            expected = ref.reference(q, k, v, ks, vs)
-            t_ref = time.perf_counter() - t
-            log(f"{name} {shape}: make_inputs {t_in:.2f} s, float64 reference {t_ref:.2f} s")
-            files = {n: Path(tmp) / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-            for n, a in (("q", q), ("k", k), ("v", v), ("scales", np.array([ks, vs], dtype=np.float32))):
-                np.save(files[n], a)
-            for peer in (cudnn_sdpa, torch_sdpa):
-                for mode in modes:
-                    outp = Path(tmp) / f"out_{peer.IMPL}_{mode}.npy"
-                    argv = [a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))]
-                    argv += ["--iters", "100", "--warmup", "10", "--timing", mode, "--batch", "20", "--out", str(outp)]
-                    buf = io.StringIO()
-                    t = time.perf_counter()
-                    try:
-                        with contextlib.redirect_stdout(buf):
-                            peer.main(argv)
-                    except SystemExit as exc:
-                        log(f"{name} {peer.IMPL} {mode}: exit {exc.code} (the error line is above)")
-                        rows.append({"shape": name, "impl": peer.IMPL, "timing": mode, "exit": exc.code})
-                        continue
-                    line = json.loads(buf.getvalue().strip().splitlines()[-1])
-                    errs = sdpa_errors(np.load(outp), expected, bad_err=0.06)
-                    row = {"shape": name, "dims": list(shape), "impl": peer.IMPL, "timing": mode,
-                           "p50_us": line["p50_us"], "tflops": line["tflops"], "max_abs_err": errs.max_abs_err,
-                           "rel_l2": errs.rel_l2, "bad_frac": errs.bad_frac, "wall_s": time.perf_counter() - t,
-                           "line": line}
-                    rows.append(row)
-                    log(f"{name} {peer.IMPL} {mode}: p50 {line['p50_us']:.2f} us, {line['tflops']:.1f} TFLOP/s, "
-                        f"max_abs_err {errs.max_abs_err}, rel_l2 {errs.rel_l2}, ({row['wall_s']:.1f} s)")
-    (out_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows)
-                                           + json.dumps({"decode_check": check}) + "\n")
-    print("\n| shape | impl | timing | p50 us | TFLOP/s | max_abs_err | rel_l2 |")
+    for r in run["records"]:
+        if r["suite"] != "sdpa":
+            continue
+        m = r["measurement"] or {}
+        rows.append({"config": r["config"], "shape": m.get("shape"), "impl": r["impl"], "timing": r["timing"],
+                     "p50_us": m.get("p50_us"), "tflops": m.get("tflops"), "max_abs_err": r["max_abs_err"],
+                     "rel_l2": r["rel_l2"], "correctness": r["correctness"]["status"],
+                     "precision": m.get("precision"), "peer_version": m.get("peer_version")})
+    (out_dir / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    print(f"\nrun {run['run_id']} (commit {run['git_sha'][:8]})\n")
+    print("| shape | impl | timing | p50 us | TFLOP/s | max_abs_err | rel_l2 |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "p50_us" in r:
-            print(f"| {r['shape']} | {r['impl']} | {r['timing']} | {r['p50_us']:.2f} | {r['tflops']:.1f} | "
-                  f"{r['max_abs_err']:.4f} | {r['rel_l2']:.4f} |")
-        else:
-            print(f"| {r['shape']} | {r['impl']} | {r['timing']} | exit {r['exit']} | | | |")
-    precisions = {r["impl"]: r["line"]["precision"] for r in rows if "line" in r}
-    for impl, text in precisions.items():
+    def cell(x, f: str) -> str:
+        return "-" if x is None else format(x, f)
+
+    for x in rows:
+        print(f"| {x['config']} | {x['impl']} | {x['timing'] or 'check only'} | {cell(x['p50_us'], '.2f')} | "
+              f"{cell(x['tflops'], '.1f')} | {cell(x['max_abs_err'], '.4f')} | {cell(x['rel_l2'], '.4f')} |")
+    for impl, text in {x["impl"]: x["precision"] for x in rows if x["precision"]}.items():
         print(f"precision {impl}: {text}")
+    for impl, text in {x["impl"]: x["peer_version"] for x in rows if x["peer_version"]}.items():
+        print(f"version {impl}: {text}")
+    return proc.returncode
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

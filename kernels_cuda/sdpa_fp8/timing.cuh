@@ -1,4 +1,4 @@
-// The runners' two timing modes (README "How we time"; the torch-driven peers do the same in
+// The runners' two timing modes (docs/TIMING.md; the torch-driven peers do the same in
 // driver/peers/torch_timing.py, so ours and the peers are timed alike).
 //
 //   cold: each launch timed alone by its own CUDA event pair.  Samples are queued in chunks

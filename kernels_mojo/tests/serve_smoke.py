@@ -4,7 +4,7 @@
     python3 kernels_mojo/tests/serve_smoke.py --bin-dir DIR [--lib-dir MODULAR_LIB] --timing-repeat 4 [--spinner]
 
 DIR holds allreduce_bench and upstream_bench (built as usual); MODULAR_LIB the four runtime libraries
-(README "Build"), put on LD_LIBRARY_PATH. Per executable, one worker serves every case below, and each case
+(kernels_mojo/README.md, "Build"), put on LD_LIBRARY_PATH. Per executable, one worker serves every case below, and each case
 is also run one-shot: rc, error text and the non-timing fields of every JSON line must agree. Then one case
 is repeated --repeat times in the worker while nvidia-smi samples every GPU's used memory (a leak grows it),
 and the wall time per case is compared with the one-shot runs'. --hang: a --debug-hang-rank case must not

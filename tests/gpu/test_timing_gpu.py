@@ -1,5 +1,5 @@
 """The two timing modes on the GPU: our SDPA runner, the torch SDPA peer and the NCCL peer each
-time cold and hot as asked and say so in their line (README "How we time")."""
+time cold and hot as asked and say so in their line (docs/TIMING.md)."""
 
 from __future__ import annotations
 
