@@ -159,3 +159,57 @@ def test_large_arrays_encode_in_chunks_to_the_same_codes(monkeypatch):
     x.flat[20000] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         ref_mod.encode_e4m3_sim(x)
+
+
+def _scores(q, k_u8, ks):
+    d = q.shape[-1]
+    k = decode_e4m3_sim(k_u8) * ks
+    return np.einsum("bhsd,bhtd->bhst", q.astype(np.float64), k) / np.sqrt(d)
+
+
+def test_every_distribution_is_deterministic_and_normal_keeps_its_values():
+    from driver.reference.sdpa import DISTRIBUTIONS
+
+    for name in DISTRIBUTIONS:
+        a, b = make_inputs((1, 2, 16, 64), seed=3, distribution=name), make_inputs((1, 2, 16, 64), 3, name)
+        assert all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(a, b)), name
+    # `normal` is what make_inputs always made: Q, then K, then V from one generator.
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 2, 16, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 2, 16, 64))
+    got = make_inputs((1, 2, 16, 64), 9)
+    assert np.array_equal(got[0], q)
+    assert np.array_equal(got[1], encode_e4m3_sim(k / np.float32(np.abs(k).max() / 448.0)))
+    with pytest.raises(ValueError, match="unknown input distribution 'wide'.*large_logits_4"):
+        make_inputs((1, 1, 4, 64), 0, "wide")
+
+
+@pytest.mark.parametrize("name, lo, hi", [("normal", 0.8, 1.2), ("large_logits_4", 13, 19), ("large_logits_8", 52, 76)])
+def test_large_logits_have_the_score_spread_they_are_named_for(name, lo, hi):
+    q, k_u8, _v, ks, _vs = make_inputs((1, 4, 256, 64), seed=1, distribution=name)
+    assert lo < _scores(q, k_u8, ks).std() < hi
+
+
+def test_outlier_channels_are_four_key_channels_twenty_times_the_rest():
+    q, k_u8, _v, ks, _vs = make_inputs((1, 2, 512, 64), seed=2, distribution="outlier_channels")
+    per_channel = np.sort((decode_e4m3_sim(k_u8) * ks).std(axis=(0, 1, 2)))
+    assert (per_channel[-4:] > 15 * np.median(per_channel)).all() and per_channel[-5] < 2 * np.median(per_channel)
+    q_channel = np.sort(q.astype(np.float64).std(axis=(0, 1, 2)))
+    assert q_channel[-1] < 1.5 * np.median(q_channel)  # Q stays plain
+
+
+def test_the_sink_key_takes_a_large_share_of_every_heads_attention():
+    q, k_u8, _v, ks, _vs = make_inputs((2, 3, 300, 64), seed=4, distribution="sink")
+    s = _scores(q, k_u8, ks)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    share = p[..., 0].mean(axis=-1)  # per head: mean attention weight on key 0
+    assert (share > 0.3).all(), share
+    assert 8 < s[..., 0].mean() < 12  # the sink's mean score is SINK_LOGIT
+
+
+@pytest.mark.parametrize("name, q_std, v_std", [("tiny", 0.01, 0.01), ("large_v", 1.0, 100.0)])
+def test_magnitudes(name, q_std, v_std):
+    q, _k, v_u8, _ks, vs = make_inputs((1, 2, 256, 64), seed=5, distribution=name)
+    assert 0.9 * q_std < q.astype(np.float64).std() < 1.1 * q_std
+    assert 0.9 * v_std < (decode_e4m3_sim(v_u8) * vs).std() < 1.1 * v_std

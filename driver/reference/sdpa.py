@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -87,22 +89,78 @@ def _encode(a: np.ndarray) -> np.ndarray:
     return code.astype(np.uint8)
 
 
-def make_inputs(shape, seed: int):
-    """Deterministic inputs for one shape (B, H, S, D) and seed.
+@dataclass(frozen=True)
+class Distribution:
+    """A named family of SDPA inputs: Q, K, V in float64 before they are stored (Q as fp16, K and V as
+    E4M3 with a per-tensor scale), drawn from one seeded generator. `what` says what it stands for."""
 
-    Returns (q_f16, k_u8, v_u8, k_scale, v_scale): q ~ N(0,1) as fp16; K, V ~ N(0,1) in
-    float64, per-tensor scale = amax / 448 (rounded to float32, as the kernel receives it),
-    stored as encode(x / scale).
+    name: str
+    what: str
+    draw: Callable[[np.random.Generator, tuple[int, int, int, int]], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def _normal(rng, shape, q_std=1.0, k_std=1.0, v_std=1.0):
+    # Q, then K, then V from the one generator: with every std 1 these are exactly the values the
+    # `normal` inputs always had.
+    return rng.standard_normal(shape) * q_std, rng.standard_normal(shape) * k_std, rng.standard_normal(shape) * v_std
+
+
+OUTLIER_CHANNELS, OUTLIER_GAIN = 4, 20.0  # head-dim channels of K that are 20x larger
+SINK_LOGIT = 10.0  # the mean score (after 1/sqrt(D)) of every query against the sink key
+
+
+def _outlier_channels(rng, shape):
+    """K with a few channels OUTLIER_GAIN times the rest, as keys of LLMs have (KIVI, Liu et al. 2024: per-
+    channel key outliers): under one per-tensor E4M3 scale, the other channels keep few significant bits."""
+    q, k, v = _normal(rng, shape)
+    channels = rng.choice(shape[3], size=min(OUTLIER_CHANNELS, shape[3]), replace=False)
+    k[..., channels] *= OUTLIER_GAIN
+    return q, k, v
+
+
+def _sink(rng, shape):
+    """Every query shares a component b (per head); key 0 of each head points along b, so that
+    q . k0 / sqrt(D) is SINK_LOGIT on average for every query: one key all queries attend to."""
+    q, k, v = _normal(rng, shape)
+    d = shape[3]
+    b = rng.standard_normal((shape[0], shape[1], 1, d))
+    b *= 2.0 / np.linalg.norm(b, axis=-1, keepdims=True)  # |b| = 2
+    q += b
+    k[:, :, :1, :] = b * (SINK_LOGIT * math.sqrt(d) / 4.0)  # b . k0 = |b|^2 * SINK_LOGIT sqrt(D) / 4
+    return q, k, v
+
+
+DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
+    Distribution("normal", "Q, K, V ~ N(0, 1): scores of std 1", _normal),
+    Distribution("large_logits_4", "Q and K with std 4: scores of std 16 (no QK-norm)",
+                 lambda rng, shape: _normal(rng, shape, 4.0, 4.0)),
+    Distribution("large_logits_8", "Q and K with std 8: scores of std 64, a few keys take all the weight",
+                 lambda rng, shape: _normal(rng, shape, 8.0, 8.0)),
+    Distribution("outlier_channels", f"{OUTLIER_CHANNELS} head-dim channels of K {OUTLIER_GAIN:g}x larger "
+                 "(the key outlier channels of LLMs)", _outlier_channels),
+    Distribution("sink", f"one key per head that every query scores {SINK_LOGIT:g} above the rest on average "
+                 "(attention sink)", _sink),
+    Distribution("tiny", "Q, K, V with std 0.01: tiny magnitudes", lambda rng, shape: _normal(rng, shape, 0.01, 0.01, 0.01)),
+    Distribution("large_v", "V with std 100: a large output scale", lambda rng, shape: _normal(rng, shape, 1.0, 1.0, 100.0)),
+)}
+
+
+def make_inputs(shape, seed: int, distribution: str = "normal"):
+    """Deterministic inputs for one shape (B, H, S, D), seed and distribution (`DISTRIBUTIONS`).
+
+    Returns (q_f16, k_u8, v_u8, k_scale, v_scale): Q rounded to fp16; K, V in float64, per-tensor
+    scale = amax / 448 (rounded to float32, as the kernel receives it), stored as encode(x / scale).
     """
     shape = tuple(int(s) for s in shape)
     if len(shape) != 4 or min(shape) < 1:
         raise ValueError(f"shape must be (B, H, S, D) with positive entries, got {shape}")
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown input distribution {distribution!r} (known: {', '.join(DISTRIBUTIONS)})")
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal(shape).astype(np.float16)
-    out = [q]
+    q64, k64, v64 = DISTRIBUTIONS[distribution].draw(rng, shape)
+    out = [q64.astype(np.float16)]
     scales = []
-    for _ in range(2):
-        x = rng.standard_normal(shape)
+    for x in (k64, v64):
         amax = float(np.max(np.abs(x)))
         scale = float(np.float32(amax / E4M3_MAX)) if amax > 0 else 1.0
         out.append(encode_e4m3_sim(x / scale))
