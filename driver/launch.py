@@ -38,17 +38,21 @@ class ProcessResult:
     timed_out: bool
 
     def last_error_line(self) -> str:
-        """The line that says what went wrong: our executables' `error: ...` line, else the
-        first line naming a failure (a runtime abort prints it before its stack dump),
-        else the last line."""
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
-        for ln in reversed(lines):
-            if ln.lower().startswith("error"):
-                return ln
-        for ln in lines:
-            if "failed" in ln.lower() or "error_" in ln.lower():
-                return ln
-        return lines[-1] if lines else "(no output on stderr)"
+        return error_line(self.stderr.splitlines())
+
+
+def error_line(stderr_lines: Sequence[str]) -> str:
+    """The line that says what went wrong: our executables' `error: ...` line, else the first line
+    naming a failure (a runtime abort prints it before its stack dump), else the last line. For a
+    one-shot run's stderr and a worker's (driver/workers.py) alike."""
+    lines = [ln.strip() for ln in stderr_lines if ln.strip()]
+    for ln in reversed(lines):
+        if ln.lower().startswith("error"):
+            return ln
+    for ln in lines:
+        if "failed" in ln.lower() or "error_" in ln.lower():
+            return ln
+    return lines[-1] if lines else "(no output on stderr)"
 
 
 def kill_tree(pid: int) -> None:

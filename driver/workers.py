@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Self, TypeVar
 
@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from driver import phases
 from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU
-from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, kill_tree, start_process
+from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, error_line, kill_tree, start_process
 from driver.parse import launch_lines, parse_lines
 
 M = TypeVar("M", bound=BaseModel)
@@ -153,7 +153,7 @@ class Worker:
         self.proc = None
         self.deaths += 1
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited {code}")
-        tail = _error_line(list(self.stream.stderr_tail))
+        tail = error_line(list(self.stream.stderr_tail))
         return KernelFailed(f"{what}: worker {self.name} {how} mid-case: {tail}", f"worker: {' '.join(self.server)}")
 
     def _wait_ready(self, deadline: float, what: str) -> None:
@@ -203,7 +203,7 @@ class Worker:
             self.kill()
             raise KernelFailed(f"malformed end line from worker {self.name} in {what}", f"line: {line[:200]!r}")
         if rc != 0:
-            raise _rc_error(rc, what, message or _error_line(list(self.stream.stderr_tail)), self.server)
+            raise _rc_error(rc, what, message or error_line(list(self.stream.stderr_tail)), self.server)
         return parse_lines("\n".join(results), model, what=f"{what} (worker {self.name})")
 
 
@@ -221,14 +221,6 @@ def _kind(line: str) -> str:
     return "result"
 
 
-def _error_line(stderr: list[str]) -> str:
-    lines = [ln.strip() for ln in stderr if ln.strip()]
-    for ln in reversed(lines):
-        if ln.lower().startswith("error"):
-            return ln
-    return lines[-1] if lines else "(no output on stderr)"
-
-
 def _rc_error(rc: int, what: str, message: str, server: Sequence[str]) -> DriverError:
     """The one-shot exit codes, mapped as launch.launch maps them."""
     detail = message if message.startswith("error") else f"error: {message}"  # as launch quotes stderr
@@ -243,14 +235,13 @@ class Pool:
     """The workers of one suite, keyed by the command that starts them; started on first use (or all at
     once with `prestart`) and closed together. A context manager, so no worker outlives its suite."""
 
-    def __init__(self, *, one_shot: bool = False, name_of: Callable[[tuple[str, ...]], str] | None = None) -> None:
+    def __init__(self, *, one_shot: bool = False) -> None:
         self.workers: dict[tuple[str, ...], Worker] = {}
         self.one_shot = one_shot  # --no-workers: every case its own process, as before workers existed
-        self.name_of = name_of or _default_name
 
     def worker(self, server: tuple[str, ...]) -> Worker:
         if server not in self.workers:
-            self.workers[server] = Worker(server, self.name_of(server))
+            self.workers[server] = Worker(server, _default_name(server))
         return self.workers[server]
 
     def prestart(self, servers: Sequence[tuple[str, ...]]) -> None:
@@ -267,19 +258,21 @@ class Pool:
             return launch_lines(cmd, model, what=what, timeout_s=timeout_s)
         return self.worker(case.server).request(case.args, model, what=what, timeout_s=timeout_s)
 
-    def close(self, keep: Callable[[tuple[str, ...]], bool] = lambda _s: False) -> None:
-        for server in [s for s in self.workers if not keep(s)]:
-            self.workers.pop(server).close()
+    def close(self) -> None:
+        """Every worker leaves (end of input, then killed with its tree if it stays)."""
+        for worker in self.workers.values():
+            worker.close()
+        self.workers.clear()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
-        for w in self.workers.values():
-            if exc[0] is None:
-                w.close()
-            else:  # an error or Ctrl-C: no polite wait
-                w.kill()
+        if exc[0] is None:
+            self.close()
+            return
+        for w in self.workers.values():  # an error or Ctrl-C: no polite wait
+            w.kill()
         self.workers.clear()
 
 

@@ -134,7 +134,7 @@ def interleaved(
     raises. A `Served` command runs on its long-lived worker in `pool` (driver/workers.py), a plain
     command line as its own process."""
     samples = samples or Samples()
-    pool = pool or Pool()
+    pool = pool or Pool(one_shot=True)  # no pool given: nothing would close a worker, so none is started
     for r in range(rounds):
         for cmd_key, cmd in cmds.items():
             if cmd_key in samples.peer_failures:

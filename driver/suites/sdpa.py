@@ -48,13 +48,20 @@ def prepare_case(
     folder: Path, shape: tuple[int, int, int, int], seed: int, *, with_reference: bool = True
 ) -> tuple[dict[str, Path], np.ndarray | None]:
     """Write one seed's inputs as the runners read them; the float64 reference from the same arrays."""
-    q, k, v, k_scale, v_scale = ref.make_inputs(shape, seed)
+    arrays = ref.make_inputs(shape, seed)
+    files = save_inputs(folder, arrays)
+    return files, ref.reference(*arrays) if with_reference else None
+
+
+def save_inputs(folder: Path, arrays: tuple) -> dict[str, Path]:
+    """make_inputs' arrays as the files the runners and peers read (`--q --k --v --scales`)."""
+    q, k, v, k_scale, v_scale = arrays
     files = {name: folder / f"{name}.npy" for name in ("q", "k", "v", "scales")}
     np.save(files["q"], q)
     np.save(files["k"], k)
     np.save(files["v"], v)
     np.save(files["scales"], np.array([k_scale, v_scale], dtype=np.float32))
-    return files, ref.reference(q, k, v, k_scale, v_scale) if with_reference else None
+    return files
 
 
 def timing_args(opts: RunOptions, mode: str) -> list[str]:
@@ -95,12 +102,7 @@ class Cases:
         folder = self.folder / f"{name}-seed{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         arrays = ref.make_inputs(shape, seed)
-        q, k, v, k_scale, v_scale = arrays
-        files = {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-        np.save(files["q"], q)
-        np.save(files["k"], k)
-        np.save(files["v"], v)
-        np.save(files["scales"], np.array([k_scale, v_scale], dtype=np.float32))
+        files = save_inputs(folder, arrays)
         phases.add("inputs (background)", time.perf_counter() - start)
         return files, arrays, folder
 
@@ -115,10 +117,6 @@ class Cases:
         with phases.timed("inputs (wait)"):
             files, _arrays, folder = self.inputs[(name, seed)].result()
         return files, folder
-
-    def expected(self, name: str, seed: int) -> np.ndarray:
-        with phases.timed("reference (wait)"):
-            return self.refs[(name, seed)].result()
 
     def close(self) -> None:
         for fut in [*self.inputs.values(), *self.refs.values()]:
