@@ -127,11 +127,12 @@ def all_targets() -> tuple[Target, ...]:
                 min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
                 ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
                 sm90a=True,
-                # sm_90: the Hopper kernel's FP8 warpgroup MMA (QGMMA), and the copy engine's tensor loads
-                # in the cpasync build only (the mma_sync kernel beside it brings HMMA, and LDGSTS in cpasync).
+                # sm_90: both tiers' Hopper kernels, the fp16 tier's warpgroup MMA (HGMMA) and the fp8 tier's
+                # (QGMMA), and the copy engine's tensor loads in the cpasync build only (the mma_sync kernel
+                # beside them brings HMMA, and LDGSTS in cpasync).
                 # sm_89: the mma_sync kernel alone.
                 sass=(
-                    SassExpectation("sm_90", require=("QGMMA", "HMMA") + (("UTMALDG", "LDGSTS") if cp_async else ()),
+                    SassExpectation("sm_90", require=("HGMMA", "QGMMA", "HMMA") + (("UTMALDG", "LDGSTS") if cp_async else ()),
                                     forbid=() if cp_async else ("UTMALDG", "LDGSTS")),
                     SassExpectation("sm_89", require=("HMMA",) + (("LDGSTS",) if cp_async else ()),
                                     forbid=("HGMMA", "QGMMA", "UTMALDG") + (() if cp_async else ("LDGSTS",))),

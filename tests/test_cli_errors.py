@@ -123,11 +123,21 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
 @pytest.mark.parametrize(
     ("arch", "args", "message"),
     [
-        ("sm_90", ["--kernel", "wgmma_fp8_sm90", "--split", "4"], "--split for wgmma_fp8_sm90 must be 0, 1 or 2"),
-        ("sm_90", ["--kernel", "wgmma_fp8_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
-        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_fp8_sm90 or mma_sync_sm80"),
-        ("sm_90", ["--kernel", "wgmma_sm90"], "--kernel must be auto, wgmma_fp8_sm90 or mma_sync_sm80"),
-        ("sm_89", ["--kernel", "wgmma_fp8_sm90"], "the wgmma_fp8_sm90 kernel is not in this build"),
+        ("sm_90", ["--precision", "fp8", "--kernel", "wgmma_fp8_sm90", "--split", "4"],
+         "--split for wgmma_fp8_sm90 must be 0, 1 or 2"),
+        ("sm_90", ["--kernel", "wgmma_sm90", "--split", "4"], "--split for wgmma_sm90 must be 0, 1 or 2"),
+        ("sm_90", ["--precision", "fp8", "--split", "4"], "--split for wgmma_fp8_sm90 must be 0, 1 or 2"),
+        ("sm_90", ["--precision", "fp8", "--kernel", "wgmma_fp8_sm90", "--warps", "4"],
+         "--warps applies to the mma_sync_sm80 kernel only"),
+        ("sm_90", ["--kernel", "wgmma_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
+        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_sm90, wgmma_fp8_sm90 or mma_sync_sm80"),
+        ("sm_90", ["--kernel", "wgmma_fp8_sm90"], "wgmma_fp8_sm90 is the fp8 tier's kernel; this case asks for --precision fp16"),
+        ("sm_90", ["--precision", "fp8", "--kernel", "wgmma_sm90"], "wgmma_sm90 is the fp16 tier's kernel"),
+        ("sm_90", ["--precision", "fp8", "--kernel", "mma_sync_sm80"], "mma_sync_sm80 computes in fp16"),
+        ("sm_90", ["--precision", "fp4"], "--precision must be fp16 or fp8, got 'fp4'"),
+        ("sm_90", ["--precision", ""], "--precision must be fp16 or fp8, got ''"),
+        ("sm_89", ["--kernel", "wgmma_sm90"], "the wgmma_sm90 kernel is not in this build"),
+        ("sm_89", ["--precision", "fp8", "--kernel", "wgmma_fp8_sm90"], "the wgmma_fp8_sm90 kernel is not in this build"),
     ],
 )
 @pytest.mark.nvcc
@@ -148,6 +158,52 @@ def test_sdpa_runner_kernel_choice_errors_before_touching_a_gpu(tmp_path, arch, 
     (line,) = proc.stderr.strip().splitlines()  # one clear error line
     assert line.startswith("error: ") and message in line
     assert proc.stdout == ""
+
+
+@pytest.mark.nvcc
+def test_sdpa_runner_fp8_tier_without_fp8_wgmma_is_exit_5(tmp_path):
+    """The sm_89 build has no FP8 warpgroup MMA: --precision fp8 is 'not available here' (exit 5, which the
+    driver records as a skipped tier), before any GPU is touched, one line."""
+    import subprocess
+
+    from driver import paths
+    from driver.suites import sdpa
+
+    exe = paths.build_dir() / "sm_89" / "sdpa_fp8_cpasync"
+    if not exe.exists():
+        pytest.fail(f"{exe} is not built: run `python -m driver build --arch sm_89 --targets sdpa` (nox -s test does)")
+    files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
+    proc = subprocess.run([str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy"), "--precision", "fp8"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 5, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: the fp8 tier needs FP8 warpgroup MMA")
+    assert proc.stdout == ""
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("bits, what", [(0x7E00, "NaN"), (0xFC00, "Inf")])
+def test_sdpa_runner_refuses_nonfinite_q_before_touching_a_gpu(tmp_path, bits, what):
+    import subprocess
+
+    import numpy as np
+
+    from driver import paths
+    from driver.suites import sdpa
+
+    exe = paths.build_dir() / "sm_90" / "sdpa_fp8_cpasync"
+    if not exe.exists():
+        pytest.fail(f"{exe} is not built: run `python -m driver build --arch sm_90` (nox -s test does)")
+    files = sdpa.write_inputs(tmp_path, (1, 2, 300, 64), 0)
+    q_path = sdpa.file_args(files)[1]
+    q = np.load(q_path)
+    q.view(np.uint16).reshape(-1)[1234] = bits
+    np.save(q_path, q)
+    proc = subprocess.run([str(exe), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == f"error: q holds {what} at flat index 1234 (shape (1, 2, 300, 64)); inputs must be finite"
 
 
 @pytest.mark.parametrize("shape, needle", [("1x8x0x64", "S = 0"), ("1x8x512x96", "unsupported head dim 96"),

@@ -39,10 +39,12 @@ def _compile(tmp_path_factory, name: str, *defines: str):
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
-    def run(cases, plan: int = 0, bn: int = -1):
+    def run(cases, plan: int = 0, bn: int = -1, fp8: bool = True):
         """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below); bn: the
-        head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128)."""
-        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn}\n" for (b, h, s, d), sms, split, pol in cases)
+        head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128); fp8: the tier (both kernels are
+        in every build: --precision at run time)."""
+        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn} {int(fp8)}\n"
+                        for (b, h, s, d), sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
 
@@ -134,19 +136,19 @@ def test_the_define_sets_the_default_policy(tmp_path_factory, policy):
     assert [_pick(r) for r in run(cases)] == [expected(s, 132, 0, policy) for s in SHAPES]
 
 
-def test_fp16_build_has_two_warpgroups_only(tmp_path_factory):
-    run = _compile(tmp_path_factory, "fp16", "SDPA_SM90_FP8=0")
+def test_fp16_tier_has_two_warpgroups_only(fp8):
+    run = fp8  # the same build: the tier is chosen at run time
     cases = [(s, sms, 0, pol) for s in SHAPES for sms in (132, 114) for pol in (0, 1, 2)]
-    got = run(cases)
+    got = run(cases, fp8=False)
     assert {r["kernel"] for r in got} == {"wgmma_sm90"}
     assert [_pick(r) for r in got] == [expected(s, sms, 0, pol, fp8=False) for s, sms, _, pol in cases]
 
 
-def test_fp16_build_keeps_full_tiles(tmp_path_factory):
-    run = _compile(tmp_path_factory, "fp16_plan", "SDPA_SM90_FP8=0")
+def test_fp16_tier_keeps_full_tiles(fp8):
+    run = fp8
     cases = [(s, 132, 0, 1) for s in SHAPES]
     for plan in (1, 2):
-        got = run(cases, plan)
+        got = run(cases, plan, fp8=False)
         assert [r["tiles"][1] for r in got] == [0] * len(SHAPES)
         assert [_pick(r) for r in got] == [expected(s, 132, 0, 1, fp8=False) for s in SHAPES]
         assert all(r["cover"] for r in got)

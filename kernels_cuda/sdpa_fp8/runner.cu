@@ -4,15 +4,20 @@
 //                               [--iters 500] [--warmup 20] [--warps 0|2|4|8] [--split 0|1|2|4]
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
-//                               [--kernel auto|wgmma_fp8_sm90|mma_sync_sm80]
+//                               [--precision fp16|fp8]
+//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80]
 //
-// Which kernel runs is chosen by the GPU's architecture (--kernel auto, the default):
-//   wgmma_fp8_sm90 kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA on E4M3 operands, tensor copy
-//                  engine), on sm_90 GPUs, in builds for sm_90a (the build defines SDPA_SM90A);
-//                  a build with -DSDPA_SM90_FP8=0 has the fp16-operand variant, named wgmma_sm90,
-//                  in its place;
-//   mma_sync_sm80  kernels_cuda/sdpa_fp8/sdpa_fp8.cuh (mma.sync), everywhere else (sm_80/sm_89).
-// --kernel forces one (an error where it cannot run).  The JSON line names the kernel that ran
+// --precision picks the tier (default fp16): what the matrix products compute in.
+//   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
+//   fp8:  Q and the probabilities P rounded to E4M3, E4M3 warpgroup MMA (FP8 wgmma: sm_90a only;
+//         elsewhere exit 5, "tier not available here").
+// Which kernel runs is chosen by the tier and the GPU's architecture (--kernel auto, the default):
+//   wgmma_sm90     fp16 tier, kernels_cuda/sdpa_fp8_sm90/ (warpgroup MMA on fp16 operands, K/V decoded
+//                  in shared memory, tensor copy engine), on sm_90 GPUs, in builds for sm_90a (the
+//                  build defines SDPA_SM90A);
+//   wgmma_fp8_sm90 fp8 tier, the same folder (E4M3 operands), where wgmma_sm90 can run;
+//   mma_sync_sm80  fp16 tier, kernels_cuda/sdpa_fp8/sdpa_fp8.cuh (mma.sync), everywhere else (sm_80/sm_89).
+// --kernel forces one (an error where it cannot run or is not of the tier).  The JSON line names the kernel that ran
 // ("kernel"); --warps applies to mma_sync_sm80 only (and makes auto pick it); --split 0|1|2|4
 // picks mma_sync_sm80's split-KV config, --split 0|1|2 the Hopper kernel's (1 = unsplit, 2 = both consumer
 // warpgroups on the same query rows, alternate K/V tiles; 0 = by grid size).
@@ -38,7 +43,10 @@
 // "soak_mismatched_elements".
 // --debug-hang (watchdog tests only): a kernel that never finishes runs before the output run.
 //
-// Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU.  Errors: one line "error: ..." on
+// Q must be finite (NaN or Inf anywhere: exit 2 before any launch).
+//
+// Exit codes: 0 ok, 2 bad input, 3 CUDA error, 4 no GPU, 5 the tier asked for is not available on this
+// GPU or build.  Errors: one line "error: ..." on
 // stderr; stdout carries only the JSON line.
 //
 //   sdpa_fp8_{baseline,cpasync} --serve      (no other argument)
@@ -48,7 +56,7 @@
 // gets the one-shot run's JSON line (on success only), then
 // {"worker_end":true,"rc":RC,"error":"MSG"}: RC the one-shot exit code, MSG the text of its
 // "error: " line (also on stderr), JSON-escaped, "" when RC is 0.  After RC 2 the worker goes on
-// with the next case (that case's device buffers and stream freed); after RC 3 or 4 it exits with
+// with the next case (that case's device buffers and stream freed), as after RC 5; after RC 3 or 4 it exits with
 // that code (a CUDA error may have broken the context).  EOF on stdin: exit 0.
 #include <cuda_runtime.h>
 
@@ -64,9 +72,6 @@
 #ifndef SDPA_SM90A
 #define SDPA_SM90A 0
 #endif
-#ifndef SDPA_SM90_FP8
-#define SDPA_SM90_FP8 1
-#endif
 
 #include "npy.h"
 #include "sdpa_fp8.cuh"
@@ -77,12 +82,13 @@
 
 namespace {
 
-// The Hopper kernel's name (kernels_cuda/sdpa_fp8_sm90/kernel.cuh kKernelName), known in every build.
-const std::string kHopper = SDPA_SM90_FP8 ? "wgmma_fp8_sm90" : "wgmma_sm90";
+// The Hopper kernels' names (kernels_cuda/sdpa_fp8_sm90/kernel.cuh kernel_name), known in every build.
+const std::string kHopperFp16 = "wgmma_sm90";
+const std::string kHopperFp8 = "wgmma_fp8_sm90";
 
 bool g_serve = false;  // --serve: many cases in one process
 
-// A bad-input (exit 2) error of one case: unwinds to run_case, which returns 2, so the worker goes on
+// A bad-input (exit 2) or tier-not-here (exit 5) error of one case: unwinds to run_case, which returns 2, so the worker goes on
 // with its next case after the case's guards have freed what it allocated.
 struct CaseError {
     int code;
@@ -113,7 +119,7 @@ void worker_end(int rc, const std::string& msg) {
 [[noreturn]] void die(int code, const std::string& msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
     std::fflush(stderr);
-    if (code == 2) throw CaseError{code, msg};
+    if (code == 2 || code == 5) throw CaseError{code, msg};
     // CUDA error or no GPU: the context may be broken, so no unwinding into CUDA calls; the worker
     // ends here too (the driver starts a new one).
     if (g_serve) worker_end(code, msg);
@@ -175,6 +181,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     bench_timing::Mode timing = bench_timing::Mode::kCold;
     long batch = 20;             // hot: launches per graph replay
     std::string kernel_req = "auto";
+    bool fp8 = false;            // --precision: the tier (fp16 by default)
     bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -208,8 +215,14 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(2, "--batch must be an integer 1..100000"); }
         else if (a == "--kernel") {
             kernel_req = need("--kernel");
-            if (kernel_req != "auto" && kernel_req != kHopper && kernel_req != "mma_sync_sm80")
-                die(2, "--kernel must be auto, " + kHopper + " or mma_sync_sm80");
+            if (kernel_req != "auto" && kernel_req != kHopperFp16 && kernel_req != kHopperFp8 && kernel_req != "mma_sync_sm80")
+                die(2, "--kernel must be auto, " + kHopperFp16 + ", " + kHopperFp8 + " or mma_sync_sm80");
+        }
+        else if (a == "--precision") {
+            const std::string p = need("--precision");
+            if (p == "fp16") fp8 = false;
+            else if (p == "fp8") fp8 = true;
+            else die(2, "--precision must be fp16 or fp8, got '" + p + "'");
         }
         else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
@@ -219,7 +232,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
         die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
                "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin] [--timing cold|hot] "
-               "[--batch N]");
+               "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
@@ -250,20 +263,44 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (!std::isfinite(k_scale) || !std::isfinite(v_scale) || !(k_scale > 0.f) || !(v_scale > 0.f))
         die(2, "scales must be finite and > 0");
 
-    {   // flag combinations (--warps / --split / --kernel / head dim) are checked before the GPU is touched,
+    // Q must be finite: a NaN or Inf would spread through its rows' softmax (fp16: exponent bits all ones).
+    {
+        const uint16_t* qb = reinterpret_cast<const uint16_t*>(q.data.data());
+        const size_t nq = (size_t)q.count();
+        for (size_t i = 0; i < nq; ++i)
+            if ((qb[i] & 0x7C00u) == 0x7C00u)
+                die(2, std::string("q holds ") + ((qb[i] & 0x03FFu) ? "NaN" : "Inf") + " at flat index " + std::to_string(i) +
+                           " (shape " + shape_str(q.shape) + "); inputs must be finite");
+    }
+
+    // The tier's Hopper kernel.
+    const std::string kHopper = fp8 ? kHopperFp8 : kHopperFp16;
+#if SDPA_SM90A
+    const sdpa_sm90::Precision tier = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
+#endif
+    {   // flag combinations (--precision / --warps / --split / --kernel / head dim) are checked before the GPU is touched,
         // against the kernel that will run where that is known without the GPU
         const char* why = nullptr;
+        const std::string other = fp8 ? kHopperFp16 : kHopperFp8;
+        if (kernel_req == other)
+            die(2, "--kernel " + other + " is the " + (fp8 ? "fp16" : "fp8") + " tier's kernel; this case asks for --precision " +
+                       (fp8 ? "fp8" : "fp16"));
+        if (fp8 && kernel_req == "mma_sync_sm80")
+            die(2, "--kernel mma_sync_sm80 computes in fp16 (the fp16 tier); this case asks for --precision fp8");
+        if (fp8 && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only (the fp16 tier)");
         if (kernel_req == kHopper && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
         if (!SDPA_SM90A && kernel_req == kHopper)
             die(2, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
+        if (fp8 && !SDPA_SM90A)
+            die(5, "the fp8 tier needs FP8 warpgroup MMA (a build for sm_90a on an sm_90 GPU); this build has no sm_90a code");
         if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
             sdpa_fp8::LaunchInfo probe;
             if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
         }
 #if SDPA_SM90A
-        if (kernel_req == kHopper) {
+        if (kernel_req == kHopper || fp8) {
             sdpa_sm90::LaunchInfo p90;
-            if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
+            if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
         }
 #endif
     }
@@ -285,7 +322,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // build for sm_90a; everything else runs mma_sync_sm80.
     const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
     if (kernel_req == kHopper && !sm90_possible)
-        die(2, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
+        die(fp8 ? 5 : 2, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
+    if (fp8 && !sm90_possible)
+        die(5, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
     const bool use_sm90 = kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned);
 
     const char* kernel_name = use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
@@ -300,7 +339,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
-        if (!sdpa_sm90::select_config((int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
+        if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
         func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
         li_full = l90.plan.full; li_short = l90.plan.nshort;
 #endif
@@ -433,11 +472,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);
     std::printf(
-        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
+        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"precision\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
         "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
         "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
         "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
-        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, (long long)B, (long long)H, (long long)S, (long long)D,
+        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, fp8 ? "fp8" : "fp16", (long long)B, (long long)H, (long long)S, (long long)D,
         iters, warmup, p50, st_us.p90, st_us.mean, st_us.std, st_us.min, tflops, grid, block,
         smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
         timed.hold_overruns, extra.c_str());

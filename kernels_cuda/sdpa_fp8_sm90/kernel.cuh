@@ -35,28 +35,28 @@
 #include "tile_plan.cuh"
 #include "traits.cuh"
 
-// Which matrix products the Hopper kernel runs (compile time; see README.md "Variants"):
-//   1 (default): wgmma_fp8_sm90, E4M3 operands (Q and P rounded to E4M3, K used as loaded, V
-//                transposed in shared memory; fp8_*.cuh);
-//   0:           wgmma_sm90, fp16 operands (K and V decoded to fp16 in shared memory).
-#ifndef SDPA_SM90_FP8
-#define SDPA_SM90_FP8 1
-#endif
-
+// Which matrix products the Hopper kernel runs is a run-time choice: the precision tier (see README.md
+// "Tiers"). Every sm_90a build has both kernels:
+//   fp16 tier (default): wgmma_sm90, fp16 operands (K and V decoded E4M3 -> fp16 in shared memory;
+//                        traits.cuh, tile_load.cuh, mainloop.cuh): the seeds' contract;
+//   fp8 tier:            wgmma_fp8_sm90, E4M3 operands (Q and P rounded to E4M3, K used as loaded, V
+//                        transposed in shared memory; fp8_*.cuh).
 namespace sdpa_sm90 {
 
-// NCWG: consumer warpgroups; 3 = the FP8 build's unsplit head-dim-64 kernel of 192 rows per block.
-#if SDPA_SM90_FP8
-template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
-using KernelTraits = std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>;
-constexpr const char* kKernelName = "wgmma_fp8_sm90";
-#else
-template <int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
-using KernelTraits = Traits<D, ASYNC, ABL, SPLIT>;  // two consumer warpgroups, its own tile: NCWG and BN are ignored
-constexpr const char* kKernelName = "wgmma_sm90";
-#endif
-// Whether this build has a three-consumer-warpgroup kernel (the FP8 build's, at head dim 64).
-constexpr bool kHasNcwg3 = KernelTraits<64, kAsync, kAblNone, false, 3>::NCWG == 3;
+enum class Precision { kFp16 = 0, kFp8 = 1 };
+
+inline const char* kernel_name(Precision p) { return p == Precision::kFp8 ? "wgmma_fp8_sm90" : "wgmma_sm90"; }
+inline const char* precision_name(Precision p) { return p == Precision::kFp8 ? "fp8" : "fp16"; }
+
+// NCWG: consumer warpgroups; 3 = the FP8 kernel's unsplit head-dim-64 kernel of 192 rows per block.
+// The fp16 kernel has two consumer warpgroups and its own tile: NCWG and BN are ignored there.
+template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
+using KernelTraits = std::conditional_t<
+    FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>,
+    Traits<D, ASYNC, ABL, SPLIT>>;
+// Whether a tier has a three-consumer-warpgroup kernel (the FP8 kernel's, at head dim 64).
+template <bool FP8>
+constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NCWG == 3;
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
@@ -170,6 +170,7 @@ struct LaunchInfo {
     int ablate = kAblNone;
     bool persistent = false;  // blocks take units grid apart (SDPA_SM90_PERSISTENT); else grid = units
     TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); units = (full + nshort) * BH
+    Precision precision = Precision::kFp16;  // the tier: which kernel family func belongs to
 };
 
 // Blocks of a grid of `units` work units: one per unit, or at most one per SM for a persistent kernel.
@@ -177,9 +178,9 @@ inline int grid_for(const LaunchInfo& li) {
     return li.persistent && li.num_sms > 0 && li.num_sms < li.plan.units ? li.num_sms : li.plan.units;
 }
 
-template <int D, int ABL, bool SPLIT, int NCWG, int BN>
+template <bool FP8, int D, int ABL, bool SPLIT, int NCWG, int BN>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = KernelTraits<D, kAsync, ABL, SPLIT, NCWG, BN>;
+    using T = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -192,37 +193,38 @@ inline LaunchInfo info_for(int BH, int S) {
     li.split = SPLIT ? 2 : 1;
     li.ncwg = T::NCWG;
     li.ablate = ABL;
+    li.precision = FP8 ? Precision::kFp8 : Precision::kFp16;
     if constexpr (T::FP8) li.persistent = T::PERSIST;
     return li;
 }
 
-template <int D, bool SPLIT, int NCWG = 2, int BN = 128>
+template <bool FP8, int D, bool SPLIT, int NCWG = 2, int BN = 128>
 inline LaunchInfo info_for(int BH, int S, int ablate) {
     switch (ablate) {
-        case kAblNoCompute: return info_for<D, kAblNoCompute, SPLIT, NCWG, BN>(BH, S);
-        case kAblNoLoads: return info_for<D, kAblNoLoads, SPLIT, NCWG, BN>(BH, S);
-        default: return info_for<D, kAblNone, SPLIT, NCWG, BN>(BH, S);
+        case kAblNoCompute: return info_for<FP8, D, kAblNoCompute, SPLIT, NCWG, BN>(BH, S);
+        case kAblNoLoads: return info_for<FP8, D, kAblNoLoads, SPLIT, NCWG, BN>(BH, S);
+        default: return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN>(BH, S);
     }
 }
 
 // Split (both consumer warpgroups on the same 64 rows, alternate K/V tiles) when the unsplit grid
 // would fill at most half of the SMs and there are at least two K/V tiles: twice the blocks,
 // half the tiles per warpgroup.  split_override: 0 = that rule, 1 = unsplit, 2 = split.
-// Head dim 64, unsplit, FP8 build: three consumer warpgroups (192 rows per block) or two (128) by
+// Head dim 64, unsplit, FP8 tier: three consumer warpgroups (192 rows per block) or two (128) by
 // ncwg_policy (SDPA_SM90_NCWG3_D64, fp8_traits.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
-// Then, unsplit in the FP8 build, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
-// Head dim 128, FP8 build: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, fp8_traits.cuh
+// Then, unsplit in the FP8 tier, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
+// Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
-inline bool select_config(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
-                          const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
-                          int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128) {
+template <bool FP8>
+inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
+                               const char** err, int ncwg_policy, int plan_policy, int bn_policy) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (split_override < 0 || split_override > 2) {
-        *err = SDPA_SM90_FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
+        *err = FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
         return false;
     }
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
@@ -232,36 +234,48 @@ inline bool select_config(int BH, int S, int D, int num_sms, int split_override,
         return false;
     }
     // Unsplit blocks with two consumer warpgroups (128 rows; the largest unsplit grid) and, where
-    // this build has them at this head dim, three (192 rows).
-    const int bm2 = KernelTraits<64, kAsync, kAblNone, false>::BM;
-    static_assert(KernelTraits<64, kAsync, kAblNone, false>::BM == KernelTraits<128, kAsync, kAblNone, false>::BM,
+    // this tier has them at this head dim, three (192 rows).
+    const int bm2 = KernelTraits<FP8, 64, kAsync, kAblNone, false>::BM;
+    static_assert(KernelTraits<FP8, 64, kAsync, kAblNone, false>::BM == KernelTraits<FP8, 128, kAsync, kAblNone, false>::BM,
                   "two consumer warpgroups: the same rows per block at both head dims");
-    const int bm3 = KernelTraits<64, kAsync, kAblNone, false, 3>::BM;
+    const int bm3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::BM;
     const long long blocks2 = ((long long)S + bm2 - 1) / bm2 * BH;
     const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
-    const bool can3 = kHasNcwg3 && D == 64 && ncwg_policy != 0;
-    // Keys per K/V tile: head dim 128 in the FP8 build by S (fp8_traits.cuh bn_d128), else the traits' own.
-    const bool wide = SDPA_SM90_FP8 && D == 128 && bn_d128(S, bn_policy) == 192;
-    const int bn = wide ? 192 : D == 64 ? KernelTraits<64, kAsync, kAblNone, false>::BN
-                                        : KernelTraits<128, kAsync, kAblNone, false>::BN;
+    const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
+    // Keys per K/V tile: head dim 128 in the FP8 tier by S (fp8_traits.cuh bn_d128), else the traits' own.
+    const bool wide = FP8 && D == 128 && bn_d128(S, bn_policy) == 192;
+    const int bn = wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
+                                        : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
     const int ntiles = (S + bn - 1) / bn;
     const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
     const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
     if (D == 64) {
-        if (split) *li = info_for<64, true>(BH, S, ablate);
-        else if (three) *li = info_for<64, false, 3>(BH, S, ablate);
-        else *li = info_for<64, false>(BH, S, ablate);
+        if (split) *li = info_for<FP8, 64, true>(BH, S, ablate);
+        else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate);
+        else *li = info_for<FP8, 64, false>(BH, S, ablate);
     } else {
-        if (wide) *li = split ? info_for<128, true, 2, 192>(BH, S, ablate) : info_for<128, false, 2, 192>(BH, S, ablate);
-        else *li = split ? info_for<128, true>(BH, S, ablate) : info_for<128, false>(BH, S, ablate);
+        if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate) : info_for<FP8, 128, false, 2, 192>(BH, S, ablate);
+        else *li = split ? info_for<FP8, 128, true>(BH, S, ablate) : info_for<FP8, 128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
-    if (SDPA_SM90_FP8 && li->split == 1)
+    if (FP8 && li->split == 1)
         li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy);
     li->grid = grid_for(*li);  // units <= the split grid, checked above
     return true;
+}
+
+// The tier's kernel and its configuration (the policies above apply to the FP8 tier; the fp16 kernel
+// has two consumer warpgroups, 128-key tiles and full tiles only).
+inline bool select_config(Precision precision, int BH, int S, int D, int num_sms, int split_override, int ablate,
+                          LaunchInfo* li, const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
+                          int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128) {
+    return precision == Precision::kFp8
+               ? select_config_tier<true>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
+                                          bn_policy)
+               : select_config_tier<false>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy,
+                                           plan_policy, bn_policy);
 }
 
 // Tensor maps for the copy engine: Q fp16 {D, S, BH} in boxes {64, BM, 1} with the 128-byte
@@ -271,7 +285,8 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
                              const uint8_t* v, int BH, int S, const char** err) {
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
-    maps->next_stride = SDPA_SM90_FP8 && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
+    const bool fp8 = li.precision == Precision::kFp8;
+    maps->next_stride = fp8 && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);
@@ -299,7 +314,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const cuuint32_t box[3] = {(cuuint32_t)D, (cuuint32_t)li.bn, 1};
     // FP8 operands: K lands in the swizzled K-major layout wgmma reads (rows of D bytes: 64- or
     // 128-byte swizzle); V unswizzled (the producer transposes it).  fp16 operands: both unswizzled.
-    const CUtensorMapSwizzle k_swizzle = !SDPA_SM90_FP8 ? CU_TENSOR_MAP_SWIZZLE_NONE
+    const CUtensorMapSwizzle k_swizzle = !fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE
                                          : li.D == 64   ? CU_TENSOR_MAP_SWIZZLE_64B
                                                         : CU_TENSOR_MAP_SWIZZLE_128B;
     for (int i = 0; i < 2; ++i) {

@@ -2,7 +2,8 @@
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
 // launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
-// plan bn"; policy / plan / bn -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S):
+// plan bn fp8"; policy / plan / bn -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S;
+// fp8: 1 = the fp8 tier's kernel, 0 = the fp16 tier's):
 // the launch configuration select_config gives (with "bn", the keys per K/V tile), or
 // its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
 // "cover" = every row of every head in exactly one unit and the grid one block per unit (persistent:
@@ -37,33 +38,42 @@ static void cover(const sdpa_sm90::LaunchInfo& li, int BH, int S, bool* ok, int 
         if (!c) *ok = false;
 }
 
+// The traits of the configuration select_config chose, by what it reports.
+template <bool FP8>
+static void cover_all(const sdpa_sm90::LaunchInfo& li, int BH, int S, int D, bool* ok, int (&nc)[4]) {
+    using namespace sdpa_sm90;
+    if (D == 64 && li.split == 2) cover<KernelTraits<FP8, 64, kAsync, kAblNone, true>>(li, BH, S, ok, nc);
+    else if (D == 64 && li.ncwg == 3) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>>(li, BH, S, ok, nc);
+    else if (D == 64) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false>>(li, BH, S, ok, nc);
+    else if (li.split == 2 && li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>>(li, BH, S, ok, nc);
+    else if (li.split == 2) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true>>(li, BH, S, ok, nc);
+    else if (li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>>(li, BH, S, ok, nc);
+    else cover<KernelTraits<FP8, 128, kAsync, kAblNone, false>>(li, BH, S, ok, nc);
+}
+
 int main() {
     long long B, H, S;
-    int D, sms, split, policy, plan, bnpol;
-    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol) == 9) {
+    int D, sms, split, policy, plan, bnpol, fp8;
+    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol, &fp8) == 10) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
         const int BH = (int)(B * H);
         const int pol = policy < 0 ? SDPA_SM90_NCWG3_D64 : policy;
         const int pl = plan < 0 ? SDPA_SM90_TILE_PLAN : plan;
         const int bp = bnpol < 0 ? SDPA_SM90_BN_D128 : bnpol;
-        if (!sdpa_sm90::select_config(BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp)) {
+        const sdpa_sm90::Precision prec = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
+        if (!sdpa_sm90::select_config(prec, BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
         bool ok = false;
         int nc[4] = {0, 0, 0, 0};
         using namespace sdpa_sm90;
-        if (D == 64 && li.split == 2) cover<KernelTraits<64, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
-        else if (D == 64 && li.ncwg == 3) cover<KernelTraits<64, kAsync, kAblNone, false, 3>>(li, BH, (int)S, &ok, nc);
-        else if (D == 64) cover<KernelTraits<64, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
-        else if (li.split == 2 && li.bn == 192) cover<KernelTraits<128, kAsync, kAblNone, true, 2, 192>>(li, BH, (int)S, &ok, nc);
-        else if (li.split == 2) cover<KernelTraits<128, kAsync, kAblNone, true>>(li, BH, (int)S, &ok, nc);
-        else if (li.bn == 192) cover<KernelTraits<128, kAsync, kAblNone, false, 2, 192>>(li, BH, (int)S, &ok, nc);
-        else cover<KernelTraits<128, kAsync, kAblNone, false>>(li, BH, (int)S, &ok, nc);
+        if (fp8) cover_all<true>(li, BH, (int)S, D, &ok, nc);
+        else cover_all<false>(li, BH, (int)S, D, &ok, nc);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
                     "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
-                    sdpa_sm90::kKernelName, li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
+                    sdpa_sm90::kernel_name(li.precision), li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
                     li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", ok ? "true" : "false", nc[1],
                     nc[2], nc[3]);
     }
