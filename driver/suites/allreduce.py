@@ -159,12 +159,17 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         why = peers.missing(name)
         if why:
             result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
-    ceilings, ceiling_skips = measure_ceiling(opts)
-    result.ceilings_gbps |= ceilings
-    result.skipped += ceiling_skips
     impls = 2 + sum(peers.missing(name) is None for name in peers.of_suite("allreduce"))
-    plan(len(counts) * len(opts.dtypes) * (opts.rounds + 1) * len(opts.modes("allreduce")) * impls)
     with Pool(one_shot=not opts.workers) as pool:
+        # The first group's workers start (a torch import, a process group, CUDA contexts: ~10 s) while
+        # the link ceiling's process imports torch and copies: the copy may overlap their set-up (contexts,
+        # NCCL's connections), never a collective; no collective is timed before both are done.
+        first = _commands(opts, exe_dir, opts.dtypes[0], counts[0])
+        pool.prestart(sorted({c.server for c in first.values() if c.serve}))
+        ceilings, ceiling_skips = measure_ceiling(opts)
+        result.ceilings_gbps |= ceilings
+        result.skipped += ceiling_skips
+        plan(len(counts) * len(opts.dtypes) * (opts.rounds + 1) * len(opts.modes("allreduce")) * impls)
         for ngpus in counts:
             for dtype in opts.dtypes:
                 records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps,
