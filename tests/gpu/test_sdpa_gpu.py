@@ -1,4 +1,5 @@
-"""SDPA on the GPU: both variants against the float64 reference, every shape and seed."""
+"""SDPA on the GPU: both variants of both precision tiers against the float64 reference, every shape and
+seed; the fp8 tier's own configurations (three consumer warpgroups, tile widths by S) forced."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from driver.gates import sdpa_correctness
 from driver.launch import launch
 from driver.records import SdpaLine
 from driver.suites import sdpa
-from driver.suites.sdpa import HOPPER_KERNEL
 from driver.verify import sdpa_errors
 from tests.gpu.conftest import serve_lines
 
@@ -24,9 +24,23 @@ EXTRA_SHAPES = [(1, 1, 1, 64), (1, 1, 1, 128), (1, 2, 129, 64), (1, 3, 77, 128),
                 (3, 5, 777, 64), (1, 4, 300, 128)]
 
 
-def expected_kernel(arch: str) -> str:
-    """The kernel the runner picks by architecture (--kernel auto)."""
-    return HOPPER_KERNEL if arch == "sm_90" else "mma_sync_sm80"
+FP16_HOPPER, FP8_HOPPER = "wgmma_sm90", "wgmma_fp8_sm90"  # the tiers' Hopper kernels (kernel.cuh kernel_name)
+TIERS = ("fp16", "fp8")
+
+
+def expected_kernel(arch: str, precision: str = "fp16") -> str:
+    """The kernel the runner picks by tier and architecture (--kernel auto)."""
+    if precision == "fp8":
+        return FP8_HOPPER
+    return FP16_HOPPER if arch == "sm_90" else "mma_sync_sm80"
+
+
+def skip_without_fp8_wgmma(precision: str = "fp8") -> None:
+    if precision == "fp8" and device.arch_of(0) != "sm_90":
+        pytest.skip(f"the fp8 tier ({FP8_HOPPER}) needs FP8 warpgroup MMA (sm_90); this GPU is {device.arch_of(0)}")
+
+
+FP8 = ["--precision", "fp8", "--kernel", FP8_HOPPER]  # the fp8 tier's kernel, forced
 
 
 _POOL: list = []  # the session's worker pool (tests/gpu/conftest.py `workers`), set by the autouse fixture
@@ -37,8 +51,26 @@ def _pool(workers):
     _POOL[:] = [workers]
 
 
+_CASES: dict = {}  # (shape, seed) -> (input files, float64 reference): made once per session
+
+
+@pytest.fixture(autouse=True)
+def _cases_dir(tmp_path_factory):
+    _CASES.setdefault("dir", tmp_path_factory.mktemp("sdpa_cases"))
+
+
+def prepared(shape, seed):
+    """The inputs and reference of (shape, seed), shared by every test, tier and variant of the session."""
+    key = (tuple(shape), seed)
+    if key not in _CASES:
+        folder = _CASES["dir"] / f"{'x'.join(map(str, shape))}_s{seed}"
+        folder.mkdir()
+        _CASES[key] = sdpa.prepare_case(folder, tuple(shape), seed)
+    return _CASES[key]
+
+
 def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
-    files, expected = sdpa.prepare_case(tmp_path, shape, seed)
+    files, expected = prepared(shape, seed)
     out = tmp_path / f"out_{impl}.npy"
     cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1",
            *extra]
@@ -55,14 +87,17 @@ def run_case(exe_dir, tmp_path, impl, shape, seed, *extra):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("shape_name", list(SDPA_SHAPES))
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
-def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
+@pytest.mark.parametrize("precision", TIERS)
+def test_variant_matches_reference(exe_dir, tmp_path, precision, impl, shape_name, seed):
+    skip_without_fp8_wgmma(precision)
     shape = SDPA_SHAPES[shape_name]
-    files, expected = sdpa.prepare_case(tmp_path, shape, seed)
+    files, expected = prepared(shape, seed)
     out = tmp_path / "out.npy"
-    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1"]
+    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "3", "--warmup", "1",
+           "--precision", precision]
     (line,) = serve_lines(_POOL[0], cmd, SdpaLine, what=impl, timeout_s=120)
     assert line.impl == impl and line.shape == list(shape)
-    assert line.kernel == expected_kernel(device.arch_of(0))
+    assert line.kernel == expected_kernel(device.arch_of(0), precision)
     got = np.load(out)
     assert got.shape == shape and got.dtype == np.float16
     m = sdpa_errors(got, expected, bad_err=GATES.bad_err, what=impl)
@@ -72,11 +107,13 @@ def test_variant_matches_reference(exe_dir, tmp_path, impl, shape_name, seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("shape", EXTRA_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_both_variants_match_reference_and_each_other(exe_dir, tmp_path, shape, seed):
-    """The kernel this GPU's arch selects, both variants, correct and bit-identical (same decode, same math)."""
-    base_line, base = run_case(exe_dir, tmp_path, "baseline", shape, seed)
-    async_line, asyn = run_case(exe_dir, tmp_path, "cpasync", shape, seed)
-    assert base_line.kernel == async_line.kernel == expected_kernel(device.arch_of(0))
+@pytest.mark.parametrize("precision", TIERS)
+def test_both_variants_match_reference_and_each_other(exe_dir, tmp_path, precision, shape, seed):
+    """The kernel this tier and GPU select, both variants, correct and bit-identical (same decode, same math)."""
+    skip_without_fp8_wgmma(precision)
+    base_line, base = run_case(exe_dir, tmp_path, "baseline", shape, seed, "--precision", precision)
+    async_line, asyn = run_case(exe_dir, tmp_path, "cpasync", shape, seed, "--precision", precision)
+    assert base_line.kernel == async_line.kernel == expected_kernel(device.arch_of(0), precision)
     assert np.array_equal(base.view(np.uint16), asyn.view(np.uint16))
 
 
@@ -84,29 +121,30 @@ def test_both_variants_match_reference_and_each_other(exe_dir, tmp_path, shape, 
 @pytest.mark.parametrize("shape", [(1, 8, 512, 64), (1, 2, 1000, 128), (2, 3, 257, 64), (1, 2, 384, 128)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
-def test_hopper_split_and_unsplit_configs(exe_dir, tmp_path, impl, shape, split):
-    """The Hopper kernel's two block configurations forced on shapes where the grid rule would pick the other one,
-    with odd and even tile counts per consumer warpgroup."""
+@pytest.mark.parametrize("kernel", [FP16_HOPPER, FP8_HOPPER])
+def test_hopper_split_and_unsplit_configs(exe_dir, tmp_path, kernel, impl, shape, split):
+    """Each Hopper kernel's two block configurations forced on shapes where the grid rule would pick the other
+    one, with odd and even tile counts per consumer warpgroup."""
     if device.arch_of(0) != "sm_90":
-        pytest.skip(f"{HOPPER_KERNEL} runs on sm_90 only; this GPU is {device.arch_of(0)}")
-    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", HOPPER_KERNEL, "--split", split)
-    assert line.kernel == HOPPER_KERNEL and line.split == int(split)
+        pytest.skip(f"{kernel} runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    precision = "fp8" if kernel == FP8_HOPPER else "fp16"
+    line, _ = run_case(exe_dir, tmp_path, impl, shape, 0, "--precision", precision, "--kernel", kernel, "--split", split)
+    assert line.kernel == kernel and line.split == int(split)
 
 
 @pytest.mark.parametrize("shape", [(1, 132, 250, 64), (2, 60, 1900, 64)], ids=lambda s: "x".join(map(str, s)))
 def test_three_warpgroup_tile_plan_at_odd_sizes(exe_dir, tmp_path, shape):
-    """Grids the tile plan fills with short 128-row tiles after the 192-row ones (tile_plan.cuh), each with a
+    """fp8 tier: grids the tile plan fills with short 128-row tiles after the 192-row ones (tile_plan.cuh), each with a
     partial last tile, run by persistent blocks (min(units, SMs), each taking units grid apart): at
     (1,132,250,64) 1 + 1 per head, the short one 58 rows (one warpgroup runs, two take and hand back the tiles),
     each block a full unit then a short one; at (2,60,1900,64) 8 + 3, the last 108 rows (two). Both variants
     correct and bit-identical."""
-    if device.arch_of(0) != "sm_90":
-        pytest.skip(f"{HOPPER_KERNEL} runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    skip_without_fp8_wgmma()
     torch = pytest.importorskip("torch", reason="the SM count (the persistent grid) comes from torch")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     lines, outs = [], []
     for impl in sdpa.VARIANTS:
-        line, got = run_case(exe_dir, tmp_path, impl, shape, 0, "--kernel", HOPPER_KERNEL, "--split", "0")
+        line, got = run_case(exe_dir, tmp_path, impl, shape, 0, *FP8, "--split", "0")
         lines.append(line)
         outs.append(got)
     for line in lines:
@@ -121,16 +159,15 @@ def test_three_warpgroup_tile_plan_at_odd_sizes(exe_dir, tmp_path, shape):
                                       ((1, 24, 2000, 128), 128), ((1, 2, 8000, 128), 192)],
                          ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else f"bn{s}")
 def test_head_dim_128_tile_width_by_s(exe_dir, tmp_path, shape, bn):
-    """Head dim 128: the keys per K/V tile select_config picks by S (192 where S padded to 192-key tiles is
+    """Head dim 128, fp8 tier: the keys per K/V tile select_config picks by S (192 where S padded to 192-key tiles is
     less than 1.02x S padded to 128, else 128; tests/test_sdpa_sm90_select.py restates the rule), each
     with a tail, split and unsplit, one and several units per persistent block: the line names the width,
     both variants correct and bit-identical."""
-    if device.arch_of(0) != "sm_90":
-        pytest.skip(f"{HOPPER_KERNEL} runs on sm_90 only; this GPU is {device.arch_of(0)}")
+    skip_without_fp8_wgmma()
     lines, outs = [], []
     for impl in sdpa.VARIANTS:
         # --split 0: the grid rule, and the line's extra keys ("bn")
-        line, got = run_case(exe_dir, tmp_path, impl, shape, 1, "--kernel", HOPPER_KERNEL, "--split", "0")
+        line, got = run_case(exe_dir, tmp_path, impl, shape, 1, *FP8, "--split", "0")
         lines.append(line)
         outs.append(got)
     assert [line.bn for line in lines] == [bn, bn], lines
