@@ -45,6 +45,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
         with phases.timed("build"):
             meta, arch = prepare(opts, limits)
         dev = device.probe()
+        device.require_gpus(dev, opts.ngpus)  # before any launch (the ceiling, a suite)
     except NoGPU as exc:  # nothing ran: every gate of the run is absent, and the message says so
         raise NoGPU(f"{exc.message}; not measured: {gates.requested_summary(opts, limits)}", exc.hint) from None
     sha, dirty = git_state()

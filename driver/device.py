@@ -98,3 +98,15 @@ def arch_of(gpu_index: int = 0) -> str:
         return f"sm_{major}{minor}"
     finally:
         _safe(nv.nvmlShutdown)
+
+
+def require_gpus(dev: DeviceInfo, ngpus: tuple[int, ...] | None) -> None:
+    """Before anything is launched: every GPU count asked for (--ngpus) is present, else NoGPU naming the
+    GPUs this host has. None (no --ngpus): the suites take the counts present."""
+    present = len(dev.gpus)
+    too_many = [n for n in ngpus or () if n > present]
+    if too_many:
+        names = ", ".join(f"GPU{g.index} {g.name}" for g in dev.gpus)
+        fits = [n for n in ngpus if n <= present]
+        raise NoGPU(f"--ngpus {max(too_many)} asked for, but this host has {present} GPU(s): {names}",
+                    f"use --ngpus {','.join(map(str, fits))}" if fits else "leave --ngpus out to run every count present")

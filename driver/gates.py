@@ -119,9 +119,13 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
     v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
                       peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
     untrusted = [why for rec in (subject, peer) if (why := overrun_reason(rec))]
+    # A wrong peer is still a peer to time against (it is a comparison, never gated); the gate says so.
+    notes = [f"{g.peer}'s own result was wrong (recorded, not gated): {'; '.join(peer.correctness.reasons)}"
+             ] if peer.correctness.status == "fail" else []
     if untrusted and v.status != "inconclusive":  # the ratio stays in the reasons, the verdict does not stand
-        return GateResult(gate=g.gate, kind="speed", status="inconclusive", reasons=[*v.reasons, *untrusted]), subject
-    return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=v.reasons), subject
+        return GateResult(gate=g.gate, kind="speed", status="inconclusive",
+                          reasons=[*v.reasons, *untrusted, *notes]), subject
+    return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=[*v.reasons, *notes]), subject
 
 
 def overrun_reason(rec: ArchivedRecord) -> str | None:
@@ -151,16 +155,43 @@ def allreduce_inconclusive(reps: dict[tuple[str, str, int], AllreduceLine], limi
 # ---------------------------------------------------------------- correctness
 
 
+def _value(v: float | None) -> str:
+    return "NaN/inf" if v is None else f"{v:.9g}"
+
+
+def allreduce_property_failures(line: AllreduceLine) -> list[str]:
+    """Which property of docs/ALLREDUCE.md a checked line fails, each with its first element: the bound,
+    rank agreement, and (ours only: a peer need not sum in a fixed order) the same bits every run."""
+    out = []
+    if line.out_of_bound:
+        f = line.out_of_bound_first
+        first = (f" (first: rank {f.rank} element {f.element}: {_value(f.value)} vs float64 sum {f.reference:.9g}, "
+                 f"bound {f.bound:.3g})") if f else ""
+        out.append(f"bound: {line.out_of_bound} element(s) outside |out - s| <= gamma_{line.ngpus - 1} * "
+                   f"sum|x_r|{first}")
+    if line.rank_mismatch:
+        m = line.rank_mismatch_first
+        first = (f" (first: rank {m.rank} element {m.element}: {_value(m.value)} vs rank 0's "
+                 f"{_value(m.rank0_value)})") if m else ""
+        out.append(f"rank agreement: {line.rank_mismatch} element(s) differ from rank 0's bits{first}")
+    if line.impl == "ours" and line.same_bits_every_run is False:
+        out.append(f"same bits every run: {line.run_to_run_mismatch} element(s) of rank 0's output changed between "
+                   f"launches on the same inputs ({line.runs_compared} launch(es) compared with the first)")
+    return out
+
+
 def allreduce_correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
-    """One line: checked, finite, at most max_wrong wrong elements, and (ours) the kernel the GPU
-    confirmed is the one the host selected, which is the one asked for."""
+    """One line: checked, finite, at most max_wrong wrong elements, each failed property named with its first
+    element (a line from before the properties existed says only how many were wrong), and (ours) the
+    kernel the GPU confirmed is the one the host selected, which is the one asked for. The same rules
+    judge every impl; whether a failure blocks the run is the gate stage's business (a peer's does not)."""
     reasons = []
     if not line.checked and line.elements > 0:
         reasons.append("result was not checked")
     if line.max_abs_err is None:
         reasons.append("some output is NaN or infinite")
     if line.wrong > gates.allreduce.max_wrong:
-        reasons.append(f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err})")
+        reasons += allreduce_property_failures(line) or [f"{line.wrong} wrong elements (max_abs_err {line.max_abs_err})"]
     if line.impl == "ours" and line.elements > 0:  # nothing is launched for 0 elements
         if line.kernel_confirmed != line.kernel_selected:
             reasons.append(f"host selected {line.kernel_selected} but the GPU ran {line.kernel_confirmed}")
@@ -240,10 +271,11 @@ def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
 
 
 def _correctness(records: list[ArchivedRecord]) -> list[GateResult]:
-    """Every record's correctness is a gate, but an ungated peer's (its error is reported, not gated)."""
+    """Every record's correctness is a gate, but a peer's: a peer is a comparison, not our product, so its
+    correctness is recorded and reported (COMPARE.md), never gated (docs/ALLREDUCE.md)."""
     out = []
     for r in records:
-        if r.suite != "stress" and r.impl in peers.UNGATED:
+        if r.suite != "stress" and peers.is_peer(r.impl):
             continue
         if r.suite == "stress":
             gate = f"stress/{r.measurement.check}/{r.kernel}/{r.config}"

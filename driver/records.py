@@ -140,6 +140,26 @@ TimingMode = Literal["cold", "hot"]
 TIMING_METHOD_MODE: dict[str, str] = {"device": "cold", "host": "hot", "graph": "hot"}
 
 
+class OutOfBound(Record):
+    """The first element (lowest rank, then lowest index) outside the bound |out - s| <= gamma_{n-1} * sum_r |x_r|
+    (docs/ALLREDUCE.md)."""
+
+    rank: NonNegativeInt
+    element: NonNegativeInt
+    value: float | None  # None: NaN or infinite
+    reference: float  # s, the float64 sum of the dtype-rounded inputs
+    bound: NonNegativeFloat
+
+
+class RankMismatch(Record):
+    """The first element (lowest rank, then lowest index) whose bits differ from rank 0's."""
+
+    rank: int = Field(ge=1)
+    element: NonNegativeInt
+    value: float | None  # None: NaN or infinite
+    rank0_value: float | None
+
+
 class AllreduceLine(Record):
     """One line printed by an allreduce executable (ours, upstream) or a torch-driven peer (NCCL, PyTorch's
     symmetric-memory one-shot and two-shot)."""
@@ -162,7 +182,7 @@ class AllreduceLine(Record):
     # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the torch-driven peers).
     timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
-    timed: bool = True  # False: the check found wrong results, so nothing was timed (p50 etc. are 0)
+    timed: bool = True  # False: ours was wrong, so nothing was timed (p50 etc. are 0); a peer is timed anyway
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     min_us: NonNegativeFloat
@@ -170,9 +190,27 @@ class AllreduceLine(Record):
     algbw_gbps: NonNegativeFloat
     busbw_gbps: NonNegativeFloat
     max_abs_err: NonNegativeFloat | None  # None (JSON null): some output was NaN or infinite
+    # Elements failing a property required of this impl: out_of_bound + rank_mismatch, and for ours also
+    # run_to_run_mismatch. Lines from before 2026-11-26 counted elements outside an ad-hoc tolerance plus
+    # elements whose bits differed from rank 0's, with none of the fields below (None there).
     wrong: NonNegativeInt
     checked: bool
     checked_iters: NonNegativeInt = 1  # launches poisoned, run and checked element by element
+    # The bound (docs/ALLREDUCE.md): elements (over ranks and checked launches) with |out - s| > gamma_{n-1} *
+    # sum_r |x_r| or not finite, the largest |out - s| / bound (None: some output not finite), the first one.
+    out_of_bound: NonNegativeInt | None = None
+    max_err_over_bound: NonNegativeFloat | None = None
+    out_of_bound_first: OutOfBound | None = None
+    # Rank agreement: elements of ranks 1..n-1 whose bits differ from rank 0's (rank 0 against every rank is
+    # every pair, by transitivity), and the first one.
+    rank_mismatch: NonNegativeInt | None = None
+    rank_mismatch_first: RankMismatch | None = None
+    # Same bits every run (required of ours only): rank 0's output of every later launch on the same inputs
+    # (further checked launches, the last timed one) against the first checked launch's, bit for bit.
+    # None: fewer than two launches were compared, or the impl does not record it (the torch-driven peers).
+    same_bits_every_run: bool | None = None
+    runs_compared: NonNegativeInt = 0
+    run_to_run_mismatch: NonNegativeInt | None = None
 
 
 class SdpaLine(Record):

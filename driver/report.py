@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, gates, paths, phases, plots
+from driver import archive, gates, paths, peers, phases, plots
 from driver.config import TIMING_MODES
 from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
@@ -143,6 +143,19 @@ def _gate_table(run: RunArchive) -> list[str]:
     return rows + [""]
 
 
+def _wrong_peers(run: RunArchive) -> list[str]:
+    """The allreduce peers whose own result failed our rules: recorded and shown here, never gated (a peer is a
+    comparison, not our product; docs/ALLREDUCE.md)."""
+    recs = [r for r in run.records if r.suite == "allreduce" and peers.is_peer(r.impl) and r.correctness.status == "fail"]
+    if not recs:
+        return []
+    rows = ["## Peers with wrong results (recorded, not gated)", "", "| config | impl | timing | why |",
+            "|---|---|---|---|"]
+    rows += [f"| {r.config} | {r.impl} | {r.timing or 'not timed'} | {'; '.join(r.correctness.reasons)} |"
+             for r in recs]
+    return rows + [""]
+
+
 def _number(v: float) -> str:
     return f"{v:.0f}" if float(v).is_integer() else f"{v:.3g}"
 
@@ -187,7 +200,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _gate_table(run) + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _gate_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:

@@ -52,7 +52,7 @@ def case(argv):
                       "batch": int(args.get("--batch", "1")),
                       "p50_us": t, "p90_us": t * 1.05, "min_us": t * 0.95, "mean_us": t, "algbw_gbps": n / t / 1e3,
                       "busbw_gbps": n / t / 1e3, "max_abs_err": err, "wrong": wrong,
-                      "checked": args.get("--check", "0") == "1", "checked_iters": 1}}), flush=True)
+                      "checked": args.get("--check", "0") == "1", "checked_iters": 1, **{extra!r}}}), flush=True)
 """ + "{serve}"
 
 SDPA = """#!{python}
@@ -115,11 +115,12 @@ def _script(path: Path, text: str) -> Path:
 
 
 def allreduce_exe(exe_dir: Path, name: str, *, impl: str, p50: float | dict[str, float], wrong: int = 0,
-                  err: float | None = 0.0, log: Path | None = None) -> Path:
-    """`p50`: one time for every kernel, or a time per selected kernel name ("*": the rest)."""
+                  err: float | None = 0.0, log: Path | None = None, extra: dict | None = None) -> Path:
+    """`p50`: one time for every kernel, or a time per selected kernel name ("*": the rest). `extra`: more
+    fields of every line (the check's, e.g. `rank_mismatch_first`)."""
     log = log or exe_dir / "calls.jsonl"
     return _script(exe_dir / name, ALLREDUCE.format(python=sys.executable, log=str(log), impl=impl, p50=p50,
-                                                    wrong=wrong, err=err, serve=SERVE))
+                                                    wrong=wrong, err=err, extra=extra or {}, serve=SERVE))
 
 
 def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_head_only: str = "",

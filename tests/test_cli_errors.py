@@ -79,6 +79,8 @@ def test_missing_mojo(results_dir):
         (["--impl", "upstream"], "upstream_bench: upstream"),
         (["--ngpus", "3"], "unsupported --ngpus 3"),
         (["--sizes", "6", "--dtype", "float32"], "size 6 bytes is not a multiple of the 4-byte float32 element"),
+        (["--sizes", "8K,8", "--debug-corrupt-element", "2"], "--debug-corrupt-element 2 is not an element of size 8"),
+        (["--debug-corrupt-element", "3", "--check", "0"], "--debug-corrupt-element needs a checked launch"),
     ],
 )
 @pytest.mark.mojo

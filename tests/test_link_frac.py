@@ -52,7 +52,8 @@ def test_algbw_plot_carries_the_link_frac_axis():
 @pytest.mark.parametrize("mode, method", [("cold", "device"), ("hot", "graph"), ("host", "host")])
 def test_torch_peers_print_the_executables_line(impl, mode, method):
     ns = argparse.Namespace(dtype="bfloat16", ngpus=2, iters=3, warmup=1, batch=4, timing=mode, check=1)
-    d = torch_allreduce.line(ns, impl, 16 << 20, 8 << 20, [60.0, 50.0, 55.0], 0.001, 0)
+    d = torch_allreduce.line(ns, impl, 16 << 20, 8 << 20, [60.0, 50.0, 55.0],
+                             torch_allreduce.merge_checks([torch_allreduce.NOT_CHECKED] * 2))
     (ln,) = parse_lines(json.dumps(d), AllreduceLine, what=impl)
     assert ln.impl == impl and ln.kernel_confirmed == impl and ln.p50_us == 55.0 and ln.min_us == 50.0
     assert ln.algbw_gbps == pytest.approx((16 << 20) / 55e-6 / 1e9)

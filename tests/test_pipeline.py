@@ -12,7 +12,7 @@ import json
 import pytest
 
 from driver import archive, cli, device, paths, peers
-from driver.errors import ConfigError, PerfGateFailed
+from driver.errors import ConfigError, NoGPU, PerfGateFailed, WrongResults
 from driver.suites import sweep
 from tests.conftest import gpu_skip_reason, run_driver
 from tests.runner_doubles import H200X2, allreduce_exe, calls, fake_build, sdpa_exes
@@ -135,3 +135,68 @@ def test_stress_without_a_gpu_names_what_was_not_measured(results_dir):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("no GPU: ") and "not measured: every stress gate (allreduce, sdpa, sanitizers, profile)" in last
     assert not results_dir.exists() or not any(results_dir.iterdir())
+
+
+LENIENT = """
+[[optional]]
+gates = "*/speed/*-vs-nccl/*"
+hosts = ["2xH200"]
+reason = "this host has no torch"
+"""
+
+
+def test_a_wrong_peer_is_recorded_and_shown_but_never_fails_our_run(host, results_dir, tmp_path, capsys):
+    """Upstream's ranks disagree (as upstream fp32 did on 4x H200, 2026-11-26): its record is wrong with the
+    reason and first element, COMPARE.md lists it, the speed gate against it says so, and bench exits 0."""
+    mismatch = {"rank": 2, "element": 1234, "value": 0.5000001, "rank0_value": 0.5}
+    allreduce_exe(host, "upstream_bench", impl="upstream", p50=UPSTREAM_US, wrong=7,
+                  extra={"out_of_bound": 0, "rank_mismatch": 7, "rank_mismatch_first": mismatch})
+    limits = tmp_path / "thresholds.toml"
+    limits.write_text(paths.thresholds_file().read_text() + LENIENT)
+    code = cli.main([*BENCH, "--suite", "allreduce", "--thresholds", str(limits)])
+    assert code == 0, capsys.readouterr().err
+    folder, run = _only_run(results_dir)
+    (up,) = [r for r in run.records if r.impl == "upstream" and r.config == "float32/2gpu/262144B"]
+    assert up.correctness.status == "fail" and not up.passed and up.round_p50_us  # wrong, and timed anyway
+    why = "rank agreement: 7 element(s) differ from rank 0's bits (first: rank 2 element 1234: 0.5000001 vs rank 0's 0.5)"
+    assert up.correctness.reasons == [why]
+    assert not any(g.gate.startswith("allreduce/correct/upstream") for g in run.gates)
+    speed = next(g for g in run.gates if g.gate.startswith("allreduce/speed/ours-vs-upstream"))
+    assert speed.status == "pass" and "upstream's own result was wrong (recorded, not gated)" in speed.reasons[-1]
+    compare_md = (folder / "COMPARE.md").read_text()
+    assert "## Peers with wrong results (recorded, not gated)" in compare_md
+    assert "| float32/2gpu/262144B | upstream | cold | rank agreement: 7 element(s)" in compare_md
+
+
+def test_ours_wrong_fails_the_run_with_the_property_named(host, results_dir, tmp_path, capsys):
+    first = {"rank": 1, "element": 1234, "value": 0.34, "reference": 0.31, "bound": 0.0076}
+    allreduce_exe(host, "allreduce_bench", impl="ours", p50=OURS_US, wrong=1,
+                  extra={"out_of_bound": 1, "out_of_bound_first": first, "rank_mismatch": 0, "timed": False})
+    limits = tmp_path / "thresholds.toml"
+    limits.write_text(paths.thresholds_file().read_text() + LENIENT)
+    code = cli.main([*BENCH, "--suite", "allreduce", "--thresholds", str(limits)])
+    err = capsys.readouterr().err
+    assert code == WrongResults.exit_code, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("wrong results: ") and "allreduce/correct/ours/float32/2gpu/" in last
+    assert "bound: 1 element(s) outside |out - s| <= gamma_1 * sum|x_r| (first: rank 1 element 1234" in last
+
+
+def test_more_gpus_than_present_is_one_line_naming_the_gpus_before_any_launch(host, results_dir, capsys):
+    code = cli.main([*BENCH, "--suite", "allreduce", "--ngpus", "2,4"])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith("[")]
+    assert code == NoGPU.exit_code and len(lines) == 1, lines
+    assert lines[0].startswith("no GPU: --ngpus 4 asked for, but this host has 2 GPU(s): GPU0 NVIDIA H200, "
+                               "GPU1 NVIDIA H200") and "use --ngpus 2" in lines[0]
+    assert calls(host / "calls.jsonl") == []  # nothing launched
+    assert not results_dir.exists() or not any(results_dir.iterdir())
+
+
+@pytest.mark.parametrize("ngpus", ["2", "4", "8"])
+def test_a_size_of_no_whole_elements_is_refused_before_any_launch(host, results_dir, ngpus, capsys):
+    code = cli.main([*BENCH, "--suite", "allreduce", "--sizes", "256K,6", "--dtype", "float32,bfloat16",
+                     "--ngpus", ngpus])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == ConfigError.exit_code and len(lines) == 1
+    assert "size 6 is not a multiple of the 4-byte float32 element" in lines[0]
+    assert calls(host / "calls.jsonl") == []

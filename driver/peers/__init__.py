@@ -4,6 +4,10 @@
 `python -m driver.peers.<module>`. Where a peer cannot run on a host, `missing` says why, and every
 gate that names it is reported as not measured (never passed): it fails the run unless
 thresholds.toml's [[optional]] names that gate for the host.
+
+A peer is a comparison, not our product: its own correctness is checked by the same rules as ours
+and recorded (a wrong peer's record says which property failed), but it is no gate, so a wrong peer
+never fails our run (docs/ALLREDUCE.md).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ class Peer:
     needs: tuple[str, ...] = ()  # Python modules it imports, in the order they are checked
     install: dict[str, str] | None = None  # module -> what to install, where that is not the module's own name
     min_sm: int = 0  # oldest GPU (compute capability x10) it runs on; 0: any
-    gated: bool = True  # its correctness is a gate (the allreduce peers' checks); else reported only
     available: Callable[[], str | None] | None = None  # a check of its own (which FlashAttention imports)
     argv: tuple[str, ...] = ()  # arguments that select it within its module (one module, several peers)
 
@@ -34,6 +37,7 @@ def _flash_missing() -> str | None:
 
 CUDNN_FRONTEND = "nvidia-cudnn-frontend (pyproject.toml's peers group; a bundle carries its wheel)"
 PEERS: dict[str, Peer] = {
+    # Allreduce peers: checked by our rules (bound, rank agreement), recorded, not gated.
     "upstream": Peer("allreduce", None),
     "nccl": Peer("allreduce", "nccl_allreduce", needs=("torch",)),
     # PyTorch's own custom allreduce (torch.ops.symm_mem, multicast off): timed and checked like NCCL.
@@ -41,12 +45,10 @@ PEERS: dict[str, Peer] = {
     "torch_symm_twoshot": Peer("allreduce", "symm_allreduce", needs=("torch",), argv=("--impl", "torch_symm_twoshot")),
     "p2p_copy": Peer("allreduce", "p2p_copy", needs=("torch",)),  # the link ceiling, not a competitor
     # SDPA peers: their error against the float64 reference is reported, not gated (other precisions).
-    "torch_sdpa": Peer("sdpa", "torch_sdpa", needs=("torch",), gated=False),
-    "cudnn_fp8": Peer("sdpa", "cudnn_sdpa", needs=("torch", "cudnn"), install={"cudnn": CUDNN_FRONTEND}, min_sm=90,
-                      gated=False),
-    "flash_attn": Peer("sdpa", "flash_sdpa", needs=("torch",), gated=False, available=_flash_missing),
+    "torch_sdpa": Peer("sdpa", "torch_sdpa", needs=("torch",)),
+    "cudnn_fp8": Peer("sdpa", "cudnn_sdpa", needs=("torch", "cudnn"), install={"cudnn": CUDNN_FRONTEND}, min_sm=90),
+    "flash_attn": Peer("sdpa", "flash_sdpa", needs=("torch",), available=_flash_missing),
 }
-UNGATED = frozenset(name for name, p in PEERS.items() if not p.gated)
 
 
 def is_peer(impl: str) -> bool:

@@ -16,9 +16,12 @@ rest, so the NCCL peer and PyTorch's symmetric-memory peers print the same line,
   host (line "host"): nccl-tests' method, wall clock around `batch` collectives launched back to back
     plus a device synchronize, divided by `batch`; each sample is the slowest rank's.
 `time_collective` is the cold/hot timing for any torch-driven collective.
-The checked run comes first, on the real inputs; the timed runs reduce a zero-filled buffer, so
-repeated sums never overflow. A peer that cannot run a config (a dtype its op has no kernel for, a
-buffer that came with multicast) raises `PeerCannotRun`: one `error:` line naming the impl and config,
+The checked run comes first, on the real inputs, and is judged by the rules every allreduce line is
+judged by (docs/ALLREDUCE.md): each element within `sum_error_bound` of the float64 sum, and every
+rank's bits equal to rank 0's; `--debug-corrupt-element I` moves rank 1's element I by 4x its bound
+after the collective, before the check (the GPU tests' proof that the check catches it). The timed
+runs reduce a zero-filled buffer, so repeated sums never overflow. A peer that cannot run a config (a
+dtype its op has no kernel for, a buffer that came with multicast) raises `PeerCannotRun`: one `error:` line naming the impl and config,
 exit 3, no JSON line; multicast is off in every process (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, set before torch loads).
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
@@ -43,11 +47,18 @@ LINE_METHOD = {"cold": "device", "hot": "graph", "host": "host"}  # --timing -> 
 ALIASES = {"device": "cold"}  # the executables' name for the same method
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
-DTYPE_TOL = {  # (relative, absolute) tolerance against the float64 sum
-    "float32": (1e-6, 1e-5),
-    "bfloat16": (2.0**-7, 1e-3),
-    "float16": (2.0**-10, 1e-4),
-}
+# u = 2^-p for a p-bit significand; kernels_mojo/benchlib/check.mojo `unit_roundoff` holds the same numbers.
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+def sum_error_bound(abs_sum, ngpus: int, dtype: str):
+    """gamma_{n-1} * sum_r |x_r|, gamma_k = k*u / (1 - k*u): how far a sum of `ngpus` terms may lie from the
+    exact sum when every addition rounds to `dtype`, in any order (Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., section 4.2); a float32 accumulation rounded once to `dtype` stays inside it too
+    (n >= 2). `abs_sum` is sum_r |x_r|: a float, a NumPy array or a tensor (the bound is per element).
+    The one formula of docs/ALLREDUCE.md; check.mojo computes the same for our executables."""
+    ku = (ngpus - 1) * UNIT_ROUNDOFF[dtype]
+    return ku / (1 - ku) * abs_sum
 
 
 class PeerCannotRun(RuntimeError):
@@ -91,12 +102,12 @@ def parse_args(prog: str, argv: list[str] | None = None, *, served: bool = False
 
 
 def _parse(prog: str, argv: list[str] | None) -> argparse.Namespace:
-    from driver.config import parse_sizes  # the same size grammar as everywhere else
+    from driver.config import ELEM_BYTES, parse_sizes  # the same size grammar as everywhere else
     from driver.errors import ConfigError
 
     p = _Parser(prog=prog)
     p.add_argument("--sizes", required=True)
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_TOL))
+    p.add_argument("--dtype", default="float32", choices=sorted(UNIT_ROUNDOFF))
     p.add_argument("--ngpus", type=int, default=2)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
@@ -106,6 +117,8 @@ def _parse(prog: str, argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--check", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--impl", default=None, help="served: which collective (nccl, torch_symm_oneshot, ...)")
+    p.add_argument("--debug-corrupt-element", type=int, default=None, metavar="I",
+                   help="move rank 1's element I by 4x its bound after the collective, before the check")
     ns = p.parse_args(argv)
     ns.timing = ALIASES.get(ns.timing, ns.timing)
     if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
@@ -114,6 +127,14 @@ def _parse(prog: str, argv: list[str] | None) -> argparse.Namespace:
         ns.sizes_bytes = parse_sizes(ns.sizes)
     except ConfigError as exc:  # one line, exit 2 like the executables
         raise BadRequest(str(exc)) from None
+    bad = ns.debug_corrupt_element
+    if bad is not None:
+        if bad < 0 or not ns.check:
+            raise BadRequest("--debug-corrupt-element takes an element index >= 0 and needs --check 1")
+        for nbytes in ns.sizes_bytes:
+            if bad >= nbytes // ELEM_BYTES[ns.dtype]:
+                raise BadRequest(f"--debug-corrupt-element {bad} is not an element of size {nbytes} "
+                                 f"({nbytes // ELEM_BYTES[ns.dtype]} {ns.dtype} elements)")
     return ns
 
 
@@ -173,9 +194,57 @@ def _host_times(torch, fn: Callable[[], object], iters: int, batch: int) -> list
     return times
 
 
-def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter: list[float], max_err: float,
-         wrong: int) -> dict:
-    """The JSON line every allreduce executable prints (records.AllreduceLine)."""
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+NOT_CHECKED = {"max_abs_err": 0.0, "max_err_over_bound": 0.0, "out_of_bound": 0, "out_of_bound_first": None,
+               "rank_mismatch": 0, "rank_mismatch_first": None}
+
+
+def check_rank(torch, dist, out, ref, abs_sum, *, ngpus: int, dtype: str, rank: int) -> dict:
+    """This rank's output against the bound (every element) and, bit for bit, against rank 0's (broadcast
+    here: every rank must call this). Plain numbers, for all_gather_object; `merge_checks` folds them."""
+    got = out.double()
+    err = torch.where(torch.isfinite(got), (got - ref).abs(), torch.full_like(got, math.inf))
+    bound = sum_error_bound(abs_sum, ngpus, dtype)
+    bad = ~(err <= bound)
+    result = dict(NOT_CHECKED, max_abs_err=float(err.max()),
+                  max_err_over_bound=float(torch.where(err > 0, err / bound, torch.zeros_like(err)).max()),
+                  out_of_bound=int(bad.sum()))
+    if result["out_of_bound"]:
+        i = int(bad.nonzero()[0, 0])
+        result["out_of_bound_first"] = {"rank": rank, "element": i, "value": _finite(float(got[i])),
+                                        "reference": float(ref[i]), "bound": float(bound[i])}
+    rank0 = out.clone()
+    dist.broadcast(rank0, src=0)
+    bits = torch.int32 if out.element_size() == 4 else torch.int16
+    differ = out.view(bits) != rank0.view(bits)
+    result["rank_mismatch"] = int(differ.sum())
+    if result["rank_mismatch"]:
+        i = int(differ.nonzero()[0, 0])
+        result["rank_mismatch_first"] = {"rank": rank, "element": i, "value": _finite(float(out[i])),
+                                         "rank0_value": _finite(float(rank0[i]))}
+    return result
+
+
+def merge_checks(per_rank: list[dict]) -> dict:
+    """Every rank's `check_rank`, in rank order, as the line's check fields: counts summed, the largest
+    errors (None where some output was not finite), the first failing element of the lowest rank."""
+    def worst(key: str) -> float | None:
+        return _finite(max((c[key] for c in per_rank), default=0.0))
+
+    oob, mismatch = sum(c["out_of_bound"] for c in per_rank), sum(c["rank_mismatch"] for c in per_rank)
+    return {"max_abs_err": worst("max_abs_err"), "wrong": oob + mismatch, "out_of_bound": oob,
+            "max_err_over_bound": worst("max_err_over_bound"),
+            "out_of_bound_first": next((c["out_of_bound_first"] for c in per_rank if c["out_of_bound_first"]), None),
+            "rank_mismatch": mismatch,
+            "rank_mismatch_first": next((c["rank_mismatch_first"] for c in per_rank if c["rank_mismatch_first"]), None)}
+
+
+def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter: list[float], check: dict) -> dict:
+    """The JSON line every allreduce executable prints (records.AllreduceLine); `check` is `merge_checks`'s.
+    Same bits every run is not recorded for these peers (a peer need not sum in a fixed order)."""
     per_iter = sorted(per_iter) or [0.0]
     p50 = per_iter[len(per_iter) // 2]
     algbw = nbytes / (p50 * 1e-6) / 1e9 if p50 > 0 else 0.0
@@ -186,29 +255,42 @@ def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter
         "timing": LINE_METHOD[ns.timing], "hold_overruns": 0, "p50_us": p50,
         "p90_us": per_iter[min(len(per_iter) - 1, int(len(per_iter) * 0.9))], "min_us": per_iter[0],
         "mean_us": sum(per_iter) / len(per_iter), "algbw_gbps": algbw,
-        "busbw_gbps": algbw * 2 * (ns.ngpus - 1) / ns.ngpus, "max_abs_err": max_err, "wrong": wrong,
-        "checked": bool(ns.check),
+        "busbw_gbps": algbw * 2 * (ns.ngpus - 1) / ns.ngpus, **check, "checked": bool(ns.check),
     }
 
 
-def _one_size(torch, dist, ns, rank: int, setup: Setup, elements: int, dtype, device) -> tuple[list[float], float, int]:
+def _corrupt(out, abs_sum, i: int, ngpus: int, dtype: str) -> None:
+    """--debug-corrupt-element: move element i by 4x its bound (by 1 where the bound is 0)."""
+    b = float(sum_error_bound(abs_sum[i], ngpus, dtype))
+    shift = 4 * b if b > 0 else 1.0
+    out[i] = (out[i].double() + shift).to(out.dtype)
+    print(f"debug: rank 1 element {i} moved by {shift} (4x its bound) before the check", file=sys.stderr, flush=True)
+
+
+def _one_size(torch, dist, ns, rank: int, setup: Setup, elements: int, dtype, device) -> tuple[list[float], dict]:
     coll = setup(torch, dist, elements, dtype, device)
-    max_err, wrong = 0.0, 0
+    check = dict(NOT_CHECKED)
     if ns.check:
         out = coll.check(inputs(torch, elements, rank, ns.seed, dtype, device))
-        ref = sum(inputs(torch, elements, r, ns.seed, dtype, device).double() for r in range(ns.ngpus))
-        err = (out.double() - ref).abs()
-        rtol, atol = DTYPE_TOL[ns.dtype]
-        wrong = int((err > atol + rtol * ref.abs()).sum().item() + (~torch.isfinite(out)).sum().item())
-        max_err = float(err.max().item())
-        del out, ref, err
+        # s and sum_r |x_r| of the dtype-rounded inputs, in float64 (exact: docs/ALLREDUCE.md)
+        ref = torch.zeros(elements, dtype=torch.float64, device=device)
+        abs_sum = torch.zeros_like(ref)
+        for r in range(ns.ngpus):
+            x = inputs(torch, elements, r, ns.seed, dtype, device).double()
+            ref += x
+            abs_sum += x.abs()
+            del x
+        if ns.debug_corrupt_element is not None and rank == 1:
+            _corrupt(out, abs_sum, ns.debug_corrupt_element, ns.ngpus, ns.dtype)
+        check = check_rank(torch, dist, out, ref, abs_sum, ngpus=ns.ngpus, dtype=ns.dtype, rank=rank)
+        del out, ref, abs_sum
     for _ in range(ns.warmup):
         coll.run()
     torch.cuda.synchronize()
     if ns.timing == "host":
-        return _host_times(torch, coll.run, ns.iters, ns.batch), max_err, wrong
+        return _host_times(torch, coll.run, ns.iters, ns.batch), check
     return time_collective(torch, dist, coll.run, mode=ns.timing, rank=rank, iters=ns.iters, warmup=ns.warmup,
-                           batch=ns.batch), max_err, wrong
+                           batch=ns.batch), check
 
 
 def _join(rank: int, ngpus: int, port: int):
@@ -239,17 +321,17 @@ def _sizes(torch, dist, device, ns: argparse.Namespace, rank: int, impl: str, se
     for nbytes in ns.sizes_bytes:
         elements = nbytes // elem_bytes
         times_us: list[float] = []
-        max_err, wrong, why = 0.0, 0, ""
+        check, why = dict(NOT_CHECKED), ""
         if elements > 0:
             try:
-                times_us, max_err, wrong = _one_size(torch, dist, ns, rank, setup, elements, dtype, device)
+                times_us, check = _one_size(torch, dist, ns, rank, setup, elements, dtype, device)
             except torch_timing.GraphCaptureFailed as exc:
                 why = f"hot timing: {exc}"
             except PeerCannotRun as exc:
                 why = str(exc)
         gathered: list = [None] * ns.ngpus
-        dist.all_gather_object(gathered, (times_us, max_err, wrong, why))
-        failed = next((g[3] for g in gathered if g[3]), "")
+        dist.all_gather_object(gathered, (times_us, check, why))
+        failed = next((g[2] for g in gathered if g[2]), "")
         if failed:  # every rank leaves together: one line, the config named, nothing printed as measured
             if rank == 0:
                 print(f"error: {impl} {ns.dtype} x{ns.ngpus} {nbytes} B {ns.timing}: {failed}", file=sys.stderr,
@@ -260,8 +342,8 @@ def _sizes(torch, dist, device, ns: argparse.Namespace, rank: int, impl: str, se
                 per_iter = list(gathered[0][0])
             else:
                 per_iter = [max(ts) for ts in zip(*(g[0] for g in gathered))]
-            print(json.dumps(line(ns, impl, nbytes, elements, per_iter, max(g[1] for g in gathered),
-                                  sum(g[2] for g in gathered))), flush=True)
+            print(json.dumps(line(ns, impl, nbytes, elements, per_iter, merge_checks([g[1] for g in gathered]))),
+                  flush=True)
     return ""
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from driver import device, peers, phases
 from driver.config import SUPPORTED_NGPUS, kernel_flags
-from driver.errors import NoGPU
 from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
 from driver.parse import launch_lines
@@ -152,9 +151,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if not counts:
         result.skipped.append(Skip(suite="allreduce", impl="*", reason=f"needs at least 2 GPUs; this host has {present}"))
         return result
-    for n in counts:
-        if n > present:
-            raise NoGPU(f"--ngpus {n} asked for, but this host has {present} GPU(s)")
+    device.require_gpus(dev, counts)
     for name in peers.of_suite("allreduce"):
         why = peers.missing(name)
         if why:

@@ -67,7 +67,7 @@ def usage() -> String:
         " [--kernel auto|1stage|2stage|1stage_push|2stage_push|1stage_pushflag|1stage_bulk|1stage_cpasync|noop]"
         " [--stages 2|3|4] [--max-blocks N]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
-        " [--debug-hang-rank R] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
+        " [--debug-hang-rank R] [--debug-corrupt-element I] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
         " [--lanes 1..4] [--mem-pressure PERCENT]"
     )
 
@@ -126,6 +126,7 @@ struct BenchConfig(Copyable, Movable):
     var seed: Int
     var impl: String
     var debug_hang_rank: Int  # -1 = off
+    var debug_corrupt_element: Int  # -1 = off; else rank 1's element I is moved out of its bound before the check
     var timing: String  # "device" (per-iteration CUDA events) | "host" (batched wall clock)
     var alternate: Bool  # stress: cycle every kernel in the checked launches
     var refresh_every: Int  # stress: fresh inputs every N checked launches (0 = never)
@@ -148,6 +149,7 @@ struct BenchConfig(Copyable, Movable):
         self.seed = 1
         self.impl = "ours"
         self.debug_hang_rank = -1
+        self.debug_corrupt_element = -1
         self.timing = "device"
         self.alternate = False
         self.refresh_every = 0
@@ -155,6 +157,26 @@ struct BenchConfig(Copyable, Movable):
         self.mem_pressure = 0.0
         self.max_blocks = 0
         self.help = False
+
+
+def element_bytes(dtype: String) -> Int:
+    if dtype == "float32":
+        return 4
+    return 2
+
+
+def refuse_bad_sizes(cfg: BenchConfig) raises:
+    """Before any GPU is touched: every size whole elements, and a
+    --debug-corrupt-element index inside every size (coded_error, exit 2)."""
+    var elem_bytes = element_bytes(cfg.dtype)
+    for s in cfg.sizes_bytes:
+        if s % elem_bytes != 0:
+            raise coded_error(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
+                                                      "-byte ", cfg.dtype, " element"))
+        if cfg.debug_corrupt_element >= 0 and cfg.debug_corrupt_element >= s // elem_bytes:
+            raise coded_error(EXIT_BAD_CONFIG, String("--debug-corrupt-element ", cfg.debug_corrupt_element,
+                                                      " is not an element of size ", s, " (", s // elem_bytes,
+                                                      " ", cfg.dtype, " elements)"))
 
 
 def parse_args(impl: String = "ours") raises -> BenchConfig:
@@ -240,6 +262,10 @@ def parse_arg_list(args: List[String], impl: String = "ours") raises -> BenchCon
                                    " (allreduce_bench: ours, upstream_bench: upstream)"))
         elif opt == "--debug-hang-rank":
             cfg.debug_hang_rank = _parse_int(val, "--debug-hang-rank")
+        elif opt == "--debug-corrupt-element":
+            cfg.debug_corrupt_element = _parse_int(val, "--debug-corrupt-element")
+            if cfg.debug_corrupt_element < 0:
+                raise Error("--debug-corrupt-element takes an element index >= 0")
         elif opt == "--timing":
             if val != "device" and val != "host":
                 raise Error("--timing takes device or host")
@@ -275,6 +301,8 @@ def parse_arg_list(args: List[String], impl: String = "ours") raises -> BenchCon
         raise Error("--alternate 1 cycles every kernel; it takes no --kernel")
     if cfg.impl == "upstream" and (cfg.alternate or cfg.lanes > 1 or cfg.mem_pressure > 0 or cfg.refresh_every > 0):
         raise Error("--alternate, --lanes, --mem-pressure and --refresh-every are only supported with --impl ours")
+    if cfg.debug_corrupt_element >= 0 and (not cfg.check or cfg.kernel == "noop"):
+        raise Error("--debug-corrupt-element needs a checked launch (--check 1, a kernel other than noop)")
     if cfg.debug_hang_rank >= cfg.ngpus:
         raise Error(String("--debug-hang-rank ", cfg.debug_hang_rank, " out of range (0..", cfg.ngpus - 1, ")"))
     return cfg^

@@ -55,7 +55,7 @@ from allreduce.kernels import (
 from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
 from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, coded_error
-from .check import CheckResult, RefPtr, check_rank_output, fill_rank_inputs
+from .check import CheckResult, RefPtr, check_rank_output, compare_runs, corrupt_element, fill_rank_inputs
 from .stats import TimingStats, json_fixed3, json_number, json_string
 
 
@@ -173,6 +173,39 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
     return KERNEL_ID_NONE
 
 
+def _json_bool_or_null(known: Bool, value: Bool) -> String:
+    if not known:
+        return "null"
+    return "true" if value else "false"
+
+
+def check_fields(check: CheckResult, ours: Bool) -> String:
+    """The check's part of the JSON line (docs/ALLREDUCE.md): `wrong` (the elements failing a property
+    required of the impl), the bound, rank agreement and run-to-run sameness, each with its first
+    failing element. `ours`: same bits every run is required (it counts in `wrong`)."""
+    var s = String(',"max_abs_err":', json_number(check.max_abs_err))
+    s += String(',"wrong":', check.wrong(ours))
+    s += String(',"out_of_bound":', check.out_of_bound)
+    s += String(',"max_err_over_bound":', json_number(check.max_err_over_bound))
+    if check.oob_element >= 0:
+        s += String(',"out_of_bound_first":{"rank":', check.oob_rank, ',"element":', check.oob_element,
+                    ',"value":', json_number(check.oob_value), ',"reference":', json_number(check.oob_reference),
+                    ',"bound":', json_number(check.oob_bound), "}")
+    else:
+        s += ',"out_of_bound_first":null'
+    s += String(',"rank_mismatch":', check.rank_mismatch)
+    if check.mismatch_element >= 0:
+        s += String(',"rank_mismatch_first":{"rank":', check.mismatch_rank, ',"element":', check.mismatch_element,
+                    ',"value":', json_number(check.mismatch_value), ',"rank0_value":',
+                    json_number(check.mismatch_rank0_value), "}")
+    else:
+        s += ',"rank_mismatch_first":null'
+    s += String(',"same_bits_every_run":', _json_bool_or_null(check.runs_compared > 0, check.run_to_run_mismatch == 0))
+    s += String(',"runs_compared":', check.runs_compared)
+    s += String(',"run_to_run_mismatch":', check.run_to_run_mismatch)
+    return s
+
+
 def json_record(
     cfg: BenchConfig,
     kernel_selected: String,
@@ -212,8 +245,7 @@ def json_record(
     s += String(',"mean_us":', json_fixed3(stats.mean_us))
     s += String(',"algbw_gbps":', json_fixed3(algbw))
     s += String(',"busbw_gbps":', json_fixed3(busbw))
-    s += String(',"max_abs_err":', json_number(check.max_abs_err))
-    s += String(',"wrong":', check.wrong)
+    s += check_fields(check, cfg.impl == "ours")
     s += String(',"checked":', "true" if checked else "false")
     s += String(',"checked_iters":', checked_iters)
     s += "}"
@@ -221,12 +253,18 @@ def json_record(
 
 
 struct SizeBuffers[dtype: DType](Movable):
-    """Per-size device inputs/outputs and host staging (one entry per rank)."""
+    """Per-size device inputs/outputs and host staging (one entry per rank), and
+    for the check: the float64 reference sums and sums of magnitudes, and rank
+    0's output of the first checked launch on these inputs (`first_out`, the
+    bits every later launch must reproduce)."""
 
     var inputs: List[DeviceBuffer[Self.dtype]]
     var outputs: List[DeviceBuffer[Self.dtype]]
     var host: List[HostBuffer[Self.dtype]]
     var refs: List[Float64]
+    var abs_sums: List[Float64]
+    var first_out: List[Scalar[Self.dtype]]
+    var has_first: Bool
     var num_elements: Int
 
     def __init__(
@@ -238,7 +276,11 @@ struct SizeBuffers[dtype: DType](Movable):
         self.outputs = List[DeviceBuffer[Self.dtype]]()
         self.host = List[HostBuffer[Self.dtype]]()
         self.refs = List[Float64](length=num_elements if want_refs else 0, fill=0.0)
+        self.abs_sums = List[Float64](length=num_elements if want_refs else 0, fill=0.0)
+        self.first_out = List[Scalar[Self.dtype]]()
+        self.has_first = False
         var refs_ptr = self.refs.unsafe_ptr().as_unsafe_any_origin()
+        var abs_ptr = self.abs_sums.unsafe_ptr().as_unsafe_any_origin()
         for r in range(len(ctxs)):
             self.inputs.append(ctxs[r].enqueue_create_buffer[Self.dtype](alloc_elems))
             self.outputs.append(ctxs[r].enqueue_create_buffer[Self.dtype](alloc_elems))
@@ -251,6 +293,7 @@ struct SizeBuffers[dtype: DType](Movable):
                 seed,
                 r,
                 refs_ptr,
+                abs_ptr,
                 want_refs,
             )
             ctxs[r].enqueue_copy(self.inputs[r], self.host[r])
@@ -261,8 +304,24 @@ struct SizeBuffers[dtype: DType](Movable):
             self.outputs[r].enqueue_fill(nan[Self.dtype]())
         sync_all(ctxs)
 
-    def check(mut self, ctxs: List[DeviceContext]) raises -> CheckResult:
-        """Copy every rank's output to host and check every element."""
+    def _same_bits_as_first(mut self, mut result: CheckResult) raises:
+        """Rank 0's output (in host[0]) against the first checked launch's; the
+        first checked launch on these inputs keeps its own."""
+        var n = self.num_elements
+        var rank0 = self.host[0].unsafe_ptr().as_unsafe_any_origin()
+        if not self.has_first:
+            self.first_out = List[Scalar[Self.dtype]](length=n, fill=0)
+            for i in range(n):
+                self.first_out[i] = rank0.unsafe_load(i)
+            self.has_first = True
+            return
+        compare_runs[Self.dtype](result, rank0, self.first_out.unsafe_ptr().as_unsafe_any_origin(), n)
+
+    def check(mut self, ctxs: List[DeviceContext], corrupt_element_index: Int = -1) raises -> CheckResult:
+        """Copy every rank's output to host and check every element: the bound,
+        rank agreement, and rank 0's bits against the first checked launch's.
+        `corrupt_element_index` >= 0 (--debug-corrupt-element): rank 1's element
+        is moved out of its bound after the copy, before the check."""
         var result = CheckResult()
         var n = self.num_elements
         if n == 0:
@@ -272,27 +331,42 @@ struct SizeBuffers[dtype: DType](Movable):
         ctxs[0].enqueue_copy(self.host[0], self.outputs[0])
         ctxs[0].synchronize()
         var refs_ptr = self.refs.unsafe_ptr().as_unsafe_any_origin()
+        var abs_ptr = self.abs_sums.unsafe_ptr().as_unsafe_any_origin()
         var rank0 = self.host[0].unsafe_ptr().as_unsafe_any_origin()
-        check_rank_output[Self.dtype](result, rank0, rank0, refs_ptr, n, ngpus)
+        check_rank_output[Self.dtype](result, rank0, 0, rank0, refs_ptr, abs_ptr, n, ngpus)
+        self._same_bits_as_first(result)
         for r in range(1, ngpus):
             ctxs[r].enqueue_copy(self.host[1], self.outputs[r])
             ctxs[r].synchronize()
-            check_rank_output[Self.dtype](
-                result,
-                self.host[1].unsafe_ptr().as_unsafe_any_origin(),
-                rank0,
-                refs_ptr,
-                n,
-                ngpus,
-            )
-        if result.wrong > 0:
+            var out_r = self.host[1].unsafe_ptr().as_unsafe_any_origin()
+            if r == 1 and corrupt_element_index >= 0:
+                var shift = corrupt_element[Self.dtype](out_r, corrupt_element_index, refs_ptr, abs_ptr, ngpus)
+                print(String("debug: rank 1 element ", corrupt_element_index, " moved by ", shift,
+                             " (4x its bound) before the check"), file=stderr)
+            check_rank_output[Self.dtype](result, out_r, r, rank0, refs_ptr, abs_ptr, n, ngpus)
+        if result.out_of_bound > 0 or result.rank_mismatch > 0 or result.run_to_run_mismatch > 0:
             print(
                 String(
-                    "check: ", result.out_of_tolerance, " elements out of tolerance, ",
-                    result.not_bitwise_identical, " elements differ from rank 0",
+                    "check: ", result.out_of_bound, " elements out of bound, ",
+                    result.rank_mismatch, " elements differ from rank 0, ",
+                    result.run_to_run_mismatch, " elements of rank 0 differ from the first checked launch",
                 ),
                 file=stderr,
             )
+        return result^
+
+    def same_bits_after_timing(mut self, ctxs: List[DeviceContext]) raises -> CheckResult:
+        """The last timed launch ran on the checked inputs: rank 0's output
+        against the first checked launch's, bit for bit (nothing else)."""
+        var result = CheckResult()
+        if self.num_elements == 0 or not self.has_first:
+            return result^
+        ctxs[0].enqueue_copy(self.host[0], self.outputs[0])
+        ctxs[0].synchronize()
+        self._same_bits_as_first(result)
+        if result.run_to_run_mismatch > 0:
+            print(String("check: ", result.run_to_run_mismatch, " elements of rank 0 after the timed launches differ",
+                         " from the first checked launch"), file=stderr)
         return result^
 
 
@@ -547,17 +621,20 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                         confirmed = ran
                     elif ran != confirmed:
                         confirmed = "mismatch"
-                    check.merge(lanes[lane].bufs.check(lanes[lane].ctxs))
+                    check.merge(lanes[lane].bufs.check(lanes[lane].ctxs, cfg.debug_corrupt_element))
 
         # A wrong kernel is never timed: the line reports the check and no timing.
-        if do_check and (check.wrong > 0 or confirmed == "mismatch"):
-            print(String("not timed: ", check.wrong, " wrong elements, kernel confirmed: ", confirmed), file=stderr)
+        if do_check and (check.wrong(True) > 0 or confirmed == "mismatch"):
+            print(String("not timed: ", check.wrong(True), " wrong elements, kernel confirmed: ", confirmed),
+                  file=stderr)
             print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, TimingStats([0.0]),
                               check, do_check, cfg.check_iters * cfg.lanes, 0, timed=False))
             continue
         lanes[0].reset_kernel_ids()
         var timing = timing_samples[launch_all](cfg, ctxs)
         var confirmed_timed = lanes[0].confirmed()
+        if do_check:  # the timed launches reduced lane 0's checked inputs: the same bits again
+            check.merge(lanes[0].bufs.same_bits_after_timing(lanes[0].ctxs))
         if alternating:
             if n == 0 and confirmed == "none":
                 confirmed = "alternate"

@@ -20,6 +20,7 @@ from benchlib.cli import (
     command_line_args,
     fail,
     parse_arg_list,
+    refuse_bad_sizes,
     usage,
 )
 from benchlib.runner import ContextCache, run_ours
@@ -28,12 +29,6 @@ from benchlib.serve import serve_requests, wants_serve
 comptime DTYPES = (DType.float32, DType.bfloat16, DType.float16)
 comptime DTYPE_NAMES = ("float32", "bfloat16", "float16")
 comptime NGPUS = (2, 4, 8)
-
-
-def _dtype_bytes(name: String) -> Int:
-    if name == "float32":
-        return 4
-    return 2
 
 
 def run_case(args: List[String], mut cache: ContextCache) raises:
@@ -48,11 +43,7 @@ def run_case(args: List[String], mut cache: ContextCache) raises:
     if cfg.help:
         print(usage(), file=stderr)
         return
-    var elem_bytes = _dtype_bytes(cfg.dtype)
-    for s in cfg.sizes_bytes:
-        if s % elem_bytes != 0:
-            raise coded_error(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
-                                                      "-byte ", cfg.dtype, " element"))
+    refuse_bad_sizes(cfg)
     if cfg.impl == "upstream":
         raise coded_error(EXIT_BAD_CONFIG, "upstream comm.allreduce has its own executable: upstream_bench (same flags)")
     var ctxs = cache.open(cfg.ngpus)

@@ -14,7 +14,10 @@ from allreduce.kernels import (
 from benchlib.cli import parse_size_bytes, parse_arg_list, coded_error, case_status
 from benchlib.serve import end_line, json_escape, split_request, take_line
 from benchlib.stats import TimingStats, json_fixed3, json_number
-from benchlib.check import CheckResult, fill_rank_inputs, check_rank_output
+from benchlib.check import (
+    CheckResult, fill_rank_inputs, check_rank_output, compare_runs, corrupt_element, sum_bound_factor, unit_roundoff,
+)
+from std.utils.numerics import nan
 
 
 def test_sizes() raises:
@@ -93,38 +96,124 @@ def test_stats() raises:
     assert_equal(json_number(Float64(0) / Float64(0)), "null")
 
 
+def _bf16_sum_in_order(xs: List[List[BFloat16]], i: Int, order: List[Int]) -> BFloat16:
+    """sum over ranks in `order`, rounded to bfloat16 after every addition (a
+    float64 add of two bfloat16 values is exact, so each step rounds once)."""
+    var acc = xs[order[0]][i]
+    for k in range(1, len(order)):
+        acc = (acc.cast[DType.float64]() + xs[order[k]][i].cast[DType.float64]()).cast[DType.bfloat16]()
+    return acc
+
+
 def test_check() raises:
     comptime n = 1000
+    comptime ngpus = 4
     var refs = List[Float64](length=n, fill=0.0)
-    var a = List[BFloat16](length=n, fill=0)
-    var b = List[BFloat16](length=n, fill=0)
+    var abs_sums = List[Float64](length=n, fill=0.0)
     var rp = refs.unsafe_ptr().as_unsafe_any_origin()
-    var ap = a.unsafe_ptr().as_unsafe_any_origin()
-    var bp = b.unsafe_ptr().as_unsafe_any_origin()
-    fill_rank_inputs[DType.bfloat16](ap, n, 7, 0, rp, True)
-    fill_rank_inputs[DType.bfloat16](bp, n, 7, 1, rp, True)
+    var sp = abs_sums.unsafe_ptr().as_unsafe_any_origin()
+    var xs = List[List[BFloat16]]()
+    for r in range(ngpus):
+        xs.append(List[BFloat16](length=n, fill=0))
+        fill_rank_inputs[DType.bfloat16](xs[r].unsafe_ptr().as_unsafe_any_origin(), n, 7, r, rp, sp, True)
     var differ = 0
     for i in range(n):
-        if a[i] != b[i]:
+        if xs[0][i] != xs[1][i]:
             differ += 1
-        assert_true(a[i] >= -1 and a[i] <= 1)
+        assert_true(xs[0][i] >= -1 and xs[0][i] <= 1)
+        assert_true(abs_sums[i] >= abs(refs[i]))
     assert_true(differ > n // 2)
-    # out = a + b rounded once: must pass
-    var out = List[BFloat16](length=n, fill=0)
+    assert_equal(unit_roundoff[DType.float32](), 1.0 / 16777216.0)
+    assert_equal(sum_bound_factor[DType.float32](2), (1.0 / 16777216.0) / (1.0 - 1.0 / 16777216.0))
+    assert_equal(sum_bound_factor[DType.bfloat16](4), (3.0 / 256.0) / (1.0 - 3.0 / 256.0))
+    # Legal results of 4 ranks: rank order and reverse order, each rounded to
+    # bfloat16 at every step, and a float32 accumulation rounded once.
+    var forward = List[Int]()
+    var backward = List[Int]()
+    for r in range(ngpus):
+        forward.append(r)
+        backward.append(ngpus - 1 - r)
+    var out_fwd = List[BFloat16](length=n, fill=0)
+    var out_bwd = List[BFloat16](length=n, fill=0)
+    var out_f32 = List[BFloat16](length=n, fill=0)
     for i in range(n):
-        out[i] = (a[i].cast[DType.float32]() + b[i].cast[DType.float32]()).cast[DType.bfloat16]()
-    var op = out.unsafe_ptr().as_unsafe_any_origin()
-    var r = CheckResult()
-    check_rank_output[DType.bfloat16](r, op, op, rp, n, 2)
-    assert_equal(r.wrong, 0)
-    # a single wrong element must be caught, also as a bitwise mismatch
-    var out2 = out.copy()
-    out2[17] = out2[17] + 1
-    var op2 = out2.unsafe_ptr().as_unsafe_any_origin()
+        out_fwd[i] = _bf16_sum_in_order(xs, i, forward)
+        out_bwd[i] = _bf16_sum_in_order(xs, i, backward)
+        var acc = Float32(0)
+        for r in range(ngpus):
+            acc += xs[r][i].cast[DType.float32]()
+        out_f32[i] = acc.cast[DType.bfloat16]()
+    var fp = out_fwd.unsafe_ptr().as_unsafe_any_origin()
+    var bp = out_bwd.unsafe_ptr().as_unsafe_any_origin()
+    var cp = out_f32.unsafe_ptr().as_unsafe_any_origin()
+    var one_rounding_exceeded = 0  # elements the old one-rounding tolerance (|ref|/128 + 1e-3) called wrong
+    for i in range(n):
+        if abs(out_fwd[i].cast[DType.float64]() - refs[i]) > abs(refs[i]) / 128.0 + 1e-3:
+            one_rounding_exceeded += 1
+    for p in [fp, bp, cp]:
+        var r = CheckResult()
+        check_rank_output[DType.bfloat16](r, p, 0, p, rp, sp, n, ngpus)
+        assert_equal(r.out_of_bound, 0)
+        assert_true(r.max_err_over_bound <= 1.0)
+        assert_equal(r.rank_mismatch, 0)
+    # ranks that round differently: inside the bound, but they disagree
+    var both = CheckResult()
+    check_rank_output[DType.bfloat16](both, fp, 0, fp, rp, sp, n, ngpus)
+    check_rank_output[DType.bfloat16](both, bp, 1, fp, rp, sp, n, ngpus)
+    assert_equal(both.out_of_bound, 0)
+    var expect_mismatch = 0
+    var first = -1
+    for i in range(n):
+        if out_fwd[i].to_bits() != out_bwd[i].to_bits():
+            expect_mismatch += 1
+            if first < 0:
+                first = i
+    assert_true(expect_mismatch > 0)
+    assert_equal(both.rank_mismatch, expect_mismatch)
+    assert_equal(both.mismatch_rank, 1)
+    assert_equal(both.mismatch_element, first)
+    assert_equal(both.mismatch_value, out_bwd[first].cast[DType.float64]())
+    assert_equal(both.mismatch_rank0_value, out_fwd[first].cast[DType.float64]())
+    assert_equal(both.wrong(False), expect_mismatch)
+    # --debug-corrupt-element: one element 4x its bound away is out of bound (and a mismatch)
+    var bad = out_fwd.copy()
+    var badp = bad.unsafe_ptr().as_unsafe_any_origin()
+    var shift = corrupt_element[DType.bfloat16](badp, 17, rp, sp, ngpus)
+    assert_equal(shift, 4.0 * sum_bound_factor[DType.bfloat16](ngpus) * abs_sums[17])
     var r2 = CheckResult()
-    check_rank_output[DType.bfloat16](r2, op2, op, rp, n, 2)
-    assert_equal(r2.out_of_tolerance, 1)
-    assert_equal(r2.not_bitwise_identical, 1)
+    check_rank_output[DType.bfloat16](r2, fp, 0, fp, rp, sp, n, ngpus)
+    check_rank_output[DType.bfloat16](r2, badp, 1, fp, rp, sp, n, ngpus)
+    assert_equal(r2.out_of_bound, 1)
+    assert_equal(r2.oob_rank, 1)
+    assert_equal(r2.oob_element, 17)
+    assert_equal(r2.oob_reference, refs[17])
+    assert_true(r2.max_err_over_bound > 2.0)
+    assert_equal(r2.rank_mismatch, 1)
+    assert_equal(r2.mismatch_element, 17)
+    # NaN is always out of bound
+    var nan_out = out_fwd.copy()
+    nan_out[3] = nan[DType.bfloat16]()
+    var r3 = CheckResult()
+    check_rank_output[DType.bfloat16](r3, nan_out.unsafe_ptr().as_unsafe_any_origin(), 0, fp, rp, sp, n, ngpus)
+    assert_equal(r3.out_of_bound, 1)
+    assert_equal(r3.oob_element, 3)
+    # run to run: the same bits pass, one flipped element is counted; merge keeps the first finding
+    var r4 = CheckResult()
+    compare_runs[DType.bfloat16](r4, fp, fp, n)
+    assert_equal(r4.runs_compared, 1)
+    assert_equal(r4.run_to_run_mismatch, 0)
+    compare_runs[DType.bfloat16](r4, badp, fp, n)
+    assert_equal(r4.runs_compared, 2)
+    assert_equal(r4.run_to_run_mismatch, 1)
+    assert_equal(r4.wrong(False), 0)
+    assert_equal(r4.wrong(True), 1)
+    r2.merge(r4)
+    r2.merge(both)
+    assert_equal(r2.mismatch_element, 17)
+    assert_equal(r2.rank_mismatch, 1 + expect_mismatch)
+    assert_equal(r2.run_to_run_mismatch, 1)
+    print(String("test_check: ", one_rounding_exceeded, " of ", n, " legal 4-rank bf16 sums exceeded the old",
+                 " one-rounding tolerance; ", expect_mismatch, " differ between the two orders"))
 
 
 def test_arg_list_and_codes() raises:

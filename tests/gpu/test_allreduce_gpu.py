@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from driver import peers, thresholds
 from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, ELEM_BYTES, SUPPORTED_NGPUS, kernel_flags
 from driver.errors import ConfigError, KernelFailed
+from driver.gates import allreduce_correctness
 from driver.parse import launch_lines
 from driver.records import AllreduceLine
 from tests.gpu.conftest import serve_lines
@@ -52,6 +54,10 @@ def test_every_element_count_is_correct_and_confirmed(exe_dir, gpu, kernel, dtyp
             assert ln.wrong == 0, ln
             if ln.elements:
                 assert ln.checked and ln.kernel_selected == kernel and ln.kernel_confirmed == kernel, ln
+                # the three properties, separately (docs/ALLREDUCE.md); the timed launches were compared too
+                assert (ln.out_of_bound, ln.rank_mismatch, ln.run_to_run_mismatch) == (0, 0, 0), ln
+                assert ln.same_bits_every_run is True and ln.runs_compared >= 1, ln
+                assert ln.max_err_over_bound is not None and ln.max_err_over_bound <= 1, ln
 
 
 def test_auto_dispatch_is_confirmed_by_the_gpu(exe_dir, gpu):
@@ -101,3 +107,62 @@ def test_a_forced_kernel_the_size_does_not_allow_is_refused_before_running(exe_d
     for kernel in ("1stage_pushflag", "1stage_push"):
         with pytest.raises(ConfigError, match=f"{kernel}.*no .* for 268435472 bytes"):
             _run(exe_dir, "--sizes", "1M,256M+16", "--ngpus", "2", "--kernel", kernel, timeout_s=60)
+
+
+CORRUPT = 1234  # an element of every size below; rank 1's copy is moved by 4x its bound before the check
+
+
+def _assert_caught(ln: AllreduceLine, ngpus: int, *, ranks_agree_otherwise: bool = True) -> None:
+    """One element of rank 1 out of bound, and (only rank 1 moved) its bits unlike rank 0's: the line names
+    it under both properties, and the verdict fails naming both. `ranks_agree_otherwise` False: an impl whose
+    ranks may round differently anyway (upstream on 4 or more GPUs), so the mismatch count is not 1."""
+    assert ln.out_of_bound == 1 and ln.rank_mismatch >= 1 and ln.wrong >= 2, ln
+    oob, mism = ln.out_of_bound_first, ln.rank_mismatch_first
+    assert (oob.rank, oob.element) == (1, CORRUPT) and abs(oob.value - oob.reference) > oob.bound, ln
+    if ranks_agree_otherwise:
+        assert ln.rank_mismatch == 1, ln
+        assert (mism.rank, mism.element, mism.value) == (1, CORRUPT, oob.value) and mism.rank0_value != mism.value
+    v = allreduce_correctness(ln, thresholds.load())
+    assert v.status == "fail", v
+    assert any(r.startswith(f"bound: 1 element(s) outside |out - s| <= gamma_{ngpus - 1}") and
+               f"rank 1 element {CORRUPT}:" in r for r in v.reasons), v
+    assert any(r.startswith("rank agreement: ") for r in v.reasons), v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("exe", ["allreduce_bench", "upstream_bench"])
+def test_a_corrupted_element_fails_the_check_with_its_rank_and_index(exe_dir, gpu, exe, dtype):
+    """--debug-corrupt-element goes through the whole check path of both executables: the line reports the
+    element, the verdict is wrong. Ours is then not timed; upstream (a peer) is timed anyway."""
+    counts = _counts(gpu)
+    if not counts:
+        pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
+    for ngpus in counts:
+        (ln,) = serve_lines(_POOL[0], [str(exe_dir / exe), "--sizes", "256K", "--dtype", dtype, "--ngpus", str(ngpus),
+                                       "--iters", "2", "--warmup", "1", "--seed", "7",
+                                       "--debug-corrupt-element", str(CORRUPT)],
+                            AllreduceLine, what=f"{exe} corrupt {dtype} x{ngpus}", timeout_s=300)
+        _assert_caught(ln, ngpus, ranks_agree_otherwise=exe == "allreduce_bench" or ngpus == 2)
+        assert ln.timed == (exe == "upstream_bench"), ln
+
+
+NO_TORCH = peers.missing("nccl")
+
+
+@pytest.mark.skipif(NO_TORCH is not None, reason=str(NO_TORCH))
+@pytest.mark.parametrize("impl", ["nccl", "torch_symm_oneshot", "torch_symm_twoshot"])
+def test_a_torch_peer_line_with_a_rank_mismatch_is_recorded_wrong(gpu, impl):
+    """The torch-driven peers' check (driver/peers/torch_allreduce.py) catches the same corruption: rank 1's
+    element, its value and rank 0's in the line, and a wrong verdict naming the bound and rank agreement."""
+    if not _counts(gpu):
+        pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
+    cmd = peers.command(impl, "--sizes", "256K", "--dtype", "bfloat16", "--ngpus", "2", "--iters", "2",
+                        "--warmup", "1", "--debug-corrupt-element", str(CORRUPT))
+    (ln,) = launch_lines(cmd, AllreduceLine, what=f"{impl} corrupt", timeout_s=300)
+    _assert_caught(ln, 2)
+    assert ln.timed and ln.same_bits_every_run is None  # timed anyway; run-to-run is not asked of a peer
+    clean = peers.command(impl, "--sizes", "256K", "--dtype", "bfloat16", "--ngpus", "2", "--iters", "2",
+                          "--warmup", "1")
+    (ok,) = launch_lines(clean, AllreduceLine, what=f"{impl} clean", timeout_s=300)
+    assert (ok.out_of_bound, ok.rank_mismatch, ok.wrong) == (0, 0, 0), ok
+    assert allreduce_correctness(ok, thresholds.load()).passed

@@ -11,7 +11,7 @@ import numpy as np
 
 from driver.config import ELEM_BYTES, kernel_flags
 from driver.errors import KernelFailed
-from driver.gates import sdpa_correctness
+from driver.gates import allreduce_property_failures, sdpa_correctness
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
@@ -73,6 +73,8 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
                       wrong=wrong, max_abs_err=errs.max_abs_err, nonfinite=errs.nonfinite, seconds=time.perf_counter() - t0,
                       detail=" ".join(flags) if mixed else "")
     reasons = [f"{wrong} wrong elements"] if wrong else []
+    first_wrong = next((ln for ln in lines if ln.wrong), None)  # which property, with its first element
+    reasons += [f"e.g. {why}" for why in allreduce_property_failures(first_wrong)] if first_wrong else []
     reasons += ["some output was NaN or infinite"] if errs.nonfinite else []
     what_ran = "a kernel other than the one each launch asked for" if mixed else f"{bad_kernel}, not {kernel}"
     reasons += [f"the GPU ran {what_ran}"] if bad_kernel else []
