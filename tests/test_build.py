@@ -71,10 +71,13 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
         assert k.wgmma_serialized == "", k  # ptxas info C7520
     hopper = [k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name]
     mma_sync = [k for k in rec.ptxas if "sdpa_fp8_fwd_kernel" in k.name]
-    # (head dim 64, head dim 128 with 128-key tiles, with 192-key tiles) x 2 block configurations (unsplit,
-    # split) x 3 ablation modes, plus the head-dim-64 unsplit kernel with three consumer warpgroups x 3
-    # ablation modes, in sm_90 builds only
-    assert len(hopper) == (21 if arch == "sm_90" else 0)
+    # fp8 tier: (head dim 64, head dim 128 with 128-key tiles, with 192-key tiles) x 2 block configurations
+    # (unsplit, split) x 3 ablation modes, plus the head-dim-64 unsplit kernel with three consumer warpgroups
+    # x 3 ablation modes; fp16 tier: (head dim 64, 128) x 2 block configurations x 3 ablation modes; both
+    # tiers in every sm_90 build (the tier is chosen at run time), none in others
+    fp16 = [k for k in hopper if "INS_6TraitsI" in k.name]
+    assert len(fp16) == (12 if arch == "sm_90" else 0)
+    assert len(hopper) - len(fp16) == (21 if arch == "sm_90" else 0)
     assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 if arch == "sm_90" else 0)
     assert len([k for k in hopper if "Li192EEE" in k.name]) == (6 if arch == "sm_90" else 0)
     assert mma_sync and all(k.registers <= GATES.max_registers_per_thread for k in mma_sync)
@@ -122,8 +125,8 @@ def test_sass_gates_on_the_real_machine_code(meta):
     cp90, base90 = sass[("sdpa_fp8_cpasync", "sm_90")], sass[("sdpa_fp8_baseline", "sm_90")]
     assert cp90["QGMMA"] and cp90["UTMALDG"] and cp90["LDGSTS"] and cp90["HMMA"]
     assert base90["QGMMA"] and not base90["UTMALDG"] and not base90["LDGSTS"]
-    # FP8 operands only: no fp16 warpgroup MMA left in the Hopper kernel
-    assert not cp90["HGMMA"] and not base90["HGMMA"]
+    # both tiers in every sm_90 build: the fp16 tier's warpgroup MMA (HGMMA) beside the fp8 tier's (QGMMA)
+    assert cp90["HGMMA"] and base90["HGMMA"]
     cp89, base89 = sass[("sdpa_fp8_cpasync", "sm_89")], sass[("sdpa_fp8_baseline", "sm_89")]
     assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not cp89["QGMMA"] and not base89["LDGSTS"]
     for t in targets.select("sdpa"):
