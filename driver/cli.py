@@ -42,14 +42,22 @@ def _add_run_args(p: argparse.ArgumentParser, *, iters: int, dtypes: str, sizes:
                         "(slower; for A/B of the timing method and for debugging a worker)")
 
 
-def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str) -> None:
-    """bench and stress: which suites, kernels, SDPA shapes and seeds."""
+def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str, distributions: str) -> None:
+    """bench and stress: which suites, kernels, SDPA shapes, seeds, precision tiers and input distributions."""
     p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
     p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
                    f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
     p.add_argument("--shapes", default=shapes, help=f"SDPA shapes: {', '.join(config.SDPA_SHAPES)} or BxHxSxD "
                    f"(default {shapes})")
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
+    p.add_argument("--precision", default=",".join(config.DEFAULT_PRECISIONS),
+                   help=f"SDPA precision tiers, comma list of {', '.join(config.PRECISIONS)}: fp16 = K/V decoded to "
+                        "fp16, fp16 MMA, fp32 accumulators; fp8 = Q and P rounded to E4M3 (FP8 warpgroup MMA, sm_90 "
+                        f"only: elsewhere that tier is skipped with the reason). Default "
+                        f"{','.join(config.DEFAULT_PRECISIONS)} (docs/SDPA.md)")
+    p.add_argument("--distributions", default=distributions,
+                   help="SDPA input distributions every shape and seed is checked on, comma list or `all` "
+                        f"(default {distributions}); timing uses normal only (docs/SDPA.md)")
 
 
 def _given(value: str | None, flag: str) -> str | None:
@@ -79,6 +87,10 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     sizes_bytes = config.parse_sizes(sizes or "256K,16M")
     config.check_sizes(sizes_bytes, dtypes)  # the executables would refuse them only after the build
     ngpus, arch = _given(ns.ngpus, "--ngpus"), _given(ns.arch, "--arch")
+    distributions = config.parse_distributions(getattr(ns, "distributions", ",".join(config.BENCH_SDPA_DISTRIBUTIONS)))
+    if ns.cmd == "bench" and "sdpa" in _suites(ns) and "normal" not in distributions:
+        raise ConfigError(f"--distributions {','.join(distributions)} leaves out normal",
+                          "the SDPA timing runs on normal inputs and its outputs are checked there: add normal")
     return RunOptions(
         suites=_suites(ns),
         stress_parts=(*config.parse_suite(suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
@@ -90,6 +102,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         ngpus=config.parse_ngpus(ngpus) if ngpus else None,
         shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
         seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
+        precisions=config.parse_precisions(getattr(ns, "precision", ",".join(config.DEFAULT_PRECISIONS))),
+        distributions=distributions,
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
         batch=config.parse_positive_int(ns.batch, "--batch"),
@@ -314,15 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "without it only those of the targets this call compiled")
     b.set_defaults(func=cmd_build)
 
-    for name, iters, seeds, shapes, dtypes, helptext in (
-        ("bench", 100, ",".join(map(str, config.BENCH_SDPA_SEEDS)), ",".join(config.BENCH_SDPA_SHAPES), "float32",
+    for name, iters, seeds, shapes, dists, dtypes, helptext in (
+        ("bench", 100, ",".join(map(str, config.BENCH_SDPA_SEEDS)), ",".join(config.BENCH_SDPA_SHAPES),
+         ",".join(config.BENCH_SDPA_DISTRIBUTIONS), "float32",
          "build, check correctness, time ours against the peers, archive"),
-        ("stress", 1000, "0,1,2", "small,mission,tail,large", "float32,bfloat16,float16",
+        ("stress", 1000, "0,1,2", "small,mission,tail,large", "all", "float32,bfloat16,float16",
          "long soak of every kernel with every result checked, archived"),
     ):
         s = sub.add_parser(name, help=helptext)
         _add_run_args(s, iters=iters, dtypes=dtypes)
-        _add_suite_args(s, seeds=seeds, shapes=shapes)
+        _add_suite_args(s, seeds=seeds, shapes=shapes, distributions=dists)
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
             s.add_argument("--no-profile", action="store_true",

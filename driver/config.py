@@ -54,6 +54,32 @@ SDPA_HEAD_DIMS = (64, 128)
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.
 BENCH_SDPA_SHAPES = ("mission", "large", "odd", "heads32", "batch8", "large_d128", "long_d128")
 BENCH_SDPA_SEEDS = (0, 1, 2)
+# The SDPA precision tiers (records.Precision; docs/SDPA.md): fp16 = fp16 compute on the FP8-stored K/V (the
+# contract users read, and the default), fp8 = Q and P rounded to E4M3 for the FP8 tensor cores (Hopper only).
+PRECISIONS = ("fp16", "fp8")
+DEFAULT_PRECISIONS = ("fp16",)
+# The input distributions `bench` checks every shape on (reference/sdpa.py DISTRIBUTIONS names them all; stress
+# and the GPU tests check every one): N(0, 1) and the large logits that separate the tiers. Timing stays on
+# `normal`: the time of a launch does not depend on the values it reads.
+BENCH_SDPA_DISTRIBUTIONS = ("normal", "large_logits_4", "large_logits_8")
+
+# Dense tensor-core peak per precision tier, TFLOP/s without sparsity, by the GPU model that DeviceInfo.kind
+# names (`2xH200` -> H200): NVIDIA's H100 SXM5 and H200 datasheets (989 fp16/bf16, 1979 FP8). H100 PCIe and
+# H100 NVL boards carry the same model word with other clocks and SM counts, so their full names (as NVML
+# reports them) get no peak; neither does any GPU not in the table. Read by tensor_peak_tflops only.
+TENSOR_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H100": {"fp16": 989.0, "fp8": 1979.0},
+    "H200": {"fp16": 989.0, "fp8": 1979.0},
+}
+_OTHER_BOARDS = ("PCIe", "NVL")
+
+
+def tensor_peak_tflops(device_kind: str, gpu_name: str, precision: str) -> float | None:
+    """The dense tensor peak of `precision` on this GPU (TENSOR_PEAK_TFLOPS), or None where it is not known."""
+    model = device_kind.split("x", 1)[1] if "x" in device_kind else device_kind
+    if any(board in gpu_name for board in _OTHER_BOARDS):
+        return None
+    return TENSOR_PEAK_TFLOPS.get(model, {}).get(precision)
 
 _SIZE_RE = re.compile(r"^(\d+)([KMG]?)$")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -210,6 +236,21 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     if any(s < 0 for s in seeds):
         raise ConfigError(f"negative seed in {text!r}")
     return seeds
+
+
+def parse_precisions(text: str) -> tuple[str, ...]:
+    """`--precision fp16,fp8`: the SDPA precision tiers to check and time, in that order."""
+    return tuple(dict.fromkeys(_parse_choice_list(text, PRECISIONS, "precision tier")))
+
+
+def parse_distributions(text: str) -> tuple[str, ...]:
+    """`--distributions normal,large_logits_8`: names of reference/sdpa.py DISTRIBUTIONS (`all`: every one)."""
+    from driver.reference.sdpa import DISTRIBUTIONS  # numpy: loaded only where SDPA inputs are asked for
+
+    names = tuple(DISTRIBUTIONS)
+    if text.strip() == "all":
+        return names
+    return tuple(dict.fromkeys(_parse_choice_list(text, names, "input distribution")))
 
 
 def parse_positive_int(text: str, what: str) -> int:

@@ -60,6 +60,12 @@ class KernelFailed(DriverError):
     label = "kernel failed"
 
 
+class TierNotOffered(KernelFailed):
+    """An SDPA runner refused a precision tier this GPU or build cannot run (exit 5: no FP8 warpgroup MMA).
+    The driver decides that before it launches (suites/sdpa.py); this is the backstop, and the suite records
+    the tier as skipped with the runner's words."""
+
+
 class WrongResults(DriverError):
     """A kernel ran but its results disagree with the reference."""
 

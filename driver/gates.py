@@ -15,6 +15,7 @@ from driver import peers
 from driver.errors import DriverError, PerfGateFailed, WrongResults
 from driver.options import RunOptions
 from driver.records import (
+    SDPA_PEER_PRECISION,
     STATUS_ORDER,
     AllreduceLine,
     ArchivedRecord,
@@ -55,10 +56,13 @@ class SpeedGate:
     timing: str  # cold or hot (docs/TIMING.md)
     config: str
     min_ratio: float
+    precision: str | None = None  # SDPA: the tier both sides are timed in (None: allreduce)
+    named_tier: bool = False  # SDPA: the tier is not the one the peer implies, so the gate id says it
 
     @property
     def gate(self) -> str:
-        return f"{self.suite}/speed/{self.impl}-vs-{self.peer}/{self.timing}/{self.config}"
+        tier = f"/{self.precision}" if self.named_tier else ""
+        return f"{self.suite}/speed/{self.impl}-vs-{self.peer}/{self.timing}{tier}/{self.config}"
 
 
 def speed_gates(opts: RunOptions, limits: Thresholds) -> list[SpeedGate]:
@@ -73,8 +77,9 @@ def speed_gates(opts: RunOptions, limits: Thresholds) -> list[SpeedGate]:
                                      g.min_ratio))
     if "sdpa" in opts.suites:
         shapes = [name for name, _ in opts.shapes]
-        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, g.shape, g.min_ratio)
-                for g in limits.sdpa.speedup if g.shape in shapes]
+        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, g.shape, g.min_ratio, g.tier,
+                          g.tier != SDPA_PEER_PRECISION.get(g.peer, "fp16"))
+                for g in limits.sdpa.speedup if g.shape in shapes and g.tier in opts.precisions]
     return out
 
 
@@ -82,16 +87,18 @@ def allreduce_config(dtype: str, ngpus: int, nbytes: int) -> str:
     return f"{dtype}/{ngpus}gpu/{nbytes}B"
 
 
-Timed = dict[tuple[str, str, str], ArchivedRecord]  # (impl, config, mode) -> the record with timings
+# (impl, config, mode, tier) -> the record with timings; tier None for allreduce
+Timed = dict[tuple[str, str, str, str | None], ArchivedRecord]
 
 
 def _timed(records: list[ArchivedRecord]) -> Timed:
-    """Timed records by (impl, config, mode); an SDPA record by its shape (only the first seed is timed)."""
+    """Timed records by (impl, config, mode, tier); an SDPA record by its shape (only the first seed of the
+    normal inputs is timed) and its precision tier."""
     out: Timed = {}
     for r in records:
         if r.round_p50_us and r.suite in ("allreduce", "sdpa"):
             config = r.config.split("/")[0] if r.suite == "sdpa" else r.config
-            out.setdefault((r.impl, config, r.timing_mode), r)
+            out.setdefault((r.impl, config, r.timing_mode, r.precision), r)
     return out
 
 
@@ -102,17 +109,19 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
         why = f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
     if g.impl == "best":
-        mine = [r for (impl, config, mode), r in timed.items()
-                if (config, mode) == (g.config, g.timing) and not peers.is_peer(impl)]
+        mine = [r for (impl, config, mode, tier), r in timed.items()
+                if (config, mode, tier) == (g.config, g.timing, g.precision) and not peers.is_peer(impl)]
         subject = min(mine, key=lambda r: r.measurement.p50_us, default=None)
     else:
-        subject = timed.get((g.impl, g.config, g.timing))
-    peer = timed.get((g.peer, g.config, g.timing))
+        subject = timed.get((g.impl, g.config, g.timing, g.precision))
+    peer = timed.get((g.peer, g.config, g.timing, g.precision))
 
     def why(impl: str) -> list[str]:
-        return list(dict.fromkeys(s.reason for s in skipped if s.suite == g.suite and s.impl in (impl, "*")))
+        names = (impl, "*", *((tier_skip(g.precision),) if g.precision and not peers.is_peer(impl) else ()))
+        return list(dict.fromkeys(s.reason for s in skipped if s.suite == g.suite and s.impl in names))
 
-    missing = [f"{g.impl} not timed at {g.config} ({g.timing})", *why(g.impl)] if subject is None else []
+    tier = f", {g.precision} tier" if g.precision else ""
+    missing = [f"{g.impl} not timed at {g.config} ({g.timing}{tier})", *why(g.impl)] if subject is None else []
     missing += [f"{g.peer} not measured ({g.timing})", *why(g.peer)] if peer is None else []
     if missing:
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
@@ -126,6 +135,11 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
         return GateResult(gate=g.gate, kind="speed", status="inconclusive",
                           reasons=[*v.reasons, *untrusted, *notes]), subject
     return GateResult(gate=g.gate, kind="speed", status=v.status, reasons=[*v.reasons, *notes]), subject
+
+
+def tier_skip(precision: str) -> str:
+    """The `impl` of the Skip that says a precision tier of ours did not run on this host."""
+    return f"ours/{precision}"
 
 
 def overrun_reason(rec: ArchivedRecord) -> str | None:
@@ -150,6 +164,81 @@ def allreduce_inconclusive(reps: dict[tuple[str, str, int], AllreduceLine], limi
             if v.status == "inconclusive":
                 return True
     return False
+
+
+# ---------------------------------------------------------------- accuracy against the tier's peer
+
+
+@dataclass(frozen=True)
+class AccuracyGate:
+    """One [[sdpa.accuracy]] entry on one shape and input distribution: each variant of ours in the entry's
+    tier against its peer, rel_l2 of the worst seed on each side."""
+
+    peer: str
+    precision: str
+    distribution: str
+    shape: str
+    max_ratio: float
+
+    @property
+    def gate(self) -> str:
+        return f"sdpa/accuracy/ours-vs-{self.peer}/{self.precision}/{self.distribution}/{self.shape}"
+
+
+def accuracy_gates(opts: RunOptions, limits: Thresholds) -> list[AccuracyGate]:
+    """The accuracy gates this run asked for: every tier it asked for that has one, on every shape and
+    distribution it checks. Each must be measured (ours and the peer checked): else not measured."""
+    if "sdpa" not in opts.suites:
+        return []
+    return [AccuracyGate(a.peer, a.precision, dist, shape, a.max_ratio)
+            for a in limits.sdpa.accuracy if a.precision in opts.precisions
+            for dist in opts.distributions for shape, _ in opts.shapes]
+
+
+def _worst_rel_l2(recs: list[ArchivedRecord]) -> tuple[float | None, list[str]]:
+    """The largest rel_l2 of some records, or None and why (an output not checked, or not finite)."""
+    if not recs:
+        return None, []
+    unknown = [r for r in recs if r.rel_l2 is None]
+    if unknown:
+        r = unknown[0]
+        why = "output not finite" if r.nonfinite else "; ".join(r.correctness.reasons) or "no error recorded"
+        return None, [f"{r.impl} {r.config}: {why}"]
+    return max(r.rel_l2 for r in recs), []
+
+
+def _accuracy(g: AccuracyGate, records: list[ArchivedRecord], skipped: list[Skip]) -> GateResult:
+    def of(impl_ok) -> dict[str, list[ArchivedRecord]]:
+        out: dict[str, list[ArchivedRecord]] = {}
+        for r in records:
+            if (r.suite == "sdpa" and impl_ok(r.impl) and r.precision == g.precision and
+                    r.distribution == g.distribution and r.config.split("/")[0] == g.shape):
+                out.setdefault(r.impl, []).append(r)
+        return out
+
+    mine, theirs = of(lambda impl: not peers.is_peer(impl)), of(lambda impl: impl == g.peer)
+    peer_rel, peer_why = _worst_rel_l2(theirs.get(g.peer, []))
+    where = f"{g.distribution} inputs at {g.shape}"
+    if not mine or peer_rel is None:
+        names = {tier_skip(g.precision), "*"} if not mine else set()
+        names |= {g.peer} if peer_rel is None else set()
+        reasons = [f"ours not checked in the {g.precision} tier on {where}"] if not mine else []
+        reasons += [f"{g.peer} not checked on {where}", *peer_why] if peer_rel is None else []
+        reasons += list(dict.fromkeys(s.reason for s in skipped if s.suite == "sdpa" and s.impl in names))
+        return GateResult(gate=g.gate, kind="correctness", status="not_measured", reasons=reasons)
+    reasons, failed = [], False
+    for impl, recs in sorted(mine.items()):
+        rel, why = _worst_rel_l2(recs)
+        if rel is None:
+            failed = True
+            reasons += [f"{impl}: no rel_l2 ({'; '.join(why)})"]
+            continue
+        ratio = rel / peer_rel if peer_rel > 0 else (0.0 if rel == 0 else float("inf"))
+        ok = rel <= g.max_ratio * peer_rel
+        failed |= not ok
+        reasons.append(f"{impl} rel_l2 {rel:.3g} vs {g.peer} {peer_rel:.3g}: {ratio:.2f}x "
+                       f"({'<=' if ok else '>'} {g.max_ratio:g}x, worst of the seeds)")
+    return GateResult(gate=g.gate, kind="correctness", status="fail" if failed else "pass", reasons=reasons)
 
 
 # ---------------------------------------------------------------- correctness
@@ -201,16 +290,24 @@ def allreduce_correctness(line: AllreduceLine, gates: Thresholds) -> Verdict:
     return Verdict(status="fail" if reasons else "pass", reasons=reasons)
 
 
-def sdpa_correctness(m: SdpaErrors, gates: SdpaGates) -> Verdict:
+def sdpa_correctness(m: SdpaErrors, gates: SdpaGates, precision: str, distribution: str) -> Verdict:
+    """One output of one precision tier on one input distribution: finite, within the tier's bounds for the
+    distribution (relative to the output's scale), and on `normal` within seed 003's absolute gates too."""
     reasons = []
+    bound = gates.bound(precision, distribution)
+    where = f"{precision} tier, {distribution} inputs"
     if m.max_abs_err is None:
         reasons.append(f"output holds NaN or infinity ({m.nonfinite} elements)")
-    elif m.max_abs_err > gates.max_abs_err:
+    elif distribution == "normal" and m.max_abs_err > gates.max_abs_err:
         reasons.append(f"max_abs_err {m.max_abs_err:.4g} > {gates.max_abs_err}")
-    if m.bad_frac > gates.max_bad_frac:
+    if distribution == "normal" and m.bad_frac > gates.max_bad_frac:
         reasons.append(f"{m.bad_frac:.2%} of elements off by > {gates.bad_err} (max {gates.max_bad_frac:.1%})")
-    if gates.max_rel_l2 is not None and m.rel_l2 is not None and m.rel_l2 > gates.max_rel_l2:
-        reasons.append(f"rel_l2 {m.rel_l2:.3g} > {gates.max_rel_l2}")
+    if m.max_abs_err is not None and (m.rel_l2 is None or m.max_abs_rel is None):
+        reasons.append("the reference is zero everywhere and the output is not")
+    if m.rel_l2 is not None and m.rel_l2 > bound.max_rel_l2:
+        reasons.append(f"rel_l2 {m.rel_l2:.3g} > {bound.max_rel_l2:g} ({where})")
+    if m.max_abs_rel is not None and m.max_abs_rel > bound.max_abs_rel:
+        reasons.append(f"max_abs_rel {m.max_abs_rel:.3g} > {bound.max_abs_rel:g} ({where})")
     return Verdict(status="fail" if reasons else "pass", reasons=reasons)
 
 
@@ -282,7 +379,9 @@ def _correctness(records: list[ArchivedRecord]) -> list[GateResult]:
             kind = "speed" if r.measurement.check == "profile" else "correctness"
         else:
             mode = f"/{r.timing}" if r.timing else ""  # a config timed in two modes ran twice: two gates
-            gate, kind = f"{r.suite}/correct/{r.impl}/{r.config}{mode}", "correctness"
+            # SDPA: one record per tier and input distribution of each config
+            what = f"{r.precision}/{r.distribution}/" if r.suite == "sdpa" else ""
+            gate, kind = f"{r.suite}/correct/{r.impl}/{what}{r.config}{mode}", "correctness"
         out.append(GateResult(gate=gate, kind=kind, status=r.correctness.status, reasons=r.correctness.reasons))
     return out
 
@@ -294,6 +393,7 @@ def evaluate(records: list[ArchivedRecord], skipped: list[Skip], opts: RunOption
     A gate not measured here is optional only where thresholds.toml's [[optional]] names it for
     this device kind; else its absence blocks the run like a failure."""
     results = _correctness(records)
+    results += [_accuracy(g, records, skipped) for g in accuracy_gates(opts, limits)]
     timed = _timed(records)
     judged: dict[int, list[GateResult]] = {}
     for g in speed_gates(opts, limits):
@@ -317,6 +417,7 @@ def requested_summary(opts: RunOptions, limits: Thresholds) -> str:
     if "stress" in opts.suites:
         return f"every stress gate ({', '.join(opts.stress_parts)})"
     ids = [g.gate for g in speed_gates(opts, limits)]
+    ids += [f"{len(acc)} SDPA accuracy gate(s) against the tiers' peers"] if (acc := accuracy_gates(opts, limits)) else []
     return ", ".join([*ids, f"every {' and '.join(opts.suites)} correctness gate"])
 
 

@@ -20,12 +20,13 @@ from pathlib import Path
 import psutil
 
 from driver import paths
-from driver.errors import ConfigError, KernelFailed, NoGPU
+from driver.errors import ConfigError, KernelFailed, NoGPU, TierNotOffered
 
 # The kernel executables' own exit codes (docs/BUILD.md, "Kernel executable interface").
 EXE_BAD_INPUT = 2
 EXE_CUDA_ERROR = 3
 EXE_NO_GPU = 4
+EXE_NOT_OFFERED = 5  # SDPA runners: the --precision tier does not exist on this GPU or build
 
 
 @dataclass(frozen=True)
@@ -149,4 +150,6 @@ def launch(cmd: Sequence[str], *, what: str, timeout_s: float) -> ProcessResult:
         raise ConfigError(f"{what} rejected its input: {detail}")
     if res.returncode == EXE_NO_GPU:
         raise NoGPU(f"{what}: {detail}")
+    if res.returncode == EXE_NOT_OFFERED:
+        raise TierNotOffered(f"{what}: {detail}", f"command: {' '.join(cmd)}")
     raise KernelFailed(f"{what} exited {res.returncode}: {detail}", f"command: {' '.join(cmd)}")

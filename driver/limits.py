@@ -31,11 +31,12 @@ from pydantic import ValidationError
 from driver import gates as gating
 from driver import paths
 from driver import targets as build_targets
-from driver.config import SDPA_SHAPES
+from driver.config import DEFAULT_PRECISIONS, PRECISIONS, SDPA_SHAPES
 from driver.gates import ratio_verdict
 from driver.launch import run_process
 from driver.options import RunOptions
 from driver.records import Record, RunArchive
+from driver.reference.sdpa import DISTRIBUTIONS
 from driver.thresholds import Thresholds
 
 README_FILE = paths.ROOT / "README.md"
@@ -148,7 +149,11 @@ def _options_of(run: RunArchive) -> RunOptions | None:
     modes = tuple(dict.fromkeys(r.timing_mode for r in run.records if r.round_p50_us))
     if not suites or not modes:
         return None
+    tiers = {r.precision for r in run.records if r.suite == "sdpa" and r.round_p50_us}
+    dists = {r.distribution for r in run.records if r.suite == "sdpa"}
     return RunOptions(suites=suites, shapes=shapes, timing=modes,
+                      precisions=tuple(t for t in PRECISIONS if t in tiers) or DEFAULT_PRECISIONS,
+                      distributions=tuple(d for d in DISTRIBUTIONS if d in dists) or ("normal",),
                       sizes_bytes=tuple(sorted({int(m["bytes"]) for m in ar})) or (256 << 10,),
                       dtypes=tuple(dict.fromkeys(m["dtype"] for m in ar)) or ("float32",),
                       ngpus=tuple(sorted({int(m["ngpus"]) for m in ar})) or None)

@@ -7,8 +7,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from driver.config import BENCH_SDPA_SEEDS, BENCH_SDPA_SHAPES, DEFAULT_TIMING, SDPA_SHAPES
-from driver.records import Record, TimingMode
+from driver.config import (
+    BENCH_SDPA_DISTRIBUTIONS,
+    BENCH_SDPA_SEEDS,
+    BENCH_SDPA_SHAPES,
+    DEFAULT_PRECISIONS,
+    DEFAULT_TIMING,
+    SDPA_SHAPES,
+)
+from driver.records import Precision, Record, TimingMode
 
 
 class RunOptions(Record):
@@ -18,6 +25,8 @@ class RunOptions(Record):
     ngpus: tuple[int, ...] | None = None  # None: every supported count the host has
     shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = tuple((n, SDPA_SHAPES[n]) for n in BENCH_SDPA_SHAPES)
     seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
+    precisions: tuple[Precision, ...] = DEFAULT_PRECISIONS  # SDPA precision tiers (--precision)
+    distributions: tuple[str, ...] = BENCH_SDPA_DISTRIBUTIONS  # SDPA input distributions checked (--distributions)
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)

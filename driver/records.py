@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator, model_validator
 
 # 2: verdicts say "not_measured" (was "skip"), runs carry their gates, stress lines hold null (never 0)
 # for what a check did not measure. Version-1 results still load (see Verdict.status).
-SCHEMA_VERSION = 2
+# 3 (2026-11-26): SDPA lines carry their precision tier (`precision`, the peers' words moved to `arithmetic`),
+# SDPA records their input distribution, their error relative to the output's scale (`max_abs_rel`) and their
+# share of the tier's tensor peak (`tensor_frac`). Version-1 and -2 results still load (SdpaLine and
+# ArchivedRecord fill the new fields from what old lines say).
+SCHEMA_VERSION = 3
 
 
 class Record(BaseModel):
@@ -213,15 +217,28 @@ class AllreduceLine(Record):
     run_to_run_mismatch: NonNegativeInt | None = None
 
 
+# The SDPA precision tiers (docs/SDPA.md; config.PRECISIONS): fp16 = K/V decoded to fp16, fp16 MMA with fp32
+# accumulators (Q and the probabilities P in fp16); fp8 = Q and P rounded to E4M3 for the MMAs.
+Precision = Literal["fp16", "fp8"]
+# The tier of each of our kernels, and of each SDPA peer (what its arithmetic is: torch SDPA and FlashAttention
+# compute on fp16 operands, cuDNN's FP8 attention quantizes Q and P to E4M3).
+SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8"}
+SDPA_PEER_PRECISION: dict[str, str] = {"torch_sdpa": "fp16", "flash_attn": "fp16", "cudnn_fp8": "fp8"}
+
+
 class SdpaLine(Record):
     """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
     impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
-    # Which of our kernels ran (chosen by the GPU's architecture): the Hopper warpgroup-MMA kernel
-    # (wgmma_fp8_sm90; wgmma_sm90 = its fp16-operand build variant and the records before 2026-11-23) or
-    # the mma.sync kernel of sm_80/sm_89. Our runners always print it; peers leave it out.
+    # Which of our kernels ran (chosen by the tier and the GPU's architecture): the Hopper warpgroup-MMA
+    # kernel on fp16 operands (wgmma_sm90: the fp16 tier on sm_90) or on E4M3 operands (wgmma_fp8_sm90: the
+    # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere). Our runners always print it;
+    # peers leave it out.
     kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"] | None = None
+    # The precision tier the numbers belong to (ours: what --precision asked for; a peer: its arithmetic's).
+    # Lines from before the tiers (2026-11-26) say none: ours then by the kernel that ran, a peer by its name.
+    precision: Precision
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt
@@ -249,10 +266,38 @@ class SdpaLine(Record):
     batch: int = Field(default=1, ge=1)  # launches per timing sample (hot: per graph replay)
     l2_flush_bytes: NonNegativeInt = 0  # bytes written before each sample, outside the timed interval (cold)
     hold_overruns: NonNegativeInt | None = None  # samples enqueued after their hold ended; None: not counted
-    # Peers: what their numbers are made of, which differs from ours (e.g. cuDNN quantizes Q and P to
-    # E4M3), and the library versions that ran.
-    precision: str = ""
+    # Peers: what their numbers are made of, in words (e.g. cuDNN's per-tensor scale of Q), and the library
+    # versions that ran. (Lines before 2026-11-26 had these words in `precision`.)
+    arithmetic: str = ""
     peer_version: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tier_of_older_lines(cls, data: object) -> object:
+        """A line without a tier is from before the tiers: ours ran the tier of its kernel (no kernel named:
+        the mma.sync kernel, the only one then, fp16), a peer the tier of its arithmetic; a peer's words in
+        `precision` move to `arithmetic`. Anything else in `precision` is left for validation to refuse."""
+        if not isinstance(data, dict) or data.get("precision") in ("fp16", "fp8"):
+            return data
+        impl, given = data.get("impl"), data.get("precision")
+        out = dict(data)
+        if impl in SDPA_PEER_PRECISION and (given is None or isinstance(given, str) and "arithmetic" not in data):
+            out.pop("precision", None)
+            if given:
+                out["arithmetic"] = given
+            out["precision"] = SDPA_PEER_PRECISION[impl]
+        elif impl in ("baseline", "cpasync") and given in (None, ""):  # archived lines held the old default ""
+            out["precision"] = SDPA_KERNEL_PRECISION.get(data.get("kernel") or "mma_sync_sm80", "fp16")
+        return out
+
+    @model_validator(mode="after")
+    def _tier_matches(self) -> SdpaLine:
+        """The tier a line says must be the one its kernel (ours) or its arithmetic (a peer) computes in."""
+        want = SDPA_PEER_PRECISION.get(self.impl) or (SDPA_KERNEL_PRECISION.get(self.kernel) if self.kernel else None)
+        if want is not None and self.precision != want:
+            what = f"kernel {self.kernel}" if self.impl not in SDPA_PEER_PRECISION else f"peer {self.impl}"
+            raise ValueError(f"precision {self.precision!r} but {what} computes in the {want} tier")
+        return self
 
 
 class CeilingLine(Record):
@@ -348,6 +393,11 @@ class ArchivedRecord(Record):
     nonfinite: bool = False  # some checked output element was NaN or infinite
     bad_frac: NonNegativeFloat | None = None
     rel_l2: NonNegativeFloat | None = None
+    # SDPA: max|out - ref| / max|ref|, the worst element against the output's own scale (None: not measured)
+    max_abs_rel: NonNegativeFloat | None = None
+    # SDPA: the input distribution the output was checked on (reference/sdpa.py DISTRIBUTIONS); records before
+    # 2026-11-26 were all checked on `normal` and read so. None for the other suites.
+    distribution: str | None = None
     correctness: Verdict  # a peer that is only timed: not_measured, and no gate reads it
     performance: Verdict | None = None  # the speed gates that name this record, combined
     measurement: Measurement
@@ -355,9 +405,24 @@ class ArchivedRecord(Record):
     timing: TimingMode | None = None  # the mode of the timing above; None: not timed (or archived before the modes)
     # allreduce: algbw over the link ceiling measured in the same run (p2p_copy); None when not measured
     link_frac: NonNegativeFloat | None = None
+    # SDPA: TFLOP/s over the dense tensor peak of the record's tier on this GPU (config.tensor_peak_tflops);
+    # None when not timed or the GPU's peak is not in the table
+    tensor_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_sdpa_records(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("suite") == "sdpa" and data.get("distribution") is None:
+            return {**data, "distribution": "normal"}  # the only inputs any check fed before the distributions
+        return data
+
+    @property
+    def precision(self) -> str | None:
+        """SDPA: the precision tier of the record (its line's); None for the other suites."""
+        return self.measurement.precision if self.measurement.suite == "sdpa" else None
 
     @property
     def timing_mode(self) -> str:

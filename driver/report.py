@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, gates, paths, peers, phases, plots
+from driver import archive, config, gates, paths, peers, phases, plots
 from driver.config import TIMING_MODES
 from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
@@ -29,33 +29,108 @@ def _modes(run: RunArchive) -> list[str]:
     return [m for m in TIMING_MODES if m in present]
 
 
+def _shown(r: ArchivedRecord) -> bool:
+    """Speed-table rows: every allreduce record; of SDPA the timed records, and the check-only ones of ours
+    that did not pass (the others are in the accuracy table: every distribution, seed and peer)."""
+    return r.suite == "allreduce" or bool(r.round_p50_us) or (
+        not peers.is_peer(r.impl) and r.correctness.status != "pass")
+
+
 def _speed_table(run: RunArchive) -> list[str]:
     lines = []
     for suite in ("allreduce", "sdpa"):
-        recs = [r for r in run.records if r.suite == suite]
-        if not recs:
+        every = [r for r in run.records if r.suite == suite]
+        recs = [r for r in every if _shown(r)]
+        if not every:
             continue
-        # allreduce: link_frac, the share of the run's measured link ceiling (GPU0 -> GPU1 copy) reached
-        link_col = suite == "allreduce"
-        lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | "
-                  + ("link_frac | " if link_col else "") + "correct | gate |",
-                  "|---|---|---|---|---|---|---|---|---|" + ("---|" if link_col else "")]
+        # allreduce: link_frac, the share of the run's measured link ceiling (GPU0 -> GPU1 copy) reached;
+        # SDPA: tensor_frac, the share of the tier's dense tensor peak, the tier, the inputs and the error
+        sdpa_cols = suite == "sdpa"
+        extra_head = "tensor_frac | precision | distribution | rel_l2 | max_abs_rel | " if sdpa_cols else "link_frac | "
+        lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | " + extra_head +
+                  "correct | gate |", "|---|---|---|---|---|---|---|---|---|" + "---|" * (5 if sdpa_cols else 1)]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
-            link = ("- | " if r.link_frac is None else f"{r.link_frac:.2f} | ") if link_col else ""
+            if sdpa_cols:
+                err = "NaN/inf" if r.nonfinite else None
+                extra = (f"{_frac(r.tensor_frac)} | {r.precision} | {r.distribution} | {err or _sci(r.rel_l2)} | "
+                         f"{err or _sci(r.max_abs_rel)} | ")
+            else:
+                extra = f"{_frac(r.link_frac)} | "
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
-                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | - | not timed | {link}{r.correctness.status} | "
-                             f"{gate} {why} |")
+                lines.append(f"| {r.config} | {r.impl} | {r.kernel} | - | - | - | not timed | {extra}"
+                             f"{r.correctness.status} | {gate} {why} |")
                 continue
             metric = f"{m.algbw_gbps:.1f} GB/s" if m.suite == "allreduce" else f"{m.tflops:.1f} TFLOP/s"
             lines.append(
                 f"| {r.config} | {r.impl} | {r.kernel} | {r.timing_mode} ({r.timing_method}) | {m.p50_us:.2f} | "
-                f"{m.p90_us:.2f} | {metric} | {link}{r.correctness.status} | {gate} {why} |"
+                f"{m.p90_us:.2f} | {metric} | {extra}{r.correctness.status} | {gate} {why} |"
             )
+        hidden = len(every) - len(recs)
+        if hidden:
+            lines += ["", (f"{hidden} more SDPA record(s), checked only (every distribution and seed: ours where they "
+                           "passed, and the peers): their errors are in the accuracy table below.")]
         lines.append("")
     return lines
+
+
+def _frac(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _column(r: ArchivedRecord) -> tuple[int, int, str, str]:
+    """Accuracy-table column order: by tier, ours (baseline, cpasync) before the tier's peers."""
+    tier = r.precision or ""
+    return (config.PRECISIONS.index(tier) if tier in config.PRECISIONS else len(config.PRECISIONS),
+            int(peers.is_peer(r.impl)), r.impl, tier)
+
+
+def accuracy_table(run: RunArchive) -> list[str]:
+    """Per input distribution (rows) and implementation in its tier (columns): rel_l2 and max_abs_rel, the
+    worst over every shape and seed checked, all against the float64 reference of the same inputs."""
+    recs = [r for r in run.records if r.suite == "sdpa"]
+    if not recs:
+        return []
+    columns = sorted({_column(r) for r in recs})
+    dists = [d for d in _distribution_order() if any(r.distribution == d for r in recs)]
+    dists += sorted({r.distribution for r in recs if r.distribution not in dists})
+    head = [f"{impl} {tier}" for _, _, impl, tier in columns]
+    rows = ["## SDPA accuracy", "",
+            ("rel_l2 / max_abs_rel (max|out - ref| / max|ref|) against the float64 reference of the same inputs, "
+             "the worst over every shape and seed checked; ours in each precision tier and the peers in theirs. The "
+             "bounds per tier and distribution are thresholds.toml's [[sdpa.bounds]] (docs/SDPA.md)."), "",
+            "| distribution | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for dist in dists:
+        cells = []
+        for _, _, impl, tier in columns:
+            hits = [r for r in recs if (r.impl, r.precision, r.distribution) == (impl, tier, dist)]
+            cells.append(_worst_cell(hits))
+        rows.append(f"| {dist} | " + " | ".join(cells) + " |")
+    return rows + [""]
+
+
+def _worst_cell(hits: list[ArchivedRecord]) -> str:
+    if not hits:
+        return "-"
+    if any(r.nonfinite for r in hits):
+        return "NaN/inf"
+    rel = [r.rel_l2 for r in hits if r.rel_l2 is not None]
+    worst = [r.max_abs_rel for r in hits if r.max_abs_rel is not None]
+    if not rel and not worst:
+        return "not checked"
+    return f"{_sci(max(rel, default=None))} / {_sci(max(worst, default=None))}"
+
+
+def _distribution_order() -> list[str]:
+    from driver.reference.sdpa import DISTRIBUTIONS
+
+    return list(DISTRIBUTIONS)
 
 
 def reading(speedup: float) -> str:
@@ -67,15 +142,26 @@ def reading(speedup: float) -> str:
 def _winner_table(run: RunArchive) -> list[str]:
     """Ours against every other impl of the same config on p50 (first seed for SDPA), every timing
     mode of the run side by side: each mode has its own speedup, reading and winner."""
-    groups: dict[str, dict[str, dict[str, object]]] = {}
+    groups: dict[str, dict[tuple[str, str | None], dict[str, object]]] = {}
     first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
+    tiers = {r.precision for r in run.records if r.suite == "sdpa" and r.round_p50_us}
     for r in run.records:
         if r.suite == "stress":
             continue
         cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
         if (r.seed != first_seed and r.seed is not None) or not r.round_p50_us:
             continue
-        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault(r.impl, {}).setdefault(r.timing_mode, r.measurement)
+        groups.setdefault(f"{r.suite} {cfg}", {}).setdefault((r.impl, r.precision), {}).setdefault(
+            r.timing_mode, r.measurement)
+
+    def label(entry: tuple[str, str | None]) -> str:  # the tier is named where the run timed two
+        return entry[0] if len(tiers) < 2 or entry[1] is None else f"{entry[0]} {entry[1]}"
+
+    def compared(cand: tuple[str, str | None], other: tuple[str, str | None]) -> bool:
+        """Ours against the other variant and the peers of its tier, and against itself in the other tier."""
+        if other == cand or (cand[0] == "baseline" and other[0] == "cpasync" and cand[1] == other[1]):
+            return False
+        return cand[1] == other[1] or cand[0] == other[0]
     modes = _modes(run)
     head = "| config | candidate | other | " + " | ".join(
         f"{m} p50 us (cand / other) | {m} speedup | {m} reading | {m} winner" for m in modes) + " |"
@@ -84,10 +170,10 @@ def _winner_table(run: RunArchive) -> list[str]:
              "or the host batch where the executable cannot capture one); docs/TIMING.md."), "",
             head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
-        cands = [i for i in ("ours", "cpasync", "baseline") if i in by_impl]
+        cands = [e for i in ("ours", "cpasync", "baseline") for e in sorted(by_impl, key=str) if e[0] == i]
         for cand in cands:
             for other in by_impl:
-                if other == cand or (cand == "baseline" and other == "cpasync"):
+                if not compared(cand, other):
                     continue
                 cells = []
                 for mode in modes:
@@ -96,10 +182,10 @@ def _winner_table(run: RunArchive) -> list[str]:
                         cells.append("- | - | - | -")
                         continue
                     sp = o.p50_us / c.p50_us
-                    win = cand if sp > 1 else other
+                    win = label(cand if sp > 1 else other)
                     cells.append(f"{c.p50_us:.2f} / {o.p50_us:.2f} | {sp:.2f}x ({(sp - 1):+.1%}) | {reading(sp)} | "
                                  f"{win if reading(sp) != 'negligible' else 'tie'}")
-                rows.append(f"| {cfg} | {cand} | {other} | " + " | ".join(cells) + " |")
+                rows.append(f"| {cfg} | {label(cand)} | {label(other)} | " + " | ".join(cells) + " |")
     return rows + [""] if len(rows) > 6 else []
 
 
@@ -200,7 +286,9 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _gate_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] + pics) + "\n"
+    return "\n".join(head + _gate_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
+                     accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] +
+                     pics) + "\n"
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:

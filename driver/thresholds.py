@@ -13,7 +13,7 @@ from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
 from driver import config, paths
 from driver.errors import ConfigError
-from driver.records import Record, TimingMode
+from driver.records import SDPA_PEER_PRECISION, Precision, Record, TimingMode
 
 
 class KernelGates(Record):
@@ -66,14 +66,57 @@ class SdpaSpeedup(Record):
     timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     shape: str
     min_ratio: PositiveFloat
+    # The tier ours is timed in: a peer's gate is in the peer's tier (SDPA_PEER_PRECISION, and may only say
+    # so); ours against ours defaults to fp16. A run that does not ask for the tier does not ask for the gate.
+    precision: Precision | None = None
+
+    @property
+    def tier(self) -> str:
+        return self.precision or SDPA_PEER_PRECISION.get(self.peer, "fp16")
+
+
+class SdpaBound(Record):
+    """The error a precision tier may have on some input distributions, relative to the output's scale and
+    derived from the tier's arithmetic (thresholds.toml says how, beside each entry). Holds without a peer."""
+
+    precision: Precision
+    distributions: list[str] = Field(min_length=1)
+    # The rms of the scores Q.K^T/sqrt(D) of these inputs, which the fp8 tier's bound grows with (a relative
+    # error d in Q moves a score s by d*s); tests/test_sdpa_bounds.py measures it from make_inputs.
+    logit_std: PositiveFloat | None = None
+    max_rel_l2: PositiveFloat  # ||out - ref||_2 / ||ref||_2
+    max_abs_rel: PositiveFloat  # max|out - ref| / max|ref|
+
+
+class SdpaAccuracy(Record):
+    """Ours against the strongest peer of a tier, on the same inputs and reference in the same run: for every
+    checked shape and distribution, each variant's rel_l2 (worst of the seeds) <= max_ratio x the peer's."""
+
+    precision: Precision
+    peer: Literal["torch_sdpa", "cudnn_fp8", "flash_attn"]
+    max_ratio: PositiveFloat
 
 
 class SdpaGates(Record):
+    # Seed 003's absolute gates, set for N(0, 1) inputs and applied on the `normal` distribution only (an
+    # absolute error means something only for the output scale it was set at).
     max_abs_err: PositiveFloat
     bad_err: PositiveFloat
     max_bad_frac: float = Field(ge=0, le=1)
-    max_rel_l2: PositiveFloat | None = None  # None: not gated
+    bounds: list[SdpaBound] = Field(default_factory=list)
+    accuracy: list[SdpaAccuracy] = Field(default_factory=list)
     speedup: list[SdpaSpeedup] = Field(default_factory=list)
+
+    def bound(self, precision: str, distribution: str) -> SdpaBound:
+        """The bound of a tier on a distribution (load() makes sure there is exactly one)."""
+        return next(b for b in self.bounds if b.precision == precision and distribution in b.distributions)
+
+    def bad_err_for(self, precision: str, distribution: str, ref_amax: float) -> float:
+        """The error above which an element counts as bad: bad_err on `normal`, elsewhere the tier's bound on
+        the worst element at this output's scale (an absolute bad_err means nothing at another scale)."""
+        if distribution == "normal":
+            return self.bad_err
+        return self.bound(precision, distribution).max_abs_rel * ref_amax
 
 
 class NoiseModel(Record):
@@ -83,7 +126,7 @@ class NoiseModel(Record):
 
 # The suites a gate id starts with, and the kinds of check that follow (driver/gates.py makes the ids).
 GATE_SUITES = ("allreduce", "sdpa", "stress")
-GATE_CHECKS = ("speed", "correct", "soak", "watchdog", "sanitizer", "profile")
+GATE_CHECKS = ("speed", "correct", "accuracy", "soak", "watchdog", "sanitizer", "profile")
 _HOST = re.compile(r"^[\w*?\[\]-]+$")
 
 
@@ -137,6 +180,32 @@ def _entry(table: str, i: int, gate: Record) -> str:
     return f"[[{table}]] #{i} ({fields})"
 
 
+def _sdpa_tiers(t: Thresholds) -> list[str]:
+    """Bounds that do not cover every (tier, distribution) exactly once, name unknown distributions, or peers'
+    gates in another tier than the peer's."""
+    from driver.reference.sdpa import DISTRIBUTIONS
+
+    bad = []
+    for i, b in enumerate(t.sdpa.bounds, 1):
+        unknown = [d for d in b.distributions if d not in DISTRIBUTIONS]
+        if unknown:
+            bad.append(f"{_entry('sdpa.bounds', i, b)}: unknown distribution(s) {', '.join(unknown)} "
+                       f"(known: {', '.join(DISTRIBUTIONS)})")
+    for tier in config.PRECISIONS:
+        for dist in DISTRIBUTIONS:
+            n = sum(1 for b in t.sdpa.bounds if b.precision == tier and dist in b.distributions)
+            if n != 1:
+                bad.append(f"[[sdpa.bounds]]: {n} entries for precision {tier!r} on distribution {dist!r}, "
+                           "not exactly one")
+    for i, a in enumerate(t.sdpa.accuracy, 1):
+        if SDPA_PEER_PRECISION[a.peer] != a.precision:
+            bad.append(f"{_entry('sdpa.accuracy', i, a)}: {a.peer} computes in the {SDPA_PEER_PRECISION[a.peer]} tier")
+    for i, g in enumerate(t.sdpa.speedup, 1):
+        if g.precision and g.peer in SDPA_PEER_PRECISION and g.precision != SDPA_PEER_PRECISION[g.peer]:
+            bad.append(f"{_entry('sdpa.speedup', i, g)}: {g.peer} is timed in the {SDPA_PEER_PRECISION[g.peer]} tier")
+    return bad
+
+
 def _unmeasurable(t: Thresholds) -> list[str]:
     """Speed gates whose config no run can produce. gates.speed_gates keeps a gate only when the run asked
     for its config, so such a gate would never be judged, nor listed as not measured: it is silently void."""
@@ -181,4 +250,8 @@ def load(path: Path | None = None) -> Thresholds:
     if bad:
         raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
                           "no run can measure such a gate: fix its shape or size, or remove it")
+    bad = _sdpa_tiers(gates)
+    if bad:
+        raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
+                          "every precision tier needs one bound per input distribution (docs/SDPA.md)")
     return gates

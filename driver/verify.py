@@ -26,6 +26,8 @@ class SdpaErrors(Record):
     bad_elements: NonNegativeInt  # elements off by more than bad_err; a non-finite element counts as bad
     bad_frac: float = Field(ge=0, le=1)  # bad_elements / elements
     rel_l2: NonNegativeFloat | None  # ||out - ref||_2 / ||ref||_2; None when any output element is non-finite
+    # max|out - ref| / max|ref|: the worst element against the output's scale; None when non-finite (or ref = 0)
+    max_abs_rel: NonNegativeFloat | None = None
     nonfinite: NonNegativeInt  # output elements that are NaN or infinite
     elements: NonNegativeInt
 
@@ -37,7 +39,8 @@ class SdpaErrors(Record):
 
         return cls(max_abs_err=top([r.max_abs_err for r in runs]), bad_elements=max(r.bad_elements for r in runs),
                    bad_frac=max(r.bad_frac for r in runs),
-                   rel_l2=top([r.rel_l2 for r in runs]), nonfinite=max(r.nonfinite for r in runs),
+                   rel_l2=top([r.rel_l2 for r in runs]), max_abs_rel=top([r.max_abs_rel for r in runs]),
+                   nonfinite=max(r.nonfinite for r in runs),
                    elements=max(r.elements for r in runs))
 
 
@@ -61,7 +64,10 @@ def sdpa_errors(out: np.ndarray, expected: np.ndarray, *, bad_err: float, what: 
     denom = float(np.linalg.norm(expected))
     num = float(np.linalg.norm(got - expected))
     rel = num / denom if denom > 0 else (0.0 if num == 0 else None)
-    return SdpaErrors(max_abs_err=float(err.max()) if err.size else 0.0, bad_elements=bad, bad_frac=bad_frac, rel_l2=rel,
+    worst = float(err.max()) if err.size else 0.0
+    amax = float(np.abs(expected).max()) if expected.size else 0.0
+    max_rel = worst / amax if amax > 0 else (0.0 if worst == 0 else None)
+    return SdpaErrors(max_abs_err=worst, bad_elements=bad, bad_frac=bad_frac, rel_l2=rel, max_abs_rel=max_rel,
                       nonfinite=0, elements=got.size)
 
 

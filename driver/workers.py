@@ -14,7 +14,7 @@ output stays the contract (docs/BUILD.md, "Kernel executable interface"):
 A case that does not answer within its timeout has its worker's process tree killed (`KernelFailed`,
 as `launch` does for a one-shot hang); a worker that dies mid-case fails that case with the reason and
 is started again, once, for the next case; a line that is not JSON, or the stream ending without an
-end line, is a `KernelFailed` naming the worker and the case. An rc of 2/3/4 maps to the same error
+end line, is a `KernelFailed` naming the worker and the case. An rc of 2/3/4/5 maps to the same error
 classes as a one-shot exit code.
 """
 
@@ -34,8 +34,8 @@ from typing import Self, TypeVar
 from pydantic import BaseModel
 
 from driver import phases
-from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU
-from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, error_line, kill_tree, start_process
+from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU, TierNotOffered
+from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, EXE_NOT_OFFERED, error_line, kill_tree, start_process
 from driver.parse import launch_lines, parse_lines
 
 M = TypeVar("M", bound=BaseModel)
@@ -228,6 +228,8 @@ def _rc_error(rc: int, what: str, message: str, server: Sequence[str]) -> Driver
         return ConfigError(f"{what} rejected its input: {detail}")
     if rc == EXE_NO_GPU:
         return NoGPU(f"{what}: {detail}")
+    if rc == EXE_NOT_OFFERED:
+        return TierNotOffered(f"{what}: {detail}", f"worker: {' '.join(server)}")
     return KernelFailed(f"{what} exited {rc}: {detail}", f"worker: {' '.join(server)}")
 
 

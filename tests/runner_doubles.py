@@ -56,26 +56,44 @@ def case(argv):
 """ + "{serve}"
 
 SDPA = """#!{python}
-# sdpa_fp8_<variant> double: writes the float64 reference as float16 (optionally corrupted or
-# of another shape) and prints one SdpaLine.
+# sdpa_fp8_<variant> double: writes the float64 reference as float16 (optionally with noise of a given rms
+# relative to the output's, per precision tier; corrupted; or of another shape) and prints one SdpaLine in the
+# tier asked for (--precision, default fp16), naming the kernel an sm_90 build runs for it.
 import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
 from driver.reference import sdpa as ref
+KERNEL = {{"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}}
 def case(argv):
-    args = dict(zip(argv[::2], argv[1::2]))
+    args, i = {{}}, 0
+    while i < len(argv):  # --flag value, or a --switch alone (--no-spin)
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        args[argv[i]] = argv[i + 1] if has_value else ""
+        i += 2 if has_value else 1
     with open({log!r}, "a") as f:
         f.write(json.dumps(argv) + "\\n")
+    precision = args.get("--precision", "fp16")
+    if precision not in KERNEL:
+        print("error: --precision must be fp16 or fp8", file=sys.stderr)
+        sys.exit(2)
+    if precision in {refuse!r}:
+        print("error: --precision " + precision + ": no FP8 warpgroup MMA in this build", file=sys.stderr)
+        sys.exit(5)
     q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
     ks, vs = np.load(args["--scales"])
-    out = ref.reference(q, k, v, float(ks), float(vs)).astype(np.float16)
+    out = ref.reference(q, k, v, float(ks), float(vs))
+    noise = {noise!r}.get(precision, 0.0)
+    if noise:
+        out = out + noise * np.sqrt(np.mean(out ** 2)) * np.random.default_rng(0).standard_normal(out.shape)
+    out = out.astype(np.float16)
     if {corrupt}:
         out = out + np.float16(1.0)
     if {first_head_only}:
         out = out[:, :1]
     np.save(args["--out"], out)
     p50 = {p50!r}
-    print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
+    print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "kernel": KERNEL[precision], "precision": precision,
+                      "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
                       "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
                       "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
                       "batch": int(args.get("--batch", "1"))}}), flush=True)
@@ -124,13 +142,16 @@ def allreduce_exe(exe_dir: Path, name: str, *, impl: str, p50: float | dict[str,
 
 
 def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_head_only: str = "",
-              log: Path | None = None) -> Path:
-    """Both SDPA variants; `corrupt` / `first_head_only` name a variant that writes a wrong output."""
+              noise: dict[str, float] | None = None, refuse: tuple[str, ...] = (), log: Path | None = None) -> Path:
+    """Both SDPA variants; `corrupt` / `first_head_only` name a variant that writes a wrong output; `noise`
+    per tier: the rms of the error added to the output, relative to the output's rms (the rel_l2 it gets, to
+    the fp16 rounding); `refuse`: tiers the double exits 5 for, as a runner without FP8 warpgroup MMA does."""
     log = log or exe_dir / "calls.jsonl"
     for impl, exe in sdpa.VARIANTS.items():
         _script(exe_dir / exe, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl,
-                                           p50=p50[impl], corrupt=impl == corrupt,
-                                           first_head_only=impl == first_head_only, serve=SERVE))
+                                           p50=p50[impl], corrupt=impl == corrupt, noise=noise or {},
+                                           refuse=tuple(refuse), first_head_only=impl == first_head_only,
+                                           serve=SERVE))
     return log
 
 

@@ -158,21 +158,35 @@ def test_only_gates_thresholds_still_holds_are_known_limits():
 
 
 FP8_RUN = ROOT / "bench_results" / "20261123T085011Z-8fe71009-1xH100"
+FP16_RUN = ROOT / "bench_results" / "20261123T072724Z-0d838fe7-1xH100"
 
 
 def test_a_gate_added_after_a_run_is_judged_on_its_records():
-    """That run (1x H100, 2026-11-23, the FP8 kernel) was gated before the per-shape torch gates existed: its
-    archived verdicts hold none for batch8. Today's gate is judged on its timed records, the bench's rule."""
-    run = RunArchive.model_validate_json((FP8_RUN / "results.json").read_text())
+    """That run (1x H100, 2026-11-23, the Hopper kernel's fp16 build, wgmma_sm90) was gated before the per-shape
+    torch gates existed: its archived verdicts hold none for batch8. Today's gate is judged on its timed records,
+    the bench's rule."""
+    run = RunArchive.model_validate_json((FP16_RUN / "results.json").read_text())
     stored = {s.key for s in limits.gate_states(run, NOISE)}
     assert ("1xH100", "sdpa", "batch8", "torch_sdpa", "cold") not in stored
     today = {s.key: s for s in limits.rejudged(run, GATES)}
     batch8 = today[("1xH100", "sdpa", "batch8", "torch_sdpa", "cold")]
     assert (batch8.status, batch8.impl, batch8.ratio, batch8.ours_us, batch8.peer_us) == (
-        "fail", "cpasync", 0.88, 53.09, 46.46)
+        "fail", "cpasync", 0.82, 57.06, 47.02)
     assert today[("1xH100", "sdpa", "mission", "torch_sdpa", "hot")].status == "pass"
-    states = {s.key: s for s in limits.newest([FP8_RUN], NOISE, GATES)}
+    states = {s.key: s for s in limits.newest([FP16_RUN], NOISE, GATES)}
     assert states[batch8.key] == batch8
+
+
+def test_a_run_of_another_tier_does_not_measure_a_gate_added_after_it():
+    """The torch gates are in the fp16 tier (torch's). A run that timed only our FP8 kernel (1x H100, 2026-11-23,
+    before the tiers: its lines name wgmma_fp8_sm90) holds no fp16 timing, so today's batch8 gate is not judged
+    on it; its own archived verdicts (against torch, from before the tiers) stay as they were."""
+    run = RunArchive.model_validate_json((FP8_RUN / "results.json").read_text())
+    assert {r.precision for r in run.records if r.impl in ("baseline", "cpasync")} == {"fp8"}
+    stored = {s.key for s in limits.gate_states(run, NOISE)}
+    today = {s.key for s in limits.rejudged(run, GATES)}
+    assert ("1xH100", "sdpa", "batch8", "torch_sdpa", "cold") not in stored | today
+    assert ("1xH100", "sdpa", "mission", "torch_sdpa", "cold") in stored
 
 
 def test_a_best_gate_is_one_gate_whichever_variant_it_judged(tmp_path):

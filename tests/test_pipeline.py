@@ -56,16 +56,21 @@ def test_suite_list_runs_every_suite_named(host, results_dir, capsys):
 
 
 def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
-    """Without torch, the NCCL and PyTorch gates are not measured: exit 8 naming them, archived
-    with every gate's state, failed and not measured first."""
+    """Without torch, the NCCL and PyTorch gates are not measured: the fp16 tier's accuracy gates against torch
+    SDPA (one per distribution checked) give exit 7 naming them, the speed gates are not measured either, and
+    the run is archived with every gate's state, failed and not measured first."""
     code = cli.main([*BENCH, "--suite", "all"])
     err = capsys.readouterr().err
-    assert code == PerfGateFailed.exit_code, err
+    assert code == WrongResults.exit_code, err
     line = err.strip().splitlines()[-1]
-    assert line.startswith("performance gate failed: 3 speed gate(s) not measured, e.g. ")
-    assert "ours-vs-nccl" in line and NO_TORCH in line
+    assert line.startswith("wrong results: 3 correctness gate(s) not measured, e.g. "
+                           "sdpa/accuracy/ours-vs-torch_sdpa/fp16/normal/mission: ")
+    assert NO_TORCH in line
     folder, run = _only_run(results_dir)
     states = {g.gate: (g.status, g.optional) for g in run.gates}
+    for dist in ("normal", "large_logits_4", "large_logits_8"):
+        assert states[f"sdpa/accuracy/ours-vs-torch_sdpa/fp16/{dist}/mission"] == ("not_measured", False)
+    assert not any("cudnn_fp8" in g for g in states)  # the fp8 tier was not asked for: nor its gates
     assert states["allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B"] == ("not_measured", False)
     assert states["sdpa/speed/best-vs-torch_sdpa/cold/mission"] == ("not_measured", False)
     assert states["sdpa/speed/best-vs-torch_sdpa/hot/mission"] == ("not_measured", False)
@@ -75,8 +80,8 @@ def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
     table = compare_md[compare_md.index("## Gates"):]
     assert table.index("| NOT MEASURED | allreduce/speed/ours-vs-nccl") < table.index("| pass |")
     index = (results_dir / "README.md").read_text()
-    assert ("3 NOT MEASURED (e.g. allreduce/speed/ours-vs-nccl/cold/float32/2gpu/262144B: nccl not measured (cold); "
-            f"{NO_TORCH}") in index
+    assert ("6 NOT MEASURED (e.g. sdpa/accuracy/ours-vs-torch_sdpa/fp16/normal/mission: torch_sdpa not checked on "
+            f"normal inputs at mission; {NO_TORCH}") in index
 
 
 def test_a_peer_marked_optional_for_this_host_may_be_missing(host, results_dir, tmp_path, monkeypatch, capsys):
@@ -91,6 +96,11 @@ reason = "this host has no torch"
 gates = "sdpa/speed/*-vs-torch_sdpa/*"
 hosts = ["2xH*"]
 reason = "this host has no torch"
+
+[[optional]]
+gates = "sdpa/accuracy/*-vs-torch_sdpa/*"
+hosts = ["2xH*"]
+reason = "this host has no torch"
 """)
     assert cli.main([*BENCH, "--suite", "all", "--thresholds", str(limits)]) == 0, capsys.readouterr().err
     _, run = _only_run(results_dir)
@@ -100,7 +110,7 @@ reason = "this host has no torch"
     # The same file on another device kind does not make them optional.
     other = H200X2.model_copy(update={"gpus": H200X2.gpus * 2})  # 4xH200
     monkeypatch.setattr(device, "probe", lambda: other)
-    assert cli.main([*BENCH, "--suite", "sdpa", "--thresholds", str(limits)]) == PerfGateFailed.exit_code
+    assert cli.main([*BENCH, "--suite", "sdpa", "--thresholds", str(limits)]) == WrongResults.exit_code
 
 
 def test_sweep_writes_the_windows_only_when_asked(host, results_dir, tmp_path, monkeypatch, capsys):

@@ -16,7 +16,7 @@ import pytest
 from driver import device, gates, peers
 from driver.errors import KernelFailed
 from driver.options import RunOptions
-from driver.records import DeviceInfo, GpuInfo
+from driver.records import SDPA_PEER_PRECISION, DeviceInfo, GpuInfo
 from driver.suites import sdpa
 from driver.thresholds import load as load_thresholds
 from tests.runner_doubles import ROOT, SERVE, calls, sdpa_exes
@@ -27,27 +27,36 @@ def test_a_wrong_variant_is_checked_first_and_never_timed(tmp_path, monkeypatch)
     monkeypatch.setattr(device, "probe", lambda: dev)
     exe_dir = tmp_path / "bin"
     log = sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0}, corrupt="cpasync")
-    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0, 1, 2), iters=20, rounds=2)
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0, 1, 2), iters=20, rounds=2,
+                      distributions=("normal", "large_logits_8"))
     records, _ = sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, (), "small", (1, 2, 128, 64))
 
     ran = calls(log)
     timed = [c for c in ran if c[c.index("--iters") + 1] != "1"]
     assert timed, "the correct variant was never timed"
     assert all("out_cpasync" not in " ".join(c) for c in timed)  # the wrong variant's output path
-    # Every seed's check-only runs come first (seeds x variants of them), then the timed runs.
+    # Every distribution's and seed's check-only runs come first (distributions x seeds x variants of them),
+    # then the timed runs, on the normal inputs only, every one in the tier asked for.
     first_timed = ran.index(timed[0])
-    assert first_timed == len(opts.seeds) * len(sdpa.VARIANTS)
+    assert first_timed == len(opts.distributions) * len(opts.seeds) * len(sdpa.VARIANTS)
     assert all(c[c.index("--iters") + 1] == "1" for c in ran[:first_timed])
-    by = {(r.impl, r.seed): r for r in records}
-    assert by[("baseline", 0)].passed and by[("baseline", 0)].round_p50_us
-    assert by[("baseline", 1)].passed and not by[("baseline", 1)].round_p50_us
-    assert by[("baseline", 2)].passed and not by[("baseline", 2)].round_p50_us
+    assert all("-normal-seed0/" in c[c.index("--q") + 1] for c in timed)
+    assert all(c[c.index("--precision") + 1] == "fp16" for c in ran)
+    by = {(r.impl, r.seed, r.distribution): r for r in records if r.timing != "hot"}
+    for dist in opts.distributions:
+        assert by[("baseline", 0, dist)].passed and by[("baseline", 0, dist)].precision == "fp16"
+        assert by[("baseline", 0, dist)].round_p50_us if dist == "normal" else not by[("baseline", 0, dist)].round_p50_us
+        assert by[("baseline", 1, dist)].passed and not by[("baseline", 1, dist)].round_p50_us
+        assert by[("baseline", 2, dist)].passed and not by[("baseline", 2, dist)].round_p50_us
+        assert by[("baseline", 1, dist)].rel_l2 < 3e-4 and by[("baseline", 1, dist)].max_abs_rel < 1e-3
     # The correct variant is timed in both default modes, each record saying its mode.
-    assert sorted(r.timing for r in records if (r.impl, r.seed) == ("baseline", 0)) == ["cold", "hot"]
+    assert sorted(r.timing for r in records if (r.impl, r.seed, r.distribution) == ("baseline", 0, "normal")) == \
+        ["cold", "hot"]
     assert {c[c.index("--timing") + 1] for c in timed} == {"cold", "hot"}
-    bad = by[("cpasync", 0)]
+    bad = by[("cpasync", 0, "normal")]
     assert not bad.passed and not bad.round_p50_us and bad.performance is None
     assert "not timed: wrong results" in bad.correctness.reasons
+    assert not by[("cpasync", 1, "large_logits_8")].passed
 
 
 def test_a_wrong_shaped_output_is_malformed_output_not_a_small_error(tmp_path, monkeypatch):
@@ -57,7 +66,7 @@ def test_a_wrong_shaped_output_is_malformed_output_not_a_small_error(tmp_path, m
     monkeypatch.setattr(device, "probe", lambda: dev)
     exe_dir = tmp_path / "bin"
     sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0}, first_head_only="cpasync")
-    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=5, rounds=1)
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=5, rounds=1, distributions=("normal",))
     with pytest.raises(KernelFailed, match=r"shape \(1, 1, 128, 64\), the reference \(1, 2, 128, 64\)"):
         sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, (), "small", (1, 2, 128, 64))
 
@@ -73,27 +82,38 @@ def case(argv):
         sys.exit(3)
     q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
     ks, vs = np.load(args["--scales"])
-    np.save(args["--out"], (ref.reference(q, k, v, float(ks), float(vs)) + 0.01).astype(np.float16))
+    out = ref.reference(q, k, v, float(ks), float(vs))
+    if {noise!r}:
+        out = out + {noise!r} * np.sqrt(np.mean(out ** 2)) * np.random.default_rng(1).standard_normal(out.shape)
+    else:
+        out = out + 0.01
+    np.save(args["--out"], out.astype(np.float16))
     print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": 20, "warmup": 0,
                       "p50_us": 9.0, "p90_us": 9.5, "mean_us": 9.1, "std_us": 0.1, "min_us": 8.9, "tflops": 1.0,
-                      "timing": args["--timing"], "precision": "q e4m3, P e4m3", "peer_version": "test"}}), flush=True)
+                      "timing": args["--timing"], "precision": {tier!r}, "arithmetic": "q e4m3, P e4m3",
+                      "peer_version": "test"}}), flush=True)
 """
 
 
-def _fake_peers(tmp_path: Path, monkeypatch, refuse: tuple[str, ...] = ()) -> None:
+def _fake_peers(tmp_path: Path, monkeypatch, refuse: tuple[str, ...] = (), noise: dict[str, float] | None = None,
+                log: Path | None = None) -> None:
+    """Peer doubles: the reference plus 0.01 (or, per peer in `noise`, noise of that rms relative to the
+    output's), in their own tier. `log` records every command line they are given."""
     scripts = {}
     for impl in sdpa.PEERS:
         scripts[impl] = tmp_path / f"peer_{impl}.py"
-        scripts[impl].write_text(PEER.format(root=str(ROOT), impl=impl, refuse=impl in refuse) + SERVE)
+        scripts[impl].write_text(PEER.format(root=str(ROOT), impl=impl, refuse=impl in refuse,
+                                             noise=(noise or {}).get(impl, 0.0),
+                                             tier=SDPA_PEER_PRECISION[impl]) + SERVE)
     monkeypatch.setattr(peers, "command", lambda impl, *args: [sys.executable, str(scripts[impl]), *args])
 
 
-def test_peers_run_in_the_same_rounds_and_their_error_is_reported_not_gated(tmp_path, monkeypatch):
-    dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="test GPU", memory_mib=1)])
+def test_peers_run_in_their_tier_in_the_same_rounds_and_their_error_is_reported_not_gated(tmp_path, monkeypatch):
+    dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=1)])
     monkeypatch.setattr(device, "probe", lambda: dev)
     monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
     exe_dir = tmp_path / "bin"
-    sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0})
+    log = sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0})
     _fake_peers(tmp_path, monkeypatch, refuse=("flash_attn",))
     gates_file = tmp_path / "thresholds.toml"
     gates_file.write_text((ROOT / "thresholds.toml").read_text() + """
@@ -104,31 +124,49 @@ timing = "hot"
 shape = "small"
 min_ratio = 0.9
 """)
-    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=20, rounds=2, timing=("cold", "hot"))
+    opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=20, rounds=2, timing=("cold", "hot"),
+                      precisions=("fp16", "fp8"), distributions=("normal", "large_logits_4"))
     records, skipped = sdpa._shape(opts, exe_dir, dev, load_thresholds(gates_file), "0" * 40, tuple(sdpa.PEERS),
                                    "small", (1, 2, 128, 64))
-    by = {(r.impl, r.timing): r for r in records}
-    for impl, mode in ((i, m) for i in ("torch_sdpa", "cudnn_fp8") for m in ("cold", "hot")):
-        peer = by[(impl, mode)]
-        assert peer.correctness.status == "not_measured" and len(peer.round_p50_us) == 2  # no gate reads it
-        assert peer.measurement.timing == mode
-        assert "reported, not gated" in peer.correctness.reasons[0]
-        assert "precision: q e4m3, P e4m3" in peer.correctness.reasons
-        assert peer.max_abs_err == pytest.approx(0.01, abs=2e-3) and peer.rel_l2 > 0
+    by = {(r.impl, r.precision, r.distribution, r.timing): r for r in records}
+    for impl, tier in (("torch_sdpa", "fp16"), ("cudnn_fp8", "fp8")):
+        for mode in ("cold", "hot"):
+            peer = by[(impl, tier, "normal", mode)]
+            assert peer.correctness.status == "not_measured" and len(peer.round_p50_us) == 2  # no gate reads it
+            assert peer.measurement.timing == mode and peer.measurement.precision == tier
+            assert "reported, not gated" in peer.correctness.reasons[0]
+            assert "arithmetic: q e4m3, P e4m3" in peer.correctness.reasons
+            assert peer.max_abs_err == pytest.approx(0.01, abs=2e-3) and peer.rel_l2 > 0
+            assert peer.tensor_frac == pytest.approx(1.0 / (989.0 if tier == "fp16" else 1979.0))
+        # checked on the other distribution too, from the same inputs, not timed there
+        other = by[(impl, tier, "large_logits_4", None)]
+        assert not other.round_p50_us and other.rel_l2 > 0 and other.max_abs_rel > 0
+    # ours in both tiers, each tier's runs asked for it; timed on the normal inputs only
+    for impl in sdpa.VARIANTS:
+        for tier in ("fp16", "fp8"):
+            assert by[(impl, tier, "normal", "cold")].measurement.kernel == \
+                {"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}[tier]
+            assert by[(impl, tier, "large_logits_4", None)].passed
+    ran = calls(log)
+    assert {c[c.index("--precision") + 1] for c in ran} == {"fp16", "fp8"}
     # The refusing peer is dropped with its own words; ours and the others still ran.
-    assert not any(impl == "flash_attn" for impl, _ in by)
+    assert not any(impl == "flash_attn" for impl, *_ in by)
     reasons = sorted(s.reason for s in skipped if s.impl == "flash_attn")
-    assert len(reasons) == 2 and reasons[0].startswith("small cold: ") and reasons[1].startswith("small hot: ")
-    for reason in reasons:
-        assert "exited 3: error: cuDNN refuses FP8 SDPA" in reason and "head dim not supported" in reason
-    # The cuDNN gate is judged against the peer's p50 in its mode (ours 10.0 us vs cuDNN 9.0 us: 0.90x);
-    # the peers' own records are no gates (their error is reported, not gated).
+    assert len(reasons) == 1 and reasons[0].startswith("small cold: ")  # its check failed: never timed
+    assert "exited 3: error: cuDNN refuses FP8 SDPA" in reasons[0] and "head dim not supported" in reasons[0]
+    # The cuDNN gate is judged against the peer's p50 in its mode and tier (ours 10.0 us vs cuDNN 9.0 us:
+    # 0.90x); the peers' own records are no gates (their error is reported, not gated).
     results, judged = gates.evaluate(records, skipped, opts, load_thresholds(gates_file), dev.kind)
     gate = next(g for g in results if g.gate == "sdpa/speed/best-vs-cudnn_fp8/hot/small")
     assert any("hot p50 vs cudnn_fp8: 0.90x" in r for r in gate.reasons), gate
     assert not any(g.gate.startswith(("sdpa/correct/torch_sdpa", "sdpa/correct/cudnn_fp8")) for g in results)
     best = next(r for r in judged if r.performance and r.timing == "hot" and r.impl in sdpa.VARIANTS)
-    assert any("hot p50 vs cudnn_fp8" in r for r in best.performance.reasons)
+    assert any("hot p50 vs cudnn_fp8" in r for r in best.performance.reasons) and best.precision == "fp8"
+    # ours (exact up to the fp16 output) against the peers (0.01 off): every accuracy gate passes
+    acc = {g.gate: g for g in results if g.gate.startswith("sdpa/accuracy/")}
+    assert set(acc) == {f"sdpa/accuracy/ours-vs-{p}/{t}/{d}/small" for p, t in (("torch_sdpa", "fp16"),
+                        ("cudnn_fp8", "fp8")) for d in opts.distributions}
+    assert all(g.status == "pass" for g in acc.values()), acc
 
 
 def test_peers_missing_and_the_hopper_kernel_not_offered_say_why(monkeypatch):
@@ -141,5 +179,11 @@ def test_peers_missing_and_the_hopper_kernel_not_offered_say_why(monkeypatch):
     assert peers.missing("cudnn_fp8", "sm_90") == "torch is not installed on this host"
     assert sdpa.hopper_not_offered("sm_90", "sm_90") is None
     why = sdpa.hopper_not_offered("sm_89", "sm_89")
-    assert "needs an sm_90 GPU" in why and "this GPU is sm_89" in why and "mma_sync_sm80" in why
+    assert "need an sm_90 GPU" in why and "this GPU is sm_89" in why and "mma_sync_sm80" in why
     assert "this build is for sm_89" in sdpa.hopper_not_offered("sm_90", "sm_89")
+    # the fp8 tier exists only as FP8 warpgroup MMA; the fp16 tier everywhere
+    assert sdpa.fp8_not_offered("sm_90", "sm_90") is None
+    assert "needs an sm_90 GPU" in sdpa.fp8_not_offered("sm_89", "sm_89")
+    assert "this build is for sm_89" in sdpa.fp8_not_offered("sm_90", "sm_89")
+    assert [sdpa.expected_kernel(t, "sm_90", "sm_90") for t in ("fp16", "fp8")] == ["wgmma_sm90", "wgmma_fp8_sm90"]
+    assert [sdpa.expected_kernel(t, "sm_89", "sm_89") for t in ("fp16", "fp8")] == ["mma_sync_sm80", None]

@@ -120,7 +120,7 @@ def test_a_gate_on_a_mode_not_timed_fails(tmp_path):
     assert cold_gates and all(g.status == "not_measured" for g in cold_gates)
     assert "cold timing, which this run did not measure" in cold_gates[0].reasons[0]
     assert [g.status for g in speed if "/hot/" in g.gate] == ["pass"]  # 9.0 us vs torch's 20.0
-    assert isinstance(gates.exit_decision(results, tmp_path), PerfGateFailed)
+    assert isinstance(gates.exit_decision(speed, tmp_path), PerfGateFailed)
     cold = [r.model_copy(update={"timing": "cold"}) for r in hot]
     results, _ = gates.evaluate(cold, [], RunOptions(suites=("sdpa",), shapes=mission, timing=("cold",)), GATES,
                                 "1xH200")

@@ -1,8 +1,9 @@
 """cuDNN FP8 peer: cuDNN's FP8 fused attention forward (`sdpa_fp8`) through the cudnn-frontend Python
 package, on the cuDNN library torch already loaded.
 
-Same inputs, flags and line as the other SDPA peers (driver/peers/sdpa_io.py), impl `cudnn_fp8`.
-Precision, which differs from ours and is written into the line's `precision`:
+Same inputs, flags and line as the other SDPA peers (driver/peers/sdpa_io.py), impl `cudnn_fp8`, the
+peer of the fp8 tier (the line's `precision` is "fp8"). Its arithmetic, written into the line's
+`arithmetic`:
 - Q is FP8 too: quantized exactly as our K and V are (driver/reference/sdpa.py make_inputs): one
   per-tensor scale q_scale = float32(amax|Q| / 448), codes = encode_e4m3_sim(Q / q_scale) (round to
   nearest even, saturating), q_scale handed to cuDNN as descale_q. K and V are our E4M3 codes with
@@ -10,11 +11,11 @@ Precision, which differs from ours and is written into the line's `precision`:
   bias 7, subnormals, no infinities, S.1111.111 NaN), the format decode_e4m3_sim decodes;
   `decode_check` shows cuDNN reads every code as we do.
 - cuDNN quantizes the softmax probabilities P to E4M3 before P.V (scale_s = 256, a power of two
-  that maps P <= 1 into range; descale_s = 1/256). Our kernels keep P in fp16.
+  that maps P <= 1 into range; descale_s = 1/256), as our fp8 tier does (our fp16 tier keeps P in fp16).
 - O: fp16 where cuDNN accepts it for FP8 inputs, else E4M3 with scale_o = 2^floor(log2(448 / amax|V|))
   (|O| <= amax|V|, a power of two so descaling is exact), decoded and divided on the host.
 The error against the float64 reference (computed from fp16 Q) therefore includes Q's and P's
-quantization; the driver reports it, it does not gate it.
+quantization; the driver reports it, and gates our fp8 tier against it (thresholds.toml [[sdpa.accuracy]]).
 
 A shape cuDNN refuses (head dim, sequence length, GPU older than sm_90) is one `error:` line with
 cuDNN's own reason and exit 3: the driver records the peer as skipped for that shape.
@@ -207,9 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     sdpa_io.write_out(ns.out, out)
     o_text = ("o fp16" if sdpa.out_fp16 else
               f"o e4m3 (scale_o 2^{int(math.log2(scale_o))}; cuDNN refused an fp16 output: {why_not_fp16})")
-    precision = (f"q e4m3 (per-tensor scale amax/448 = {q_scale:.6g}, quantized from fp16 Q), k/v e4m3 (our codes "
+    arithmetic = (f"q e4m3 (per-tensor scale amax/448 = {q_scale:.6g}, quantized from fp16 Q), k/v e4m3 (our codes "
                  f"and scales), P e4m3 (scale_s {SCALE_S:g}), fp32 accumulate, {o_text}")
-    sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush, precision=precision,
+    sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush, arithmetic=arithmetic,
                  version=versions(torch, cudnn))
 
 

@@ -3,7 +3,7 @@ package imports: FlashAttention-3 (`flash_attn_interface`, Hopper), FlashAttenti
 or FlashAttention-2 (`flash_attn`), the first found.
 
 Same inputs, flags and line as the other SDPA peers (driver/peers/sdpa_io.py), impl `flash_attn`;
-the same precision as the torch peer (K/V decoded with decode_e4m3_sim and scaled, fp16 compute).
+the fp16 tier, as the torch peer (K/V decoded with decode_e4m3_sim and scaled, fp16 compute).
 FlashAttention takes [B, S, H, D]: the inputs are transposed once, outside the timing.
 
 Availability (checked 2026-11-23): PyPI has no binary wheel that loads on the GPU host (torch 2.11
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"{version} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", EXIT_CUDA_ERROR)
     sdpa_io.write_out(ns.out, out)
     sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush,
-                 precision="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute", version=version)
+                 arithmetic="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute", version=version)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import NoReturn
 import numpy as np
 
 from driver.config import SDPA_HEAD_DIMS
+from driver.records import SDPA_PEER_PRECISION
 
 EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4
 MODES = ("cold", "hot")
@@ -167,8 +168,9 @@ def write_out(path: str | None, out: np.ndarray) -> None:
 
 
 def emit(impl: str, shape: tuple[int, int, int, int], times_us: list[float], ns: argparse.Namespace, *,
-         batch: int, flush_bytes: int, precision: str, version: str) -> None:
-    """Print the peer's SdpaLine."""
+         batch: int, flush_bytes: int, arithmetic: str, version: str) -> None:
+    """Print the peer's SdpaLine: in its precision tier (records.SDPA_PEER_PRECISION), `arithmetic` saying
+    in words what its numbers are made of."""
     t = np.sort(np.asarray(times_us, dtype=np.float64))
     b, h, s, d = shape
     p50 = float(np.percentile(t, 50))
@@ -177,5 +179,5 @@ def emit(impl: str, shape: tuple[int, int, int, int], times_us: list[float], ns:
         "p50_us": p50, "p90_us": float(np.percentile(t, 90)), "mean_us": float(t.mean()), "std_us": float(t.std()),
         "min_us": float(t[0]), "tflops": 4 * b * h * s * s * d / (p50 * 1e-6) / 1e12,
         "timing": ns.timing, "batch": batch, "l2_flush_bytes": flush_bytes,
-        "precision": precision, "peer_version": version,
+        "precision": SDPA_PEER_PRECISION[impl], "arithmetic": arithmetic, "peer_version": version,
     }), flush=True)

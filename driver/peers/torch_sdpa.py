@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     times, batch, flush = sdpa_io.time_mode(torch, sdpa, ns)
     sdpa_io.write_out(ns.out, out)
     sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush,
-                 precision="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute",
+                 arithmetic="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute",
                  version=f"torch {torch.__version__}")
 
 

@@ -1,11 +1,13 @@
-"""The SDPA suite: both FP8 variants against a float64 reference; PyTorch, cuDNN FP8 and FlashAttention
-as the peers (driver/peers/), in the same rounds and timing modes, their outputs checked against the same
-reference (reported, not gated)."""
+"""The SDPA suite: both variants in each precision tier asked for (--precision: fp16, fp8) against a float64
+reference, on every input distribution asked for (--distributions); PyTorch, cuDNN FP8 and FlashAttention as
+the peers of their tiers (driver/peers/), in the same rounds and timing modes, their outputs checked against the
+same reference (reported, and the accuracy gates compare ours with them)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -13,42 +15,64 @@ from pathlib import Path
 
 import numpy as np
 
-from driver import device, peers, phases
-from driver.errors import ConfigError, KernelFailed
-from driver.gates import sdpa_correctness, sdpa_runner_resources
+from driver import config, device, peers, phases
+from driver.errors import ConfigError, KernelFailed, TierNotOffered
+from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
-from driver.records import ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
+from driver.records import SDPA_PEER_PRECISION, ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
-from driver.thresholds import Thresholds
+from driver.thresholds import SdpaGates, Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
 from driver.workers import Pool, Served, served
 
 TARGETS = "sdpa"
 VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
 PEERS = peers.of_suite("sdpa")  # torch_sdpa, cudnn_fp8, flash_attn: each reads our inputs, writes --out
-HOPPER_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "mma_sync_sm80"
+HOPPER_KERNEL, HOPPER_FP16_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"
+TIMED_DISTRIBUTION = "normal"  # the inputs every timing runs on: a launch's time does not depend on the values
 
 
 def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
-    """Why our Hopper kernel does not run here (the runner then runs the mma.sync kernel), or None."""
+    """Why our Hopper kernels do not run here (the fp16 tier then runs the mma.sync kernel), or None."""
     if gpu_arch == "sm_90" and build_arch == "sm_90":
         return None
     why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
            f"this build is for {build_arch}, without sm_90a code")
-    return (f"the Hopper kernel ({HOPPER_KERNEL}: warpgroup MMA, tensor copies) needs an sm_90 GPU and a build for "
-            f"sm_90a; {why}, so the runners run the mma.sync kernel ({MMA_SYNC_KERNEL})")
+    return (f"the Hopper kernels ({HOPPER_FP16_KERNEL}, {HOPPER_KERNEL}: warpgroup MMA, tensor copies) need an sm_90 "
+            f"GPU and a build for sm_90a; {why}, so the fp16 tier runs the mma.sync kernel ({MMA_SYNC_KERNEL})")
 
 
-def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int) -> dict[str, Path]:
-    return prepare_case(folder, shape, seed, with_reference=False)[0]
+def fp8_not_offered(gpu_arch: str, build_arch: str) -> str | None:
+    """Why the fp8 tier cannot run here (it exists only as FP8 warpgroup MMA), or None. Decided before any
+    launch; a runner asked anyway exits 5 (TierNotOffered), the backstop."""
+    if hopper_not_offered(gpu_arch, build_arch) is None:
+        return None
+    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
+           f"this build is for {build_arch}, without sm_90a code")
+    return (f"the fp8 tier runs on FP8 warpgroup MMA ({HOPPER_KERNEL}), which needs an sm_90 GPU and a build for "
+            f"sm_90a; {why}")
+
+
+def expected_kernel(precision: str, gpu_arch: str, build_arch: str) -> str | None:
+    """The kernel our runners pick for a tier here (None: the tier does not run here)."""
+    hopper = hopper_not_offered(gpu_arch, build_arch) is None
+    if precision == "fp8":
+        return HOPPER_KERNEL if hopper else None
+    return HOPPER_FP16_KERNEL if hopper else MMA_SYNC_KERNEL
+
+
+def write_inputs(folder: Path, shape: tuple[int, int, int, int], seed: int,
+                 distribution: str = "normal") -> dict[str, Path]:
+    return prepare_case(folder, shape, seed, distribution, with_reference=False)[0]
 
 
 def prepare_case(
-    folder: Path, shape: tuple[int, int, int, int], seed: int, *, with_reference: bool = True
+    folder: Path, shape: tuple[int, int, int, int], seed: int, distribution: str = "normal", *,
+    with_reference: bool = True,
 ) -> tuple[dict[str, Path], np.ndarray | None]:
     """Write one seed's inputs as the runners read them; the float64 reference from the same arrays."""
-    arrays = ref.make_inputs(shape, seed)
+    arrays = ref.make_inputs(shape, seed, distribution)
     files = save_inputs(folder, arrays)
     return files, ref.reference(*arrays) if with_reference else None
 
@@ -73,50 +97,77 @@ def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
+def precision_args(impl: str, precision: str) -> list[str]:
+    """Our runners take the tier per case (`--precision`); a peer computes in its own tier only."""
+    return [] if peers.is_peer(impl) else ["--precision", precision]
+
+
+def check_precision(what: str, asked: str, got: str) -> None:
+    """A runner must compute in the tier it was asked for, never another in its place."""
+    if got != asked:
+        raise KernelFailed(f"{what}: asked for precision {asked}, the line says {got}",
+                           "rebuild the SDPA runners (python -m driver build --targets sdpa)")
+
+
 CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--no-spin"]  # a check-only run: one output launch, nothing timed
 PEER_CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--timing", "cold"]  # the peers' check-only run
 
+CaseKey = tuple[str, int, str]  # (shape name, seed, distribution)
+
 
 class Cases:
-    """Every (shape, seed)'s inputs and float64 reference, made on a background thread in the order the
-    shapes run, so the reference of the next shape is computed while the GPU works on this one. Each
-    is made once per run: a reference is never computed twice for the same inputs."""
+    """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
+    order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
+    while the GPU works on this one. Each is made once per run, for ours and every peer in every tier: a
+    reference is never computed twice for the same inputs. `release` drops a finished shape's arrays and files."""
 
-    def __init__(self, folder: Path, shapes: list[tuple[str, tuple[int, int, int, int]]], seeds: tuple[int, ...]):
+    def __init__(self, folder: Path, shapes: list[tuple[str, tuple[int, int, int, int]]], seeds: tuple[int, ...],
+                 distributions: tuple[str, ...] = ("normal",)):
         self.folder = folder
         # Inputs on a few threads (the shapes' seeds side by side), the references one at a time, each on
         # half the cores: the other half stays free for the host side of whatever is being timed meanwhile.
         self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
         self.ref_threads = max(1, (os.cpu_count() or 2) // 2)
-        self.inputs: dict[tuple[str, int], Future] = {}
-        self.refs: dict[tuple[str, int], Future] = {}
+        self.inputs: dict[CaseKey, Future] = {}
+        self.refs: dict[CaseKey, Future] = {}
+        order = sorted(distributions, key=lambda d: d != TIMED_DISTRIBUTION)
         for name, shape in shapes:
-            for seed in seeds:
-                self.inputs[(name, seed)] = self.input_pool.submit(self._inputs, name, shape, seed)
-            for seed in seeds:
-                self.refs[(name, seed)] = self.pool.submit(self._reference, name, seed)
+            keys = [(name, seed, dist) for dist in order for seed in seeds]
+            for key in keys:
+                self.inputs[key] = self.input_pool.submit(self._inputs, key, shape)
+            for key in keys:
+                self.refs[key] = self.pool.submit(self._reference, key)
 
-    def _inputs(self, name: str, shape: tuple[int, int, int, int], seed: int):
+    def _inputs(self, key: CaseKey, shape: tuple[int, int, int, int]):
         start = time.perf_counter()
-        folder = self.folder / f"{name}-seed{seed}"
+        name, seed, dist = key
+        folder = self.folder / f"{name}-{dist}-seed{seed}"
         folder.mkdir(parents=True, exist_ok=True)
-        arrays = ref.make_inputs(shape, seed)
+        arrays = ref.make_inputs(shape, seed, dist)
         files = save_inputs(folder, arrays)
         phases.add("inputs (background)", time.perf_counter() - start)
         return files, arrays, folder
 
-    def _reference(self, name: str, seed: int) -> np.ndarray:
+    def _reference(self, key: CaseKey) -> np.ndarray:
         start = time.perf_counter()
-        _files, (q, k, v, k_scale, v_scale), _folder = self.inputs[(name, seed)].result()
+        _files, (q, k, v, k_scale, v_scale), _folder = self.inputs[key].result()
         out = ref.reference(q, k, v, k_scale, v_scale, workers=self.ref_threads)
         phases.add("reference (background)", time.perf_counter() - start)
         return out
 
-    def files(self, name: str, seed: int) -> tuple[dict[str, Path], Path]:
+    def files(self, name: str, seed: int, distribution: str) -> tuple[dict[str, Path], Path]:
         with phases.timed("inputs (wait)"):
-            files, _arrays, folder = self.inputs[(name, seed)].result()
+            files, _arrays, folder = self.inputs[(name, seed, distribution)].result()
         return files, folder
+
+    def release(self, name: str) -> None:
+        """A shape is done: its references (float64, 8 bytes an element each) and files go."""
+        for key in [k for k in self.inputs if k[0] == name]:
+            fut = self.inputs.pop(key)
+            self.refs.pop(key, None)
+            if fut.done() and fut.exception() is None:
+                shutil.rmtree(fut.result()[2], ignore_errors=True)
 
     def close(self) -> None:
         for fut in [*self.inputs.values(), *self.refs.values()]:
@@ -132,117 +183,151 @@ def servers(exe_dir: Path, peer_impls: tuple[str, ...]) -> dict[str, tuple[str, 
     return out
 
 
-def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...]) -> int:
-    """Cases one shape sends at most: checks of every seed, then every round of every mode."""
-    impls = len(VARIANTS) + len(peer_impls)
-    checks = len(opts.seeds) * len(VARIANTS) + (len(opts.seeds) - 1) * len(peer_impls)
-    return checks + opts.rounds * len(opts.modes("sdpa")) * impls
+def peers_of(peer_impls: tuple[str, ...], tiers: tuple[str, ...]) -> tuple[str, ...]:
+    """The peers that run: those of the tiers asked for (torch and FlashAttention fp16, cuDNN FP8 fp8)."""
+    return tuple(p for p in peer_impls if SDPA_PEER_PRECISION[p] in tiers)
+
+
+def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...], tiers: tuple[str, ...] | None = None) -> int:
+    """Cases one shape sends at most: checks of every distribution and seed, then every round of every mode."""
+    tiers = opts.precisions if tiers is None else tiers
+    impls = len(VARIANTS) * len(tiers) + len(peers_of(peer_impls, tiers))
+    return len(opts.distributions) * len(opts.seeds) * impls + opts.rounds * len(opts.modes("sdpa")) * impls
 
 
 def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
     shape_name: str, shape: tuple[int, int, int, int], *, pool: Pool | None = None, cases: Cases | None = None,
+    tiers: tuple[str, ...] | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """Every seed of every variant and peer checked against the reference first (one launch each on its
-    warm worker, nothing timed); then the first seed's inputs timed in every mode asked for, in
-    interleaved rounds with the peers (`peer_impls`, those this host can run) in the same mode, for the
-    variants that were correct on every seed, each timed run's output (ours and the peers') checked
-    again. A variant with wrong results is never timed; a peer's error is reported, not gated.
-    `pool` and `cases` (the suite's workers and its background references) are made here if not given."""
+    """Every seed of every distribution, of every variant in every tier (`tiers`: those that run here, by
+    default every one asked for) and of the tiers' peers, checked against the reference first (one launch each
+    on its warm worker, nothing timed); then the first seed's `normal` inputs timed in every mode asked for, in
+    interleaved rounds with the peers (`peer_impls`, those this host can run, each in its tier) in the same
+    mode, for the variants of each tier that were correct on every seed of those inputs, each timed run's
+    output (ours and the peers') checked again. A variant with wrong results there is never timed; a peer's
+    error is reported, not gated (the accuracy gates compare ours with it). `pool` and `cases` (the suite's
+    workers and its background references) are made here if not given."""
     with contextlib.ExitStack() as stack:
         if pool is None:
             pool = stack.enter_context(Pool(one_shot=not opts.workers))
         if cases is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
-            cases = Cases(Path(tmp), [(shape_name, shape)], opts.seeds)
+            cases = Cases(Path(tmp), [(shape_name, shape)], opts.seeds, opts.distributions)
             stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
-        return _run_shape(opts, exe_dir, dev, gates, git_sha, peer_impls, shape_name, pool, cases, checker)
+        not_offered: dict[str, str] = {}
+        records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, peer_impls, shape_name, pool, cases,
+                                      checker, opts.precisions if tiers is None else tiers, not_offered)
+        return records, skipped + [Skip(suite="sdpa", impl=tier_skip(t), reason=why) for t, why in not_offered.items()]
+
+
+Impl = tuple[str, str]  # (impl, precision tier): ("cpasync", "fp16"), ("cudnn_fp8", "fp8")
 
 
 def _run_shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
-    shape_name: str, pool: Pool, cases: Cases, checker: ThreadPoolExecutor,
+    shape_name: str, pool: Pool, cases: Cases, checker: ThreadPoolExecutor, tiers: tuple[str, ...],
+    not_offered: dict[str, str],
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
+    """`not_offered` (tier -> the runner's words) collects the tiers a runner refused with exit 5; they are
+    left out here and in the shapes after this one."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
     serve = servers(exe_dir, peer_impls)
-    timed_seed = opts.seeds[0]
-    check_lines: dict[tuple[str, int], SdpaLine] = {}
-    seed_pending: dict[tuple[str, int], Future] = {}  # (impl, seed) -> its check's error, computed on a thread
-    timed_pending: dict[str, list[Future]] = {}  # impl -> the errors of its timed runs' outputs
-    peer_failures: dict[tuple[str, str], str] = {}
-    outs: dict[tuple[str, int], Path] = {}
+    timed_seed, dists = opts.seeds[0], opts.distributions
+    ours: list[Impl] = [(impl, tier) for tier in tiers if tier not in not_offered for impl in VARIANTS]
+    theirs: list[Impl] = [(p, SDPA_PEER_PRECISION[p]) for p in peers_of(peer_impls, tiers)]
+    lines: dict[tuple[str, str, str, int], SdpaLine] = {}  # (impl, tier, dist, seed) -> its check's line
+    pending: dict[tuple[str, str, str, int], list[Future]] = {}  # -> the errors of each checked output
+    peer_failures: dict[tuple[str, str], str] = {}  # (peer, mode) -> why it was dropped
+    outs: dict[tuple[str, str, str, int], Path] = {}
 
-    def out_of(impl: str, seed: int) -> Path:
-        return outs.setdefault((impl, seed), cases.files(shape_name, seed)[1] / f"out_{impl}.npy")
+    def out_of(impl: str, tier: str, dist: str, seed: int) -> Path:
+        return outs.setdefault((impl, tier, dist, seed),
+                               cases.files(shape_name, seed, dist)[1] / f"out_{impl}_{tier}.npy")
 
-    def check_later(impl: str, seed: int, *, timed: bool) -> None:
+    def check_later(impl: str, tier: str, dist: str, seed: int) -> None:
         """The output is read now (the next case overwrites it), its error computed on a thread."""
-        what = f"sdpa {shape_name} seed {seed} {impl} output"
+        what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} output"
         try:
-            out = np.load(out_of(impl, seed))
+            out = np.load(out_of(impl, tier, dist, seed))
         except (OSError, ValueError, EOFError) as exc:
             if impl in VARIANTS:
                 raise KernelFailed(f"{what} cannot be read: {exc}") from None
             fut = _failed(f"{what}: {exc}")
         else:
-            fut = checker.submit(_errors, out, cases.refs[(shape_name, seed)], gates.sdpa.bad_err, what)
-        if timed:
-            timed_pending.setdefault(impl, []).append(fut)
-        else:
-            seed_pending[(impl, seed)] = fut
+            fut = checker.submit(_errors, out, cases.refs[(shape_name, seed, dist)], gates.sdpa, tier, dist, what)
+        pending.setdefault((impl, tier, dist, seed), []).append(fut)
 
-    # ---- checks: every seed, ours and the peers, one launch each on the warm workers
-    for seed in opts.seeds:
-        files, _folder = cases.files(shape_name, seed)
-        for impl in (*VARIANTS, *peer_impls):
-            if (impl, "cold") in peer_failures:
-                continue
-            if impl not in VARIANTS and seed == timed_seed:
-                continue  # the peers' timed runs on this seed are their checks
-            what = f"sdpa {shape_name} seed {seed} {impl} (check)"
-            progress(what, step=True)
-            args = [*file_args(files), "--out", str(out_of(impl, seed)),
-                    *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS)]
-            try:
-                with phases.timed("checks"):
-                    (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
-            except (KernelFailed, ConfigError) as exc:
-                if impl in VARIANTS:
-                    raise
-                peer_failures[(impl, "cold")] = exc.one_line()  # its seed checks run cold
-                progress(f"peer {impl} dropped: {exc.one_line()}")
-                continue
-            if impl in VARIANTS:
-                check_lines[(impl, seed)] = line
-            check_later(impl, seed, timed=False)
-    # ---- verdicts of ours, before anything is timed: only variants correct on every seed are timed
-    seed_errors: dict[tuple[str, int], SdpaErrors] = {}
-    for impl in VARIANTS:
+    def dropped(impl: str) -> bool:
+        return any(k[0] == impl for k in peer_failures)
+
+    # ---- checks: every distribution and seed, ours in each tier and the peers, one launch each on warm workers
+    for dist in sorted(dists, key=lambda d: d != TIMED_DISTRIBUTION):
         for seed in opts.seeds:
+            files, _folder = cases.files(shape_name, seed, dist)
+            for impl, tier in [*ours, *theirs]:
+                if tier in not_offered or dropped(impl):
+                    continue
+                what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} (check)"
+                progress(what, step=True)
+                args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)),
+                        *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier)]
+                try:
+                    with phases.timed("checks"):
+                        (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+                except TierNotOffered as exc:
+                    if impl not in VARIANTS:
+                        raise
+                    not_offered[tier] = f"the runner refused the {tier} tier: {exc.message}"
+                    progress(f"{tier} tier not offered here: {exc.message}")
+                    continue
+                except (KernelFailed, ConfigError) as exc:
+                    if impl in VARIANTS:
+                        raise
+                    peer_failures[(impl, "cold")] = exc.one_line()  # its checks run cold
+                    progress(f"peer {impl} dropped: {exc.one_line()}")
+                    continue
+                if impl in VARIANTS:
+                    check_precision(what, tier, line.precision)
+                lines[(impl, tier, dist, seed)] = line
+                check_later(impl, tier, dist, seed)
+    ours = [(impl, tier) for impl, tier in ours if tier not in not_offered]
+    # ---- verdicts of ours on the timed inputs, before anything is timed: only variants correct there on every
+    # seed are timed; the other distributions' errors come in meanwhile
+    verdicts: dict[tuple[str, str, str, int], tuple[SdpaErrors, Verdict]] = {}
+
+    def verdict_of(impl: str, tier: str, dist: str, seed: int) -> tuple[SdpaErrors, Verdict]:
+        key = (impl, tier, dist, seed)
+        if key not in verdicts:
             with phases.timed("reference (wait)"):
-                seed_errors[(impl, seed)] = seed_pending[(impl, seed)].result()
-    correct = [impl for impl in VARIANTS
-               if all(sdpa_correctness(seed_errors[(impl, seed)], gates.sdpa).passed for seed in opts.seeds)]
-    files, _folder = cases.files(shape_name, timed_seed)
-    cmds: dict[tuple[str, str], Served] = {}
-    for mode in modes:  # ours then the peers, per mode: A B C D E, A B C D E, ...
-        for impl in correct:
-            cmds[(impl, mode)] = served(serve[impl], [*file_args(files), "--out", str(out_of(impl, timed_seed)),
-                                                      *timing_args(opts, mode)])
-        for impl in peer_impls if correct else ():
-            if any(k[0] == impl for k in peer_failures):
-                continue
-            cmds[(impl, mode)] = served(serve[impl], [*file_args(files), "--out", str(out_of(impl, timed_seed)),
-                                                      *timing_args(opts, mode)])
+                metrics = SdpaErrors.worst([f.result() for f in pending[key]])
+            verdicts[key] = (metrics, sdpa_correctness(metrics, gates.sdpa, tier, dist))
+        return verdicts[key]
 
-    def on_line(cmd_key: tuple[str, str], _line: SdpaLine) -> None:
-        check_later(cmd_key[0], timed_seed, timed=True)
+    correct = [(impl, tier) for impl, tier in ours if TIMED_DISTRIBUTION in dists and
+               all(verdict_of(impl, tier, TIMED_DISTRIBUTION, seed)[1].passed for seed in opts.seeds)]
+    cmds: dict[tuple[str, str, str], Served] = {}
+    for mode in modes if correct else ():  # per mode, ours then the peers of each tier: A B C D E, A B C D E, ...
+        files, _folder = cases.files(shape_name, timed_seed, TIMED_DISTRIBUTION)
+        for tier in tiers:
+            timed_here = [(impl, t) for impl, t in correct if t == tier]
+            for impl, t in [*timed_here, *((p, t) for p, t in theirs if t == tier and timed_here)]:
+                if dropped(impl):
+                    continue
+                out = out_of(impl, t, TIMED_DISTRIBUTION, timed_seed)
+                cmds[(impl, t, mode)] = served(serve[impl], [*file_args(files), "--out", str(out),
+                                                             *timing_args(opts, mode), *precision_args(impl, t)])
 
-    def key(cmd_key: tuple[str, str], line: SdpaLine) -> tuple[str, str]:
-        check_mode(f"sdpa {shape_name} {cmd_key[0]}", cmd_key[1], line.timing)
-        return (line.impl, cmd_key[1])
+    def on_line(cmd_key: tuple[str, str, str], _line: SdpaLine) -> None:
+        check_later(cmd_key[0], cmd_key[1], TIMED_DISTRIBUTION, timed_seed)
+
+    def key(cmd_key: tuple[str, str, str], line: SdpaLine) -> tuple[str, str, str]:
+        impl, tier, mode = cmd_key
+        check_mode(f"sdpa {shape_name} {impl} {tier}", mode, line.timing)
+        check_precision(f"sdpa {shape_name} {impl}", tier, line.precision)
+        return (line.impl, tier, mode)
 
     samples: Samples[SdpaLine] | None = None
     if cmds:
@@ -253,72 +338,84 @@ def _run_shape(
             peers=frozenset(k for k in cmds if peers.is_peer(k[0])), pool=pool,
         )
     # ---- every output's error (ours raise on a malformed output; a peer's is recorded)
-    checks: dict[tuple[str, int], list[SdpaErrors]] = {}
-    peer_checks: dict[str, list[SdpaErrors]] = {}
+    errors: dict[tuple[str, str, str, int], SdpaErrors] = {}
     peer_unchecked: dict[str, str] = {}
     with phases.timed("checks (wait)"):
-        for impl in VARIANTS:
-            for seed in opts.seeds:
-                checks[(impl, seed)] = [seed_errors[(impl, seed)]]
-            for fut in timed_pending.get(impl, []):
-                checks[(impl, timed_seed)].append(fut.result())
-        for impl in peer_impls:
-            for fut in [*(f for (i, _s), f in seed_pending.items() if i == impl), *timed_pending.get(impl, [])]:
-                try:
-                    peer_checks.setdefault(impl, []).append(fut.result())
-                except (KernelFailed, OSError, ValueError) as exc:
-                    peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else str(exc)
+        for (impl, tier, dist, seed), futs in pending.items():
+            if impl in VARIANTS:  # a malformed output of ours raises here (or above, if it was timed input)
+                errors[(impl, tier, dist, seed)] = SdpaErrors.worst([f.result() for f in futs])
+                continue
+            try:
+                errors[(impl, tier, dist, seed)] = SdpaErrors.worst([f.result() for f in futs])
+            except (KernelFailed, OSError, ValueError) as exc:
+                peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else str(exc)
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}
     flags = telemetry_flags(before, after)
+    gpu_name = dev.gpus[0].name if dev.gpus else ""
     records = []
 
-    def record(impl: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None, **kw) -> ArchivedRecord:
+    def record(impl: str, tier: str, dist: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None,
+               **kw) -> ArchivedRecord:
+        peak = config.tensor_peak_tflops(dev.kind, gpu_name, tier) if mode else None
         return ArchivedRecord(
             suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
-            device=dev.kind, git_sha=git_sha, seed=seed, measurement=line, round_p50_us=p50s, timing=mode,
+            device=dev.kind, git_sha=git_sha, seed=seed, distribution=dist, measurement=line, round_p50_us=p50s,
+            timing=mode, tensor_frac=line.tflops / peak if peak else None,
             telemetry_before=before, telemetry_after=after, flags=flags, **kw,
         )
 
-    def errors(m: SdpaErrors) -> dict:
-        return {"max_abs_err": m.max_abs_err, "nonfinite": m.nonfinite > 0, "bad_frac": m.bad_frac, "rel_l2": m.rel_l2}
+    def error_fields(m: SdpaErrors) -> dict:
+        return {"max_abs_err": m.max_abs_err, "nonfinite": m.nonfinite > 0, "bad_frac": m.bad_frac,
+                "rel_l2": m.rel_l2, "max_abs_rel": m.max_abs_rel}
 
-    for seed in opts.seeds:
-        for impl in VARIANTS:
-            metrics = SdpaErrors.worst(checks[(impl, seed)])
-            verdict = sdpa_correctness(metrics, gates.sdpa)
-            timed_modes = [m for m in modes if seed == timed_seed and (impl, m) in timed_keys]
-            too_big = sdpa_runner_resources(check_lines[(impl, seed)], gates.build)
-            if too_big:
-                verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
-            if seed == timed_seed and not timed_modes:
-                verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
-            if not timed_modes:
-                records.append(record(impl, seed, check_lines[(impl, seed)], [], None, passed=verdict.passed,
-                                      correctness=verdict, **errors(metrics)))
-            for mode in timed_modes:
-                line, p50s = samples.representative((impl, mode))
-                records.append(record(impl, seed, line, p50s, mode, passed=verdict.passed, correctness=verdict,
-                                      **errors(metrics)))
-    for impl in peer_impls:
-        m = SdpaErrors.worst(peer_checks[impl]) if impl in peer_checks and impl not in peer_unchecked else None
-        for mode in (m_ for m_ in modes if (impl, m_) in timed_keys):
-            line, p50s = samples.representative((impl, mode))
-            seeds_checked = ",".join(map(str, opts.seeds))
-            reasons = [f"peer: its error against the float64 reference (worst of seeds {seeds_checked} and every "
-                       "timed round) is reported, not gated"
-                       if m else f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
-            reasons += [f"precision: {line.precision}"] if line.precision else []
-            records.append(record(impl, timed_seed, line, p50s, mode, passed=False,
-                                  correctness=Verdict(status="not_measured", reasons=reasons),
-                                  **(errors(m) if m else {})))
-    failures = {**peer_failures, **(samples.peer_failures if samples is not None else {})}
+    for dist in dists:
+        for seed in opts.seeds:
+            is_timed = (dist, seed) == (TIMED_DISTRIBUTION, timed_seed)
+            for impl, tier in ours:
+                metrics = errors[(impl, tier, dist, seed)]
+                verdict = sdpa_correctness(metrics, gates.sdpa, tier, dist)
+                timed_modes = [m for m in modes if is_timed and (impl, tier, m) in timed_keys]
+                too_big = sdpa_runner_resources(lines[(impl, tier, dist, seed)], gates.build)
+                if too_big:
+                    verdict = Verdict(status="fail", reasons=[*verdict.reasons, *too_big])
+                if is_timed and not timed_modes:
+                    verdict = Verdict(status=verdict.status, reasons=[*verdict.reasons, "not timed: wrong results"])
+                fields = dict(passed=verdict.passed, correctness=verdict, **error_fields(metrics))
+                if not timed_modes:
+                    records.append(record(impl, tier, dist, seed, lines[(impl, tier, dist, seed)], [], None, **fields))
+                for mode in timed_modes:
+                    line, p50s = samples.representative((impl, tier, mode))
+                    records.append(record(impl, tier, dist, seed, line, p50s, mode, **fields))
+            for impl, tier in theirs:
+                if (impl, tier, dist, seed) not in lines:
+                    continue  # dropped before this case: its skip says why
+                m = errors.get((impl, tier, dist, seed)) if impl not in peer_unchecked else None
+                what = "its checked runs" + (" (the check and every timed round)" if is_timed else "")
+                reasons = [f"peer: its error against the float64 reference ({what}) is reported, not gated here; "
+                           "the accuracy gates compare ours with it" if m else
+                           f"peer: output not checked: {peer_unchecked.get(impl, 'no output')}"]
+                check_line = lines[(impl, tier, dist, seed)]
+                reasons += [f"arithmetic: {check_line.arithmetic}"] if check_line.arithmetic else []
+                fields = dict(passed=False, correctness=Verdict(status="not_measured", reasons=reasons),
+                              **(error_fields(m) if m else {}))
+                timed_modes = [mode for mode in modes if is_timed and (impl, tier, mode) in timed_keys]
+                if not timed_modes:
+                    records.append(record(impl, tier, dist, seed, check_line, [], None, **fields))
+                for mode in timed_modes:
+                    line, p50s = samples.representative((impl, tier, mode))
+                    records.append(record(impl, tier, dist, seed, line, p50s, mode, **fields))
+    failures = {**peer_failures,
+                **{(k[0], k[2]): why for k, why in (samples.peer_failures if samples is not None else {}).items()}}
     return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
                      for (impl, mode), why in failures.items()]
 
 
-def _errors(out: np.ndarray, expected: Future, bad_err: float, what: str) -> SdpaErrors:
-    return sdpa_errors(out, expected.result(), bad_err=bad_err, what=what)
+def _errors(out: np.ndarray, expected: Future, gates: SdpaGates, precision: str, distribution: str,
+            what: str) -> SdpaErrors:
+    ref_out = expected.result()
+    bad_err = gates.bad_err_for(precision, distribution, float(np.abs(ref_out).max()) if ref_out.size else 0.0)
+    return sdpa_errors(out, ref_out, bad_err=bad_err, what=what)
 
 
 def _failed(why: str) -> Future:
@@ -331,8 +428,16 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     result = SuiteResult()
     gpu_arch, build_arch = device.arch_of(0), exe_dir.name  # exe_dir is build/<arch>
     why = hopper_not_offered(gpu_arch, build_arch)
-    if why:
-        result.skipped.append(Skip(suite="sdpa", impl=HOPPER_KERNEL, reason=why))
+    if why and "fp16" in opts.precisions:
+        result.skipped.append(Skip(suite="sdpa", impl=HOPPER_FP16_KERNEL, reason=why))
+    tiers = []
+    for tier in opts.precisions:
+        why = fp8_not_offered(gpu_arch, build_arch) if tier == "fp8" else None
+        if why:  # that tier's gates are then not measured, never passed
+            result.skipped.append(Skip(suite="sdpa", impl=tier_skip(tier), reason=why))
+        else:
+            tiers.append(tier)
+    tiers_t = tuple(tiers)
     here = []
     for impl in PEERS:
         why = peers.missing(impl, gpu_arch)
@@ -340,18 +445,23 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
         else:
             here.append(impl)
-    here_t = tuple(here)
-    plan(len(opts.shapes) * planned_cases(opts, here_t))
+    here_t = peers_of(tuple(here), tiers_t)
+    if not tiers_t:
+        return result
+    plan(len(opts.shapes) * planned_cases(opts, here_t, tiers_t))
+    not_offered: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(Pool(one_shot=not opts.workers))
-        pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap: a torch import each
+        pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
-        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds)
+        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds, opts.distributions)
         stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
         for shape_name, _shape_dims in opts.shapes:
             records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, here_t, shape_name, pool, cases,
-                                          checker)
+                                          checker, tiers_t, not_offered)
+            cases.release(shape_name)
             result.records += records
             result.skipped += skipped
+    result.skipped += [Skip(suite="sdpa", impl=tier_skip(t), reason=why) for t, why in not_offered.items()]
     return result

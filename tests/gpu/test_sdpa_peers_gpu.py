@@ -1,6 +1,6 @@
 """The cuDNN FP8 peer on a GPU: cuDNN reads every E4M3 code as decode_e4m3_sim does, and its attention
 at the mission shape is within the seed's error gate of the float64 reference, in both timing modes,
-saying its precision. Skipped with the reason where the peer cannot run (no torch, no cudnn-frontend,
+saying its tier (fp8) and its arithmetic. Skipped with the reason where the peer cannot run (no torch, no cudnn-frontend,
 a GPU older than sm_90). The same calls ran in experiments/2026-11-23-sdpa-peers/ on an H100."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_cudnn_fp8_at_the_mission_shape(why_not, tmp_path, mode):
     cmd = peers.command("cudnn_fp8", *sdpa.file_args(files), "--out", str(out), "--iters", "20", "--timing", mode)
     (line,) = launch_lines(cmd, SdpaLine, what=f"cudnn_fp8 {mode}", timeout_s=300)
     assert line.impl == "cudnn_fp8" and line.timing == mode and line.p50_us > 0
-    assert "q e4m3" in line.precision and "cuDNN" in line.peer_version
+    assert line.precision == "fp8" and "q e4m3" in line.arithmetic and "cuDNN" in line.peer_version
     errs = sdpa_errors(np.load(out), expected, bad_err=thresholds.load().sdpa.bad_err)
     assert errs.max_abs_err is not None and errs.max_abs_err < thresholds.load().sdpa.max_abs_err
     assert 0 < errs.rel_l2 < 0.1  # E4M3 Q, P and O: about 4.5% on an H100, against fp16's 0.05%

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from driver import device, peers
+from driver.config import PRECISIONS
 from driver.errors import KernelFailed
 from driver.parse import launch_lines
 from driver.records import AllreduceLine, SdpaLine
@@ -25,12 +26,15 @@ def _sdpa_line(cmd: list[str], what: str) -> SdpaLine:
     return line
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("mode", ["cold", "hot"])
-def test_runner_times_the_mode_asked_for(exe_dir, inputs, tmp_path, mode):
+def test_runner_times_the_mode_asked_for(exe_dir, inputs, tmp_path, mode, precision):
+    if precision == "fp8" and (why := sdpa.fp8_not_offered(device.arch_of(0), exe_dir.name)):
+        pytest.skip(why)
     cmd = [str(exe_dir / "sdpa_fp8_cpasync"), *sdpa.file_args(inputs), "--out", str(tmp_path / "o.npy"),
-           "--iters", "40", "--warmup", "5", "--timing", mode, "--batch", "8"]
-    line = _sdpa_line(cmd, f"cpasync {mode}")
-    assert line.timing == mode
+           "--iters", "40", "--warmup", "5", "--timing", mode, "--batch", "8", "--precision", precision]
+    line = _sdpa_line(cmd, f"cpasync {precision} {mode}")
+    assert line.timing == mode and line.precision == precision
     assert line.hold_overruns is not None
     assert 0 < line.min_us <= line.p50_us <= line.p90_us
     if mode == "cold":

@@ -8,15 +8,18 @@
   cycling every kernel back to back (a stale flag or signal left by one kernel
   would corrupt the next): `alternate` alone, `lanes2` (two independent
   allreduces in flight at once on separate streams) and `mempressure90` (a filler
-  holds 90% of each GPU's free memory). Both SDPA variants on every shape and
-  seed, each output checked against the float64 reference.
+  holds 90% of each GPU's free memory). Both SDPA variants in every precision
+  tier asked for (--precision; the fp8 tier skipped with the reason where the
+  GPU or build has no FP8 warpgroup MMA) on every shape, each seed and input
+  distribution (--distributions, default all) fed in turn, each output checked
+  against the float64 reference within the tier's bounds.
 - Watchdog: a rank that never reaches the barrier (`--debug-hang-rank`) must be
   killed within the timeout, and the GPUs must then run a checked allreduce again.
   On a single-GPU host, an SDPA runner stuck behind a kernel that never finishes
   (`--debug-hang`) instead, followed by a checked SDPA run.
 - Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
-  both SDPA variants and on the allreduce kernels at small sizes (those of the
-  suites `--suite` names). Zero hazards is
+  both SDPA variants (in each tier that runs) and on the allreduce kernels at
+  small sizes (those of the suites `--suite` names). Zero hazards is
   the gate; where the tool cannot follow the run, the record says "not covered"
   with the tool's own message, never clean.
 - Profile (profile.py beside this file): Nsight Compute bank-conflict and stall counters for both
@@ -30,10 +33,11 @@ import random
 import tempfile
 from pathlib import Path
 
-from driver import phases
+from driver import device, phases
 from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_SHAPES, SUPPORTED_NGPUS, kernel_flags
+from driver.gates import tier_skip
 from driver.options import RunOptions
-from driver.records import DeviceInfo
+from driver.records import DeviceInfo, Skip
 from driver.suites import sdpa
 from driver.suites.allreduce import EXE
 from driver.suites.common import SuiteResult, not_measured
@@ -45,6 +49,19 @@ from driver.thresholds import Thresholds
 from driver.workers import Pool
 
 TARGETS = "all"
+
+
+def sdpa_tiers(opts: RunOptions, exe_dir: Path, result: SuiteResult) -> tuple[str, ...]:
+    """The precision tiers asked for that run here; the fp8 tier where it cannot is a skip with the reason
+    (only then is the GPU asked what it is)."""
+    tiers = []
+    for tier in opts.precisions:
+        why = sdpa.fp8_not_offered(device.arch_of(0), exe_dir.name) if tier == "fp8" else None
+        if why:
+            result.skipped.append(Skip(suite="stress", impl=tier_skip(tier), reason=why))
+        else:
+            tiers.append(tier)
+    return tuple(tiers)
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -69,14 +86,16 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         else:  # the allreduce soak cannot run here: say so, never pass by omission
             result.records += [not_measured(dev, git_sha, "soak", "allreduce", "2gpu", too_small),
                                not_measured(dev, git_sha, "watchdog", "1stage", "2gpu/1M/hang-rank-1", too_small)]
+    tiers = sdpa_tiers(opts, exe_dir, result) if "sdpa" in opts.stress_parts else ()
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
             result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))
         with Pool(one_shot=not opts.workers) as pool, phases.timed("soak sdpa"):
-            for impl in sdpa.VARIANTS:
-                for shape_name, shape in opts.shapes:
-                    result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape,
-                                                    pool))
+            for tier in tiers:
+                for impl in sdpa.VARIANTS:
+                    for shape_name, shape in opts.shapes:
+                        result.records.append(soak_sdpa(opts, exe_dir, dev, gates, git_sha, impl, shape_name, shape,
+                                                        pool, tier))
     if "sanitizers" in opts.stress_parts:
         with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp, phases.timed("sanitizers"):
             inputs: dict[str, dict[str, Path]] = {}
@@ -85,10 +104,12 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                 inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_SHAPES[name], 0)
             for tool in SANITIZER_TOOLS:
                 for shape_name, files in inputs.items():  # empty unless the sdpa part runs
-                    for impl, exe_name in sdpa.VARIANTS.items():
-                        cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
-                               "--iters", "2", "--warmup", "0", "--no-spin"]
-                        result.records.append(sanitize(opts, tool, cmd, exe_name, shape_name, dev, git_sha))
+                    for tier in tiers:
+                        for impl, exe_name in sdpa.VARIANTS.items():
+                            cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
+                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier]
+                            result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
+                                                           git_sha))
                 for kernel in ALLREDUCE_KERNEL_NAMES if "allreduce" in opts.stress_parts else ():
                     config = "2gpu/8K,32772B"
                     if not counts:
@@ -101,6 +122,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if "profile" in opts.stress_parts:
         with phases.timed("profile"):
             result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
+                                              tiers=tiers,
                                               allreduce="allreduce" in opts.stress_parts and bool(counts)))
         if "allreduce" in opts.stress_parts and not counts:
             result.records.append(not_measured(dev, git_sha, "profile", "1stage_cpasync", "prefetch/2gpu", too_small))

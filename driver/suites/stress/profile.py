@@ -169,27 +169,30 @@ def _ncu_record(ncu: str | None, kernel_regex: str, metrics: tuple[str, ...], ta
 
 
 def ncu_sdpa(opts: RunOptions, ncu: str | None, exe: Path, files: dict[str, Path], out: Path, shape_name: str,
-             dev: DeviceInfo, sha: str, metrics: tuple[str, ...], left_out: list[str]) -> ArchivedRecord:
-    progress(f"ncu {exe.name} {shape_name}")
+             dev: DeviceInfo, sha: str, metrics: tuple[str, ...], left_out: list[str],
+             precision: str = "fp16") -> ArchivedRecord:
+    progress(f"ncu {exe.name} {precision} {shape_name}")
     timeout_s = opts.timeout_s * NCU_TIMEOUT_FACTOR
-    detail = "one launch under ncu --clock-control none"
+    detail = f"one launch under ncu --clock-control none, {precision} tier"
     if left_out:
         detail += f"; metrics this ncu does not know here: {', '.join(left_out)}"
-    return _ncu_record(ncu, "sdpa", metrics, [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS],
-                       timeout_s, exe.name, f"ncu/{shape_name}", dev, sha,
+    return _ncu_record(ncu, "sdpa", metrics, [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS,
+                                              "--precision", precision],
+                       timeout_s, exe.name, f"ncu/{shape_name}/{precision}", dev, sha,
                        on_timeout=lambda _said: f"ncu did not finish within {timeout_s:.0f} s", detail=detail)
 
 
 def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path, shape_name: str, dev: DeviceInfo,
-                 sha: str) -> ArchivedRecord:
+                 sha: str, precision: str = "fp16") -> ArchivedRecord:
     """Time full, loads-only and math-only, cold (L2 flushed before each launch, so the loads come from
     memory); the overlap fraction says how much of the shorter path is hidden."""
     kernel = exe.name
     p50: dict[str, float] = {}
     for mode in ("none", "no_compute", "no_loads"):
-        what = f"overlap {kernel} {shape_name} ablate={mode}"
+        what = f"overlap {kernel} {precision} {shape_name} ablate={mode}"
         progress(what)
-        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.timing_args(opts, "cold"), "--ablate", mode]
+        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.timing_args(opts, "cold"), "--ablate", mode,
+               "--precision", precision]
         (line,) = launch_lines(cmd, SdpaLine, what=what, timeout_s=opts.timeout_s)
         if line.ablate != mode:
             raise KernelFailed(f"{what}: the runner reports ablate={line.ablate}",
@@ -199,8 +202,8 @@ def overlap_sdpa(opts: RunOptions, exe: Path, files: dict[str, Path], out: Path,
     counters = {"full_p50_us": full, "loads_only_p50_us": loads, "math_only_p50_us": compute}
     if min(loads, compute) > 0:
         counters["overlap"] = (loads + compute - full) / min(loads, compute)
-    return _record(dev, sha, kernel, f"overlap/{shape_name}", counters=counters, covered=True,
-                   detail="overlap = (loads_only + math_only - full) / min(loads_only, math_only)")
+    return _record(dev, sha, kernel, f"overlap/{shape_name}/{precision}", counters=counters, covered=True,
+                   detail=f"{precision} tier; overlap = (loads_only + math_only - full) / min(loads_only, math_only)")
 
 
 def ncu_allreduce(opts: RunOptions, ncu: str | None, exe: Path, dev: DeviceInfo, sha: str,
@@ -237,9 +240,9 @@ def prefetch_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, sha: str, s
 
 
 def run(opts: RunOptions, exe_dir: Path, allreduce_exe: Path, dev: DeviceInfo, sha: str, *, sdpa_variants: bool,
-        allreduce: bool) -> list[ArchivedRecord]:
-    """The profile records: SDPA counters and overlap when `sdpa_variants`; the allreduce cp.async kernel
-    (ncu attempt, prefetch on/off per stage count) when `allreduce` (needs 2 GPUs)."""
+        allreduce: bool, tiers: tuple[str, ...] = ("fp16",)) -> list[ArchivedRecord]:
+    """The profile records: SDPA counters and overlap in each precision tier of `tiers` when `sdpa_variants`;
+    the allreduce cp.async kernel (ncu attempt, prefetch on/off per stage count) when `allreduce` (needs 2 GPUs)."""
     ncu = find_ncu()
     metrics, left_out = METRICS, []
     if ncu is not None:
@@ -254,11 +257,12 @@ def run(opts: RunOptions, exe_dir: Path, allreduce_exe: Path, dev: DeviceInfo, s
             folder = Path(tmp) / shape_name
             folder.mkdir()
             files = sdpa.write_inputs(folder, SDPA_SHAPES[shape_name], 0)
-            for exe_name in sdpa.VARIANTS.values():
-                exe = exe_dir / exe_name
-                out = folder / "out.npy"
-                records.append(ncu_sdpa(opts, ncu, exe, files, out, shape_name, dev, sha, metrics, left_out))
-                records.append(overlap_sdpa(opts, exe, files, out, shape_name, dev, sha))
+            for tier in tiers:
+                for exe_name in sdpa.VARIANTS.values():
+                    exe = exe_dir / exe_name
+                    out = folder / "out.npy"
+                    records.append(ncu_sdpa(opts, ncu, exe, files, out, shape_name, dev, sha, metrics, left_out, tier))
+                    records.append(overlap_sdpa(opts, exe, files, out, shape_name, dev, sha, tier))
     if allreduce:
         records.append(ncu_allreduce(opts, ncu, allreduce_exe, dev, sha, metrics))
         for stages in CPASYNC_STAGES:

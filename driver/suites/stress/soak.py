@@ -84,54 +84,73 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
 SDPA_SOAK_STREAMS = 2
 
 
+def soak_cases(seeds: tuple[int, ...], distributions: tuple[str, ...], count: int) -> list[tuple[int, str]]:
+    """`count` (seed, distribution) pairs, both lists in turn, so that max(len(seeds), len(distributions))
+    cases cover every seed and every distribution; past the seeds given, new ones (seed + 1009 per round)."""
+    out = []
+    for i in range(count):
+        seed = seeds[i % len(seeds)] + 1009 * (i // max(len(seeds), len(distributions)))
+        out.append((seed, distributions[i % len(distributions)]))
+    return out
+
+
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
-              shape_name: str, shape: tuple[int, int, int, int], pool: Pool | None = None) -> ArchivedRecord:
-    """Per seed (fresh inputs): one output launch checked against the float64 reference, then
-    `--iters` launches over SDPA_SOAK_STREAMS streams in flight at once, each compared bit for
-    bit with that output on the GPU, so every launch is checked. Each seed is one case on the
-    runner's long-lived worker in `pool`."""
+              shape_name: str, shape: tuple[int, int, int, int], pool: Pool | None = None,
+              precision: str = "fp16") -> ArchivedRecord:
+    """Per case (fresh inputs: a seed and an input distribution, the two lists in turn so that every seed and
+    every distribution of --distributions is fed): one output launch checked against the float64 reference
+    within the tier's bounds for that distribution, then `--iters` launches (shared out over the cases) over
+    SDPA_SOAK_STREAMS streams in flight at once, each compared bit for bit with that output on the GPU, so
+    every launch is checked. Each case is one request to the runner's long-lived worker in `pool`."""
     pool = pool or Pool(one_shot=True)
     t0 = time.perf_counter()
     runs: list[SdpaErrors] = []
-    launches = mismatched = 0
-    per_seed = -(-opts.iters // len(opts.seeds))
-    # Every seed once (>= --iters launches), then new seeds (fresh inputs) until --minutes have passed.
-    seeds = list(opts.seeds)
-    rnd = 0
-    while True:
-        if not seeds:
-            if time.perf_counter() - t0 >= opts.soak_minutes * 60:
-                break
-            rnd += 1
-            seeds = [s + 1009 * rnd for s in opts.seeds]
-        seed = seeds.pop(0)
+    reasons: list[str] = []
+    launches = mismatched = bad = 0
+    first = max(len(opts.seeds), len(opts.distributions))
+    per_case = -(-opts.iters // first)
+    done = 0
+    exe = exe_dir / sdpa.VARIANTS[impl]
+    # Every seed and distribution once (>= --iters launches), then new seeds until --minutes have passed.
+    while done < first or time.perf_counter() - t0 < opts.soak_minutes * 60:
+        ((seed, dist),) = soak_cases(opts.seeds, opts.distributions, done + 1)[done:]
+        done += 1
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
-            files, expected = sdpa.prepare_case(Path(tmp), shape, seed)
+            files, expected = sdpa.prepare_case(Path(tmp), shape, seed, dist)
             out = Path(tmp) / "out.npy"
-            args = [*sdpa.file_args(files), "--out", str(out),
-                    "--iters", "1", "--warmup", "0", "--soak", str(per_seed), "--streams", str(SDPA_SOAK_STREAMS)]
-            what = f"stress soak sdpa {impl} {shape_name} seed {seed}"
+            args = [*sdpa.file_args(files), "--out", str(out), "--iters", "1", "--warmup", "0",
+                    "--soak", str(per_case), "--streams", str(SDPA_SOAK_STREAMS), "--precision", precision]
+            what = f"stress soak sdpa {impl} {precision} {shape_name} {dist} seed {seed}"
             progress(what)
-            (sl,) = pool.run(served([str(exe_dir / sdpa.VARIANTS[impl])], args), SdpaLine, what=what,
-                             timeout_s=opts.timeout_s)
-            if sl.soak_launches != per_seed:
-                raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_seed}",
+            (sl,) = pool.run(served([str(exe)], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+            sdpa.check_precision(what, precision, sl.precision)
+            if sl.soak_launches != per_case:
+                raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_case}",
                                    "rebuild the SDPA runners (python -m driver build --targets sdpa)")
-            runs.append(sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what=what))
+            bad_err = gates.sdpa.bad_err_for(precision, dist, float(np.abs(expected).max()))
+            errs = sdpa_errors(np.load(out), expected, bad_err=bad_err, what=what)
+            runs.append(errs)
+            reasons += [f"{dist} seed {seed}: {r}" for r in sdpa_correctness(errs, gates.sdpa, precision, dist).reasons]
             launches += 1 + sl.soak_launches
             mismatched += sl.soak_mismatched_elements
+            bad += errs.bad_elements
     worst = SdpaErrors.worst(runs)
-    verdict = sdpa_correctness(worst, gates.sdpa)
-    reasons = list(verdict.reasons)
     if mismatched:
         reasons.append(f"{mismatched} elements of the soak launches differ from the checked output")
-    # wrong: elements of the reference-checked outputs off by more than bad_err, plus elements of the
-    # soak launches that differ from their checked output.
-    line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=shape_name,
-                      iterations=launches, checked=launches, wrong=mismatched + sum(r.bad_elements for r in runs),
+    # wrong: elements of the reference-checked outputs off by more than bad_err (on other inputs than normal:
+    # than the tier's worst-element bound at the output's scale), plus elements of the soak launches that
+    # differ from their checked output.
+    cases = soak_cases(opts.seeds, opts.distributions, done)
+    line = StressLine(suite="stress", check="soak", kernel=sdpa.VARIANTS[impl], config=f"{shape_name}/{precision}",
+                      iterations=launches, checked=launches, wrong=mismatched + bad,
                       max_abs_err=worst.max_abs_err, nonfinite=worst.nonfinite > 0, seconds=time.perf_counter() - t0,
-                      detail=f"{len(opts.seeds)} seeds; {SDPA_SOAK_STREAMS} streams in flight; every launch compared "
-                             "bit for bit with the reference-checked output")
+                      detail=f"{precision} tier; {len(cases)} cases (seed, distribution) "
+                             f"{', '.join(f'{s}/{d}' for s, d in cases[:first])}{' ...' if len(cases) > first else ''}; "
+                             f"worst rel_l2 {_num(worst.rel_l2)}, max_abs_rel {_num(worst.max_abs_rel)}; "
+                             f"{SDPA_SOAK_STREAMS} streams in flight; every launch compared bit for bit with the "
+                             "reference-checked output")
     return stress_record(dev, sha, line, checked_verdict(reasons))
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"

@@ -91,14 +91,14 @@ def sdpa_hang(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     with tempfile.TemporaryDirectory(prefix="stress-hang-") as tmp:
         files, expected = sdpa.prepare_case(Path(tmp), SDPA_SHAPES["small"], 0)
         out = Path(tmp) / "out.npy"
-        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS]
+        cmd = [str(exe), *sdpa.file_args(files), "--out", str(out), *sdpa.CHECK_ARGS, "--precision", "fp16"]
         t0 = time.perf_counter()
         hang, reasons = _expect_hang([*cmd, "--debug-hang"], "watchdog: simulated SDPA hang")
 
         def recover() -> Recovery:
             launch_lines(cmd, SdpaLine, what="watchdog: SDPA recovery run", timeout_s=opts.timeout_s)
             errs = sdpa_errors(np.load(out), expected, bad_err=gates.sdpa.bad_err, what="SDPA recovery run output")
-            verdict = sdpa_correctness(errs, gates.sdpa)
+            verdict = sdpa_correctness(errs, gates.sdpa, "fp16", "normal")
             return Recovery(launches=1, checked=1, wrong=errs.bad_elements, max_abs_err=errs.max_abs_err,
                             problems=[f"the recovery run was wrong: {r}" for r in verdict.reasons])
 
