@@ -12,7 +12,7 @@ import json
 import pytest
 
 from driver import archive, cli, device, paths, peers
-from driver.errors import ConfigError, NoGPU, PerfGateFailed, WrongResults
+from driver.errors import ConfigError, NoGPU, WrongResults
 from driver.suites import sweep
 from tests.conftest import gpu_skip_reason, run_driver
 from tests.runner_doubles import H200X2, allreduce_exe, calls, fake_build, sdpa_exes
