@@ -308,6 +308,14 @@ class CeilingLine(Record):
     iters: NonNegativeInt
 
 
+class ReferenceLine(Record):
+    """A float64 SDPA reference computed on the GPU (driver/reference/sdpa_gpu.py): where it was written."""
+
+    reference: str
+    shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    seconds: NonNegativeFloat
+
+
 class StressLine(Record):
     """One stress config's outcome, written by the driver's stress suite. A field the check did
     not measure is null, never 0: a sanitizer run counts hazards, not wrong elements."""

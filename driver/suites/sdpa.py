@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -16,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from driver import config, device, peers, phases
-from driver.errors import ConfigError, KernelFailed, TierNotOffered
+from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered
 from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
-from driver.records import SDPA_PEER_PRECISION, ArchivedRecord, DeviceInfo, SdpaLine, Skip, Verdict
+from driver.records import SDPA_PEER_PRECISION, ArchivedRecord, DeviceInfo, ReferenceLine, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
 from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
 from driver.thresholds import SdpaGates, Thresholds
@@ -115,15 +117,55 @@ PEER_CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--timing", "cold"]  # the p
 CaseKey = tuple[str, int, str]  # (shape name, seed, distribution)
 
 
+class GpuReference:
+    """The float64 references on the GPU (driver/reference/sdpa_gpu.py, a long-lived torch worker of its own):
+    0.25 s at (4,32,4096,64) where numpy needs 20-100 s of CPU. Never while something is timed: the timing
+    sections hold `quiet`, and each reference takes it. A worker that cannot start or fails leaves every
+    reference after it to numpy on the CPU (the same function; tests/gpu/test_reference_gpu.py)."""
+
+    SERVER = (sys.executable, "-m", "driver.reference.sdpa_gpu")
+
+    def __init__(self, timeout_s: float):
+        self.pool = Pool()
+        self.quiet = threading.Lock()
+        self.timeout_s = timeout_s
+        self.broken: str | None = None
+
+    def start(self) -> None:
+        self.pool.prestart([served(self.SERVER, []).server])
+
+    def compute(self, files: dict[str, Path], out: Path) -> np.ndarray | None:
+        """The reference of these input files, or None (then the CPU computes it) once the worker failed."""
+        if self.broken:
+            return None
+        try:
+            with self.quiet:
+                self.pool.run(served(self.SERVER, [*file_args(files), "--out", str(out)]), ReferenceLine,
+                              what="float64 SDPA reference on the GPU", timeout_s=self.timeout_s)
+            ref_out = np.load(out)
+        except (DriverError, OSError, ValueError) as exc:
+            self.broken = f"{type(exc).__name__}: {exc}"
+            progress(f"the GPU reference failed ({self.broken}); the references are computed on the CPU")
+            return None
+        finally:
+            out.unlink(missing_ok=True)
+        return ref_out
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 class Cases:
     """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
     order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
-    while the GPU works on this one. Each is made once per run, for ours and every peer in every tier: a
-    reference is never computed twice for the same inputs. `release` drops a finished shape's arrays and files."""
+    while the GPU works on this one (on the GPU when `gpu` is given, between timings; else numpy on half the
+    cores). Each is made once per run, for ours and every peer in every tier: a reference is never computed
+    twice for the same inputs. `release` drops a finished shape's arrays and files."""
 
     def __init__(self, folder: Path, shapes: list[tuple[str, tuple[int, int, int, int]]], seeds: tuple[int, ...],
-                 distributions: tuple[str, ...] = ("normal",)):
+                 distributions: tuple[str, ...] = ("normal",), gpu: GpuReference | None = None):
         self.folder = folder
+        self.gpu = gpu
         # Inputs on a few threads (the shapes' seeds side by side), the references one at a time, each on
         # half the cores: the other half stays free for the host side of whatever is being timed meanwhile.
         self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
@@ -151,10 +193,16 @@ class Cases:
 
     def _reference(self, key: CaseKey) -> np.ndarray:
         start = time.perf_counter()
-        _files, (q, k, v, k_scale, v_scale), _folder = self.inputs[key].result()
-        out = ref.reference(q, k, v, k_scale, v_scale, workers=self.ref_threads)
+        files, (q, k, v, k_scale, v_scale), folder = self.inputs[key].result()
+        out = self.gpu.compute(files, folder / "reference.npy") if self.gpu else None
+        if out is None:
+            out = ref.reference(q, k, v, k_scale, v_scale, workers=self.ref_threads)
         phases.add("reference (background)", time.perf_counter() - start)
         return out
+
+    def quiet(self):
+        """Held while something is timed: no GPU reference runs meanwhile."""
+        return self.gpu.quiet if self.gpu else contextlib.nullcontext()
 
     def files(self, name: str, seed: int, distribution: str) -> tuple[dict[str, Path], Path]:
         with phases.timed("inputs (wait)"):
@@ -331,12 +379,13 @@ def _run_shape(
 
     samples: Samples[SdpaLine] | None = None
     if cmds:
-        samples = interleaved(
-            cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
-            target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
-            on_line=on_line, label=f"sdpa {shape_name} seed {timed_seed}",
-            peers=frozenset(k for k in cmds if peers.is_peer(k[0])), pool=pool,
-        )
+        with cases.quiet():
+            samples = interleaved(
+                cmds, SdpaLine, rounds=opts.rounds, min_rounds=min(2, opts.rounds),
+                target_spread=gates.noise.target_spread, timeout_s=opts.timeout_s, key=key,
+                on_line=on_line, label=f"sdpa {shape_name} seed {timed_seed}",
+                peers=frozenset(k for k in cmds if peers.is_peer(k[0])), pool=pool,
+            )
     # ---- every output's error (ours raise on a malformed output; a peer's is recorded)
     errors: dict[tuple[str, str, str, int], SdpaErrors] = {}
     peer_unchecked: dict[str, str] = {}
@@ -454,7 +503,12 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         pool = stack.enter_context(Pool(one_shot=not opts.workers))
         pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
-        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds, opts.distributions)
+        gpu_ref = None
+        if opts.workers and peers.missing("torch_sdpa", gpu_arch) is None:  # torch sees this GPU
+            gpu_ref = GpuReference(opts.timeout_s)
+            stack.callback(gpu_ref.close)
+            gpu_ref.start()
+        cases = Cases(Path(tmp), list(opts.shapes), opts.seeds, opts.distributions, gpu_ref)
         stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
         for shape_name, _shape_dims in opts.shapes:
