@@ -28,7 +28,7 @@ def _rec(impl: str, tier: str, dist: str, shape: str, seed: int, rel: float, wor
     peer = impl not in ("baseline", "cpasync")
     line = SdpaLine.model_validate({**LINE, "impl": impl, "precision": tier, "timing": mode or "cold",
                                     **({} if peer else {"kernel": KERNEL[tier]}),
-                                    **({"p50_us": p50, "tflops": 500.0} if p50 else {})})
+                                    **({"p50_us": p50, "p90_us": p50 * 1.01, "tflops": 500.0} if p50 else {})})
     verdict = Verdict(status="not_measured" if peer else "pass")
     return ArchivedRecord(suite="sdpa", impl=impl, kernel=impl if peer else f"sdpa_fp8_{impl}",
                           config=f"{shape}/seed{seed}", device=H200X2.kind, git_sha="0" * 40, seed=seed,
@@ -112,3 +112,20 @@ def test_the_side_by_side_table_names_the_tier_when_the_run_timed_two():
 ])
 def test_the_tensor_peak_table(kind, name, tier, peak):
     assert config.tensor_peak_tflops(kind, name, tier) == peak
+
+
+def test_compare_pairs_records_of_the_same_tier_only():
+    """Two runs, each timing cpasync in both tiers (constructed records): the fp8 number is compared with the
+    fp8 number, never with the fp16 one of the same variant and shape."""
+    from driver import compare
+
+    def timed(fp16_us: float, fp8_us: float) -> RunArchive:
+        return _run([_rec("cpasync", "fp16", "normal", "mission", 0, 2e-4, 3e-4, p50=fp16_us, mode="cold"),
+                     _rec("cpasync", "fp8", "normal", "mission", 0, 3e-2, 4e-2, p50=fp8_us, mode="cold")])
+
+    rows, regressions = compare.compare(timed(10.0, 6.0), timed(10.1, 12.0), 0.02)
+    assert regressions == 1
+    by_tier = {r.split("|")[2].strip(): r for r in rows[2:]}
+    assert set(by_tier) == {"cpasync (fp16)", "cpasync (fp8)"}
+    assert "| 6.00 | 12.00 | +100.0% |" in by_tier["cpasync (fp8)"] and "REGRESSION" in by_tier["cpasync (fp8)"]
+    assert "| 10.00 | 10.10 |" in by_tier["cpasync (fp16)"] and "within noise" in by_tier["cpasync (fp16)"]
