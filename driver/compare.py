@@ -17,8 +17,9 @@ from driver.records import ArchivedRecord, RunArchive
 
 def _key(r: ArchivedRecord) -> tuple[str, ...]:
     """Two records compare only when they time the same config the same way (mode and method: a
-    cold SDPA number with the L2 flush is not compared with one from before the flush)."""
-    return (r.suite, r.impl, r.kernel, r.config, r.timing_mode, r.timing_method)
+    cold SDPA number with the L2 flush is not compared with one from before the flush) in the same SDPA
+    precision tier (records before the tiers have their kernel's)."""
+    return (r.suite, r.impl, r.kernel, r.config, r.timing_mode, r.timing_method, r.precision or "")
 
 
 def _spread(r: ArchivedRecord) -> float:
@@ -70,7 +71,8 @@ def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[st
             verdict, regressions = "REGRESSION", regressions + 1
         else:
             verdict = "faster"
-        rows.append(f"| {r.suite} | {r.impl} | {r.kernel} | {r.config} | {r.timing_mode} ({r.timing_method}) | "
+        impl = f"{r.impl} ({r.precision})" if r.precision else r.impl
+        rows.append(f"| {r.suite} | {impl} | {r.kernel} | {r.config} | {r.timing_mode} ({r.timing_method}) | "
                     f"{o.measurement.p50_us:.2f} | "
                     f"{r.measurement.p50_us:.2f} | {change:+.1%} | {noise:.1%} | {verdict} |")
     return rows, regressions

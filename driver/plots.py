@@ -68,16 +68,19 @@ def render(run: RunArchive) -> dict[str, bytes]:
     sd = timed(run, "sdpa")  # the timed (first) seed per shape
     if sd:
         shapes = sorted({r.config.split("/")[0] for r in sd})
-        bars = sorted({(r.impl, r.timing_mode) for r in sd}, key=lambda b: (b[1] != "cold", b[0]))
+        # one bar per implementation, precision tier and mode (the tier named where the run timed two)
+        bars = sorted({(r.impl, r.precision or "", r.timing_mode) for r in sd}, key=lambda b: (b[2] != "cold", b[:2]))
+        two_tiers = len({b[1] for b in bars}) > 1
         fig, ax = plt.subplots(figsize=(9, 5))
         width = 0.8 / len(bars)
-        for i, (impl, mode) in enumerate(bars):
+        for i, (impl, tier, mode) in enumerate(bars):
             vals = []
             for shape in shapes:
-                hits = [r.measurement.p50_us for r in sd
-                        if (r.impl, r.timing_mode) == (impl, mode) and r.config.startswith(shape + "/")]
+                hits = [r.measurement.p50_us for r in sd if (r.impl, r.precision or "", r.timing_mode) ==
+                        (impl, tier, mode) and r.config.startswith(shape + "/")]
                 vals.append(hits[0] if hits else 0.0)
-            ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=f"{impl} {mode}",
+            label = f"{impl} {tier} {mode}" if two_tiers else f"{impl} {mode}"
+            ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=label,
                    hatch=None if mode == "cold" else "//", edgecolor="black", linewidth=0.5)
         ax.set_xticks([x + width * (len(bars) - 1) / 2 for x in range(len(shapes))], shapes)
         ax.set_ylabel("p50 (us, lower is better)")

@@ -279,7 +279,9 @@ class SdpaLine(Record):
         `precision` move to `arithmetic`. Anything else in `precision` is left for validation to refuse."""
         if not isinstance(data, dict) or data.get("precision") in ("fp16", "fp8"):
             return data
-        impl, given = data.get("impl"), data.get("precision")
+        impl, given, kernel = data.get("impl"), data.get("precision"), data.get("kernel")
+        if not isinstance(impl, str) or not isinstance(kernel, str | None):
+            return data  # validation says what is wrong with them
         out = dict(data)
         if impl in SDPA_PEER_PRECISION and (given is None or isinstance(given, str) and "arithmetic" not in data):
             out.pop("precision", None)
@@ -287,7 +289,7 @@ class SdpaLine(Record):
                 out["arithmetic"] = given
             out["precision"] = SDPA_PEER_PRECISION[impl]
         elif impl in ("baseline", "cpasync") and given in (None, ""):  # archived lines held the old default ""
-            out["precision"] = SDPA_KERNEL_PRECISION.get(data.get("kernel") or "mma_sync_sm80", "fp16")
+            out["precision"] = SDPA_KERNEL_PRECISION.get(kernel or "mma_sync_sm80", "fp16")
         return out
 
     @model_validator(mode="after")

@@ -96,7 +96,8 @@ def case(argv):
                       "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
                       "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
                       "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
-                      "batch": int(args.get("--batch", "1"))}}), flush=True)
+                      "batch": int(args.get("--batch", "1")), "soak_launches": int(args.get("--soak", "0")),
+                      "soak_streams": int(args.get("--streams", "1"))}}), flush=True)
 """ + "{serve}"
 
 

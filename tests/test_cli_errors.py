@@ -37,6 +37,14 @@ def _assert_one_clear_line(proc, exit_code: int, *needles: str) -> None:
         (["stress", "--shapes", "1x8x512x96"], "unsupported head dim 96"),
         (["bench", "--iters", "ten"], "malformed --iters 'ten'"),
         (["bench", "--bogus-flag"], "unrecognized arguments"),
+        (["bench", "--precision", "fp4"], "unknown precision tier 'fp4' (choose from fp16, fp8)"),
+        (["bench", "--precision", ""], "empty precision tier list (choose from fp16, fp8)"),
+        (["stress", "--precision", "fp16,bf16"], "unknown precision tier 'bf16'"),
+        (["bench", "--distributions", "gaussian"],
+         ("unknown input distribution 'gaussian' (choose from normal, large_logits_4, large_logits_8, "
+          "outlier_channels, sink, tiny, large_v)")),
+        (["stress", "--distributions", ""], "empty input distribution list"),
+        (["bench", "--distributions", "large_logits_8"], "leaves out normal"),
     ],
 )
 def test_bad_configuration(args, needle, results_dir):

@@ -97,3 +97,70 @@ def test_truncated_captured_output_never_passes_whole(cut):
         return
     # Only a cut exactly at a line boundary can parse, and then it holds fewer records.
     assert len(recs) < len(SD_TEXT.splitlines())
+
+
+# ---------------------------------------------------------------- SDPA lines: the precision tier
+
+SD_OURS = json.loads(SD_TEXT.splitlines()[0])  # an ours line of 2026-11-22: no kernel, no tier (mma.sync era)
+SD_PEER = next(json.loads(ln) for ln in SD_TEXT.splitlines() if '"torch_sdpa"' in ln)  # no tier, no words
+
+
+@pytest.mark.parametrize("update, tier", [
+    ({}, "fp16"),  # before the Hopper kernel: the mma.sync kernel, fp16 operands
+    ({"kernel": "mma_sync_sm80"}, "fp16"),
+    ({"kernel": "wgmma_sm90"}, "fp16"),  # the Hopper kernel's fp16 build, 2026-11-23
+    ({"kernel": "wgmma_fp8_sm90"}, "fp8"),  # the FP8 Hopper kernel, before the tiers
+    ({"kernel": "wgmma_fp8_sm90", "precision": ""}, "fp8"),  # archived records held the old default ""
+])
+def test_older_lines_of_ours_get_the_tier_of_their_kernel(update, tier):
+    (line,) = parse_lines(json.dumps({**SD_OURS, **update}), SdpaLine, what="old line")
+    assert line.precision == tier and line.arithmetic == ""
+
+
+@pytest.mark.parametrize("impl, words, tier", [
+    ("torch_sdpa", None, "fp16"),
+    ("torch_sdpa", "q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute", "fp16"),
+    ("flash_attn", "q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute", "fp16"),
+    ("cudnn_fp8", "q e4m3 (per-tensor scale amax/448 = 0.00824), k/v e4m3, P e4m3", "fp8"),
+])
+def test_older_peer_lines_move_their_words_to_arithmetic(impl, words, tier):
+    raw = {**SD_PEER, "impl": impl, **({"precision": words} if words is not None else {})}
+    (line,) = parse_lines(json.dumps(raw), SdpaLine, what="old peer line")
+    assert (line.precision, line.arithmetic) == (tier, words or "")
+
+
+def test_new_lines_say_their_tier_and_it_must_be_the_kernels():
+    (line,) = parse_lines(json.dumps({**SD_OURS, "kernel": "wgmma_sm90", "precision": "fp16"}), SdpaLine, what="new")
+    assert line.precision == "fp16"
+    (peer,) = parse_lines(json.dumps({**SD_PEER, "impl": "cudnn_fp8", "precision": "fp8", "arithmetic": "q e4m3"}),
+                          SdpaLine, what="new peer")
+    assert (peer.precision, peer.arithmetic) == ("fp8", "q e4m3")
+    for bad, why in (
+        ({**SD_OURS, "kernel": "wgmma_fp8_sm90", "precision": "fp16"}, "computes in the fp8 tier"),
+        ({**SD_OURS, "kernel": "mma_sync_sm80", "precision": "fp8"}, "computes in the fp16 tier"),
+        ({**SD_OURS, "kernel": "wgmma_sm90", "precision": "fp4"}, "precision"),
+        ({**SD_OURS, "kernel": "wgmma_sm90", "precision": "q fp16"}, "precision"),  # words are a peer's, old only
+        ({**SD_PEER, "impl": "torch_sdpa", "precision": "fp8"}, "peer torch_sdpa computes in the fp16 tier"),
+        ({**SD_PEER, "impl": "cudnn_fp8", "precision": "q e4m3", "arithmetic": "q e4m3"}, "precision"),
+        ({**SD_OURS, "impl": ["baseline"]}, "impl"),
+    ):
+        with pytest.raises(KernelFailed, match=why):
+            parse_lines(json.dumps(bad), SdpaLine, what="bad")
+
+
+def test_every_archived_run_loads_with_tiers_and_distributions():
+    """bench_results/ and the experiments' archived runs, as they are: every SDPA record has a tier (ours: their
+    kernel's, so the FP8 Hopper kernel's records are fp8) and the distribution they were checked on (normal)."""
+    from driver.records import RunArchive
+
+    root = Path(__file__).resolve().parent.parent
+    files = [*root.glob("bench_results/*/results.json"), *root.glob("experiments/*/*results*.json")]
+    assert len(files) > 40
+    seen = set()
+    for f in files:
+        run = RunArchive.model_validate_json(f.read_text())
+        for r in run.records:
+            if r.suite == "sdpa":
+                assert r.distribution == "normal" and r.precision in ("fp16", "fp8")
+                seen.add((r.measurement.kernel, r.precision))
+    assert ("wgmma_fp8_sm90", "fp8") in seen and ("wgmma_sm90", "fp16") in seen and (None, "fp16") in seen

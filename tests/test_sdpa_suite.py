@@ -147,6 +147,9 @@ min_ratio = 0.9
             assert by[(impl, tier, "normal", "cold")].measurement.kernel == \
                 {"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}[tier]
             assert by[(impl, tier, "large_logits_4", None)].passed
+            assert by[(impl, tier, "normal", "hot")].tensor_frac == pytest.approx(
+                1.0 / (989.0 if tier == "fp16" else 1979.0))  # the double's 1 TFLOP/s of the tier's H100 peak
+            assert by[(impl, tier, "large_logits_4", None)].tensor_frac is None  # not timed
     ran = calls(log)
     assert {c[c.index("--precision") + 1] for c in ran} == {"fp16", "fp8"}
     # The refusing peer is dropped with its own words; ours and the others still ran.

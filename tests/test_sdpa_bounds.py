@@ -1,0 +1,147 @@
+"""thresholds.toml's SDPA bounds: one per precision tier and input distribution, each the number its written
+derivation gives, the logit std it uses measured from the inputs it is for, and a numpy model of each tier's
+roundings inside every bound.
+
+The model here is arithmetic, not a kernel: the float64 reference's own softmax with the tier's roundings put
+in (fp16: P and O rounded to fp16; fp8: Q scaled per row and rounded to E4M3, P scaled by 2^8 and rounded to
+E4M3, O to fp16), as docs/SDPA.md describes the tiers. A bound the ideal arithmetic of its tier breaks would
+be wrong; how the kernels do against the bounds is measured on a GPU (tests/gpu/test_sdpa_gpu.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from driver import config, thresholds
+from driver.errors import ConfigError
+from driver.reference import sdpa as ref
+from driver.verify import sdpa_errors
+
+LIMITS = thresholds.load()
+RHO = (2 / math.sqrt(12)) * math.sqrt(3 / (8 * math.log(2)))  # rms relative error of one rounding, in units of u
+U = {"fp16": 2.0 ** -11, "fp8": 2.0 ** -4}
+MODEL_SHAPES = ((1, 2, 128, 64), (1, 2, 128, 128))
+
+
+def expected_rms(precision: str, logit_std: float | None) -> float:
+    """E of thresholds.toml: fp16 two fp16 roundings (P, O); fp8 P's rounding and Q's, moving each score by
+    rho u8 x logit_std."""
+    if precision == "fp16":
+        return math.sqrt(2) * RHO * U["fp16"]
+    return RHO * U["fp8"] * math.sqrt(1 + logit_std ** 2)
+
+
+def _3(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def test_every_tier_has_one_bound_per_distribution():
+    for tier in config.PRECISIONS:
+        for dist in ref.DISTRIBUTIONS:
+            assert LIMITS.sdpa.bound(tier, dist).precision == tier
+    assert {(a.precision, a.peer, a.max_ratio) for a in LIMITS.sdpa.accuracy} == {("fp16", "torch_sdpa", 2.0),
+                                                                                  ("fp8", "cudnn_fp8", 1.0)}
+
+
+@pytest.mark.parametrize("bound", LIMITS.sdpa.bounds, ids=lambda b: f"{b.precision}-{'+'.join(b.distributions)}")
+def test_each_bound_is_its_derivation(bound):
+    """rel_l2 <= min(1, 2E), max_abs_rel <= min(2, 6E), to the three digits the file writes."""
+    if bound.precision == "fp8":
+        assert bound.logit_std is not None
+    e = expected_rms(bound.precision, bound.logit_std)
+    assert bound.max_rel_l2 == _3(min(1.0, 2 * e))
+    assert bound.max_abs_rel == _3(min(2.0, 6 * e))
+
+
+def _logit_rms(distribution: str) -> float:
+    """The rms of Q.K^T / sqrt(D) over every (query, key) pair, the largest over the small shapes (where the
+    sink's one key weighs most) and the mission shape, seeds 0-2."""
+    out = 0.0
+    for shape in (*MODEL_SHAPES, config.SDPA_SHAPES["mission"]):
+        for seed in (0, 1, 2):
+            q, k_u8, _v, k_scale, _vs = ref.make_inputs(shape, seed, distribution)
+            k = ref.decode_e4m3_sim(k_u8) * k_scale
+            s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / math.sqrt(shape[3])
+            out = max(out, math.sqrt(float(np.mean(s * s))))
+    return out
+
+
+@pytest.mark.parametrize("distribution", list(ref.DISTRIBUTIONS))
+def test_the_logit_std_of_each_fp8_bound_is_that_of_its_inputs(distribution):
+    """Neither below what the inputs have (the bound would be too tight) nor inflated past 10% (too loose)."""
+    b = LIMITS.sdpa.bound("fp8", distribution)
+    measured = _logit_rms(distribution)
+    assert 0.95 <= b.logit_std / measured <= 1.1, (b.logit_std, measured)
+
+
+def _e4m3(x: np.ndarray) -> np.ndarray:
+    return ref.decode_e4m3_sim(ref.encode_e4m3_sim(x))
+
+
+def tier_model(q, k_u8, v_u8, k_scale, v_scale, precision: str) -> np.ndarray:
+    """The reference's softmax(Q K^T / sqrt(D)) V with the tier's roundings, as an fp16 output."""
+    _b, _h, _s, d = q.shape
+    k = ref.decode_e4m3_sim(k_u8) * k_scale
+    v = ref.decode_e4m3_sim(v_u8) * v_scale
+    qf = q.astype(np.float64)
+    if precision == "fp8":
+        amax = np.abs(qf).max(axis=-1, keepdims=True)
+        scale = np.where(amax > 0, 448.0 / np.where(amax > 0, amax, 1.0), 1.0)
+        qf = _e4m3(qf * scale) / scale
+    s = np.einsum("bhqd,bhkd->bhqk", qf, k) / math.sqrt(d)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    l_sum = p.sum(axis=-1, keepdims=True)  # over the values before their rounding, in both tiers
+    p = _e4m3(256.0 * p) / 256.0 if precision == "fp8" else p.astype(np.float16).astype(np.float64)
+    return (np.einsum("bhqk,bhkd->bhqd", p, v) / l_sum).astype(np.float16)
+
+
+@pytest.mark.parametrize("distribution", list(ref.DISTRIBUTIONS))
+@pytest.mark.parametrize("precision", config.PRECISIONS)
+def test_the_tier_arithmetic_stays_inside_its_bounds(precision, distribution):
+    bound = LIMITS.sdpa.bound(precision, distribution)
+    worst_rel = worst_abs = 0.0
+    for shape in MODEL_SHAPES:
+        for seed in (0, 1, 2):
+            arrays = ref.make_inputs(shape, seed, distribution)
+            m = sdpa_errors(tier_model(*arrays, precision), ref.reference(*arrays), bad_err=LIMITS.sdpa.bad_err)
+            worst_rel, worst_abs = max(worst_rel, m.rel_l2), max(worst_abs, m.max_abs_rel)
+    assert worst_rel <= bound.max_rel_l2 and worst_abs <= bound.max_abs_rel, (worst_rel, worst_abs, bound)
+    # where the first order describes the arithmetic (every fp16 case, fp8 on N(0, 1) scores), E is its size
+    if precision == "fp16" or distribution in ("normal", "large_v"):
+        e = expected_rms(precision, bound.logit_std)
+        assert 0.5 * e <= worst_rel <= 1.2 * e, (worst_rel, e)
+
+
+def _without(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return text[:i] + text[text.index(end, i):]
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda t: t.replace('distributions = ["tiny"]', 'distributions = ["tiny", "normal"]'),
+     "2 entries for precision 'fp8' on distribution 'normal'"),
+    (lambda t: t.replace('distributions = ["sink"]', 'distributions = ["sinks"]'), "unknown distribution(s) sinks"),
+    (lambda t: t.replace('precision = "fp8"\npeer = "cudnn_fp8"', 'precision = "fp16"\npeer = "cudnn_fp8"'),
+     "cudnn_fp8 computes in the fp8 tier"),
+    (lambda t: t.replace('impl = "best"\npeer = "torch_sdpa"\ntiming = "cold"\nshape = "mission"',
+                         'impl = "best"\npeer = "torch_sdpa"\ntiming = "cold"\nshape = "mission"\nprecision = "fp8"'),
+     "torch_sdpa is timed in the fp16 tier"),
+])
+def test_a_bound_table_that_does_not_fit_the_tiers_is_refused(tmp_path, edit, needle):
+    text = thresholds.paths.thresholds_file().read_text()
+    bad = tmp_path / "thresholds.toml"
+    bad.write_text(edit(text))
+    assert bad.read_text() != text
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        thresholds.load(bad)
+
+
+def test_a_missing_bound_is_refused(tmp_path):
+    text = thresholds.paths.thresholds_file().read_text()
+    start = text.index('[[sdpa.bounds]]\nprecision = "fp8"\ndistributions = ["tiny"]')
+    bad = tmp_path / "thresholds.toml"
+    bad.write_text(text[:start] + text[text.index("[[sdpa.bounds]]", start + 1):])
+    with pytest.raises(ConfigError, match="0 entries for precision 'fp8' on distribution 'tiny'"):
+        thresholds.load(bad)
