@@ -377,6 +377,12 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     CK(cudaMemcpy(dk, k.data.data(), n, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dv, v.data.data(), n, cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xFF, n * sizeof(__half)));  // poison: NaN fp16 anywhere not written
+    // The copies and the poison above run on the legacy default stream, which the non-blocking stream `st`
+    // below does not wait for: cudaMemset returns before it is done, and a pageable cudaMemcpy returns once
+    // the data is staged, not landed. Without this, a launch on `st` could read inputs still in flight or have
+    // its output overwritten by the poison: outputs all NaN, seen once in a few hundred served cases on
+    // 2026-11-26 (bench_results/20261126T085408Z-88226d9c-4xH200, 20261126T090632Z-88226d9c-1xH100).
+    CK(cudaDeviceSynchronize());
 
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -419,6 +425,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         unsigned long long* dbad = nullptr;
         CK(cudaMalloc(&dbad, sizeof(unsigned long long)));
         CK(cudaMemset(dbad, 0, sizeof(unsigned long long)));
+        CK(cudaDeviceSynchronize());  // the soak streams are non-blocking: the zero must land before they count
         for (long s_ = 0; s_ < streams; ++s_) {
             CK(cudaStreamCreateWithFlags(&ss[s_], cudaStreamNonBlocking));
             CK(cudaMalloc(&outs[s_], n * sizeof(__half)));
