@@ -13,13 +13,12 @@
 
 namespace sdpa_sm90 {
 
-// Barrier among the 128 threads of consumer warpgroup wg (ids 2, 3 and 8 for a third; 1 is the
-// producer's).
+// Barrier among the 128 threads of consumer warpgroup wg (ptx.cuh NamedBarrier).
 template <int NC = 2>
 __device__ __forceinline__ void consumer_wg_barrier(int wg) {
-    if (wg == 0) named_barrier<2, 128>();
-    else if (NC == 2 || wg == 1) named_barrier<3, 128>();
-    else named_barrier<8, 128>();
+    if (wg == 0) named_barrier<kBarConsumerWg0, 128>();
+    else if (NC == 2 || wg == 1) named_barrier<kBarConsumerWg1, 128>();
+    else named_barrier<kBarConsumerWg2, 128>();
 }
 
 template <class T>

@@ -312,7 +312,7 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
             const int r = g - 1;
             const bool refill_k = r >= 0 && r + T::NS < nload, refill_v = kEarlyV && g + T::NS < nload;
             if (refill_k || refill_v) {
-                named_barrier<1, 128>();
+                named_barrier<kBarProducer, 128>();
                 if (ptid == 0) {
                     if (refill_v) issue_v(g, T::NS);
                     if (refill_k) {
@@ -355,7 +355,7 @@ __device__ __forceinline__ void producer_fp8(uint8_t* smem, uint32_t bars, const
                 // below for the tile since, after its transpose of that one.
                 uint8_t* vst = smem + T::OFF_V + s * T::V_TILE;
                 load_v_tile_global<T>(V + off, left, vst, ptid);
-                named_barrier<1, 128>();
+                named_barrier<kBarProducer, 128>();
                 transpose_v_tile<T, false>(vst, T::BN, vt + b * T::VT_BYTES, ptid);
             } else {
                 transpose_v_tile<T, true>(V + off, left, vt + b * T::VT_BYTES, ptid);

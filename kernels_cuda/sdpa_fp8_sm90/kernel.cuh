@@ -1,21 +1,22 @@
-// FP8 (E4M3 K/V) SDPA forward for Hopper (sm_90a): the thin kernel that wires the parts, and
-// its host side (tensor maps, launch configuration, launch).
+// SDPA forward for Hopper (sm_90a) on K/V stored as E4M3, both precision tiers: the thin kernel that wires
+// the parts, and its host side (the tier's configuration, tensor maps, launch).
 //
 //   O = softmax(Q K^T / sqrt(D)) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
 //   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
 //
-// One block = 128 query rows of one (b, h) (64 in the split configuration; 192 with three consumer
-// warpgroups, head dim 64, chosen at run time by select_config, or 128 in a short tile of that kernel:
-// tile_plan.cuh), three warpgroups (or four):
-//   warpgroup 0, producer (tile_load.cuh): brings K/V tiles of 128 keys (FP8 build, head dim 128:
-//     192) in and decodes them
-//     to fp16 in shared memory (cpasync: tensor copy engine, NU8 stages in flight; baseline:
-//     synchronous global loads), two fp16 buffers deep; gives back registers (setmaxnreg).
-//   warpgroups 1, 2, consumers (mainloop.cuh, softmax.cuh, epilogue.cuh): 64 rows each,
-//     wgmma for Q K^T and P V with fp32 accumulators, online softmax in registers, overlapped
-//     with the previous tile's P V; take the producer's registers.
-// Both variants decode the same tiles into the same fp16 layout and run the same math, so
-// their outputs are bit-identical.
+// One kernel template, instantiated per tier's traits (KernelTraits<FP8, ...>; the tier is a run-time
+// choice, select_config(precision, ...)). One block = 128 query rows of one (b, h) (64 in the split
+// configuration; the fp8 tier at head dim 64 also 192 with three consumer warpgroups, or 128 in a short
+// tile of that kernel: tile_plan.cuh), a producer warpgroup and two (or three) consumer warpgroups:
+//   fp16 tier (wgmma_sm90; traits.cuh, tile_load.cuh, mainloop.cuh): the producer brings K/V tiles of 128
+//     keys in (cpasync: tensor copy engine; baseline: synchronous global loads) and decodes them to fp16
+//     in shared memory, two buffers deep; the consumers run fp16 wgmma for Q K^T and P V with fp32
+//     accumulators, the online softmax in registers overlapped with the previous tile's P V; one block
+//     per work unit.
+//   fp8 tier (wgmma_fp8_sm90; fp8_traits.cuh, fp8_load.cuh, fp8_mainloop.cuh): K used as it lands, V
+//     transposed in shared memory, Q and P rounded to E4M3 in registers, E4M3 wgmma; persistent blocks.
+// In each tier both variants (USE_CP_ASYNC) load the same tiles into the same layout and run the same
+// math, so their outputs are bit-identical.
 #pragma once
 
 #include <cuda.h>

@@ -79,30 +79,29 @@ struct ConsumerState {
     OnlineSoftmax<T::BN> sm;
 };
 
-// Consumer barriers (ids 1 is the producer's, 2 and 3 the consumer warpgroups' own):
-//   4, 5: ping-pong turn of consumer warpgroup 0, 1 (256 threads: one bar.sync, one bar.arrive)
-//   6:    both consumer warpgroups (256 threads: Q load and merge of the split configuration)
-//   7:    ping-pong turn of consumer warpgroup 2 (three consumer warpgroups: the turn goes round
-//         0 -> 1 -> 2 -> 0; SDPA_SM90_NCWG3_D64)
+// Consumer barriers (ptx.cuh NamedBarrier): the ping-pong turns kBarTurn0, kBarTurn1 (and kBarTurn2 with three
+// consumer warpgroups, SDPA_SM90_NCWG3_D64: the turn goes round 0 -> 1 -> 2 -> 0), 256 threads each (one
+// bar.sync, one bar.arrive); kBarConsumers for both consumer warpgroups (Q load and merge of the split
+// configuration).
 template <int NC = 2>
 __device__ __forceinline__ void pingpong_wait_turn(int cw) {
-    if (cw == 0) named_barrier<4, 256>();
-    else if (NC == 2 || cw == 1) named_barrier<5, 256>();
-    else named_barrier<7, 256>();
+    if (cw == 0) named_barrier<kBarTurn0, 256>();
+    else if (NC == 2 || cw == 1) named_barrier<kBarTurn1, 256>();
+    else named_barrier<kBarTurn2, 256>();
 }
 template <int NC = 2>
 __device__ __forceinline__ void pingpong_pass_turn(int cw) {
     static_assert(NC == 2 || NC == 3, "ping-pong of two or three consumer warpgroups");
     if constexpr (NC == 2) {
-        if (cw == 0) named_barrier_arrive<5, 256>();
-        else named_barrier_arrive<4, 256>();
+        if (cw == 0) named_barrier_arrive<kBarTurn1, 256>();
+        else named_barrier_arrive<kBarTurn0, 256>();
     } else {
-        if (cw == 0) named_barrier_arrive<5, 256>();
-        else if (cw == 1) named_barrier_arrive<7, 256>();
-        else named_barrier_arrive<4, 256>();
+        if (cw == 0) named_barrier_arrive<kBarTurn1, 256>();
+        else if (cw == 1) named_barrier_arrive<kBarTurn2, 256>();
+        else named_barrier_arrive<kBarTurn0, 256>();
     }
 }
-__device__ __forceinline__ void consumers_barrier() { named_barrier<6, 256>(); }
+__device__ __forceinline__ void consumers_barrier() { named_barrier<kBarConsumers, 256>(); }
 
 template <class T>
 __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,

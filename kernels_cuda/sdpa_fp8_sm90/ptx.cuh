@@ -161,6 +161,18 @@ __device__ __forceinline__ void regs_alloc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
 
+// Named barrier ids (bar.sync / bar.arrive; 0 is __syncthreads), the one list for both tiers' kernels:
+enum NamedBarrier : int {
+    kBarProducer = 1,     // the producer warpgroup's 128 threads (a stage read by all before its refill)
+    kBarConsumerWg0 = 2,  // consumer warpgroup 0's 128 threads (epilogue, baseline Q load)
+    kBarConsumerWg1 = 3,  // consumer warpgroup 1's
+    kBarTurn0 = 4,        // ping-pong: consumer warpgroup 0's turn to issue (256 threads: one sync, one arrive)
+    kBarTurn1 = 5,        // warpgroup 1's turn
+    kBarConsumers = 6,    // both consumer warpgroups (256: Q load and merge of the split configuration)
+    kBarTurn2 = 7,        // warpgroup 2's turn (three consumer warpgroups: 0 -> 1 -> 2 -> 0)
+    kBarConsumerWg2 = 8,  // consumer warpgroup 2's 128 threads
+};
+
 // bar.sync among `nthreads` threads (whole warps); id 0 is __syncthreads.
 template <int ID, int NTHREADS>
 __device__ __forceinline__ void named_barrier() {

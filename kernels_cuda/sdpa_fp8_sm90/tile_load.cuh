@@ -161,7 +161,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             fence_proxy_async();
             mbar_arrive(bar(T::BAR_VFULL + b));
             if (t + T::NU8 < nload) {
-                named_barrier<1, 128>();  // every producer thread has read stage s
+                named_barrier<kBarProducer, 128>();  // every producer thread has read stage s
                 if (ptid == 0) issue(t + T::NU8);
             }
         }
