@@ -123,12 +123,7 @@ __device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) 
     lo = u0 + (u0 & 0x40004000u);
     hi = u1 + (u1 & 0x40004000u);
 #else
-    asm("{\n\t.reg .b16 l16, h16;\n\t"
-        "mov.b32 {l16, h16}, %2;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %0, l16;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %1, h16;\n\t}\n"
-        : "=r"(lo), "=r"(hi)
-        : "r"(x));
+    sdpa_half_ops::decode4_e4m3(x, lo, hi);
 #endif
 }
 

@@ -190,16 +190,8 @@ __device__ __forceinline__ void named_barrier_arrive() {
 using sdpa_half_ops::fast_exp2;
 using sdpa_half_ops::pack_half2;
 
-// Four E4M3 codes (little-endian in x) -> two half2 words (lo: codes 0,1; hi: codes 2,3).
-// Exact: every E4M3 value is an fp16 value.
-__device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) {
-    asm("{\n\t.reg .b16 l16, h16;\n\t"
-        "mov.b32 {l16, h16}, %2;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %0, l16;\n\t"
-        "cvt.rn.f16x2.e4m3x2 %1, h16;\n\t}\n"
-        : "=r"(lo), "=r"(hi)
-        : "r"(x));
-}
+// Four E4M3 codes -> two half2 words, exact (../sdpa_fp8/half_ops.cuh, shared with the mma.sync kernel).
+__device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) { sdpa_half_ops::decode4_e4m3(x, lo, hi); }
 
 // Four floats -> four E4M3 codes (a in the lowest byte), round to nearest even, saturating to
 // +-448 (cvt's first source goes to the upper byte of each pair).
