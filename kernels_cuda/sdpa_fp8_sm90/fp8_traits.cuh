@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "ptx.cuh"
-#include "traits.cuh"  // USE_CP_ASYNC, Ablate, SDPA_SM90_PINGPONG
+#include "traits.cuh"  // Ablate, and config.cuh: USE_CP_ASYNC, every SDPA_SM90_* switch
 
 namespace sdpa_sm90 {
 
@@ -16,60 +16,6 @@ constexpr float kPExp2Bias = 8.f;
 // Largest finite E4M3 value: each Q row is scaled so that its largest |q| lands there.
 constexpr float kE4M3Max = 448.f;
 
-// Consumer warpgroups in the unsplit configuration at head dim 64: both kernels are compiled in
-// (two: 128 query rows per block, 384 threads, setmaxnreg 64 / 216; three: 192 rows, 512 threads,
-// setmaxnreg 56 / 152) and select_config (kernel.cuh) picks one at run time by this policy:
-//   0 = always two (as at head dim 128);
-//   1 (default) = three when the three-warpgroup unsplit grid fills at least one wave (blocks >=
-//       SMs), else two, with the split rule taken on the two-warpgroup grid;
-//   2 = always three in the unsplit configuration (the split rule on the three-warpgroup grid).
-// On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run 2, cold p50, one call) rule /
-// two / three: (3,5,777,64) 15.84 / 15.79 / 18.13 us (75 blocks of 192 rows on 132 SMs: the rule
-// takes two), (8,8,1024,64) 50.06 / 53.60 / 50.08, (2,16,2048,64) 82.24 / 88.82 / 81.50,
-// (4,32,4096,64) 1005.9 / 1217.7 / 1005.3.
-#ifndef SDPA_SM90_NCWG3_D64
-#define SDPA_SM90_NCWG3_D64 1
-#endif
-
-// SDPA_SM90_VT_FAST (default 1): head dim 128, the cpasync producer's V transpose with its
-// addressing hoisted out of the tile loop (fp8_load.cuh transpose_v_tile_fast): a warp's 32 lanes
-// share one 16-key group, so no pair swap is needed for the loads (keys at compile-time offsets from
-// one base), and the four store offsets and byte selectors of a thread are the same for every tile.
-// Same V^T bytes as transpose_v_tile (= 0).  On 1x H100 (2026-11-23,
-// experiments/2026-11-23-sdpa-fp8-d128, cold p50, one call) 0 / 1: (2,16,2048,128) 112.43 / 109.18 us,
-// (1,16,8192,128) 753.4 / 717.3.
-#ifndef SDPA_SM90_VT_FAST
-#define SDPA_SM90_VT_FAST 1
-#endif
-
-// SDPA_SM90_ROWSUM_MMA = 1 (default; 0 = 64 FADD per thread and tile): the softmax row sums l from the tensor core
-// instead of 64 FADD per consumer thread and tile: each V^T buffer has 8 more rows (dims D .. D+7:
-// 1.0 in row D, 0 below, written once per block by the producer) and each P V is followed by
-// BN/32 wgmma m64n8k32 of P with those rows into a fresh accumulator (one tile's sums, added to l in
-// fp32 after the wait).  One tile at a time because the tensor core's FP8 accumulation keeps only
-// about 14 bits: summing all S keys in O's accumulator (P [V | 1] as m64n(D+8)) gave rel_l2 0.15 at
-// S 8192, and zeroing those columns after each tile made the loop 3-10% slower
-// (experiments/2026-11-23-sdpa-fp8-profile, A/B 3 and 4).  This form, A/B 5 (1x H100, cold p50,
-// against 0): 1.9-3.8% at head dim 64, 4.4% / 5.7% at (2,16,2048,128) / (1,16,8192,128), rel_l2
-// unchanged (3.58e-2 / 3.69e-2).
-#ifndef SDPA_SM90_ROWSUM_MMA
-#define SDPA_SM90_ROWSUM_MMA 1
-#endif
-
-// SDPA_SM90_BN_D128 = 0 (default), 128 or 192: keys per K/V tile at head dim 128.  Both kernels are in
-// every FP8 build; 0 = select_config (kernel.cuh) picks one per S at run time (bn_d128 below), 128 or
-// 192 = always that one.  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
-// tile's fixed costs (row-max shuffles, the O rescale, the turn and the waits) over 1.5x the keys;
-// S takes 96 accumulator registers instead of 64 (Q K^T then reads Q from shared memory: Q_SMEM),
-// and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
-// keys 0..127 with the 128-byte swizzle, keys 128..191 with the 64-byte swizzle.  But S is padded to
-// a multiple of the tile: 2048 keys are 11 tiles of 192 (2112 keys), 16 of 128.
-#ifndef SDPA_SM90_BN_D128
-#define SDPA_SM90_BN_D128 0
-#endif
-static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192,
-              "SDPA_SM90_BN_D128: 0 (by S), 128 or 192");
-
 // The run-time rule (policy 0): 192-key tiles when S padded to them is less than 1.02x S padded to
 // 128-key tiles, i.e. a key in a 192-key tile costs 0.98 of one in a 128-key tile.  1x H100
 // (experiments/2026-11-23-sdpa-d128-pipes, run 2, one call, no polynomial exponentials; cold / hot
@@ -79,18 +25,6 @@ __host__ __device__ constexpr int bn_d128(int S, int policy) {
     return policy != 0 ? policy
                        : ((long long)(S + 191) / 192 * 192) * 49 < ((long long)(S + 127) / 128 * 128) * 50 ? 192 : 128;
 }
-
-// SDPA_SM90_PERSISTENT = 1 (default) or 0: the unsplit kernels run one block per SM (at most), each
-// taking the work units (the tiles of tile_plan.cuh) blockIdx.x, blockIdx.x + gridDim.x, ... in
-// turn.  The K/V ring runs on across units, so the producer brings the next unit's first tiles in
-// while the consumers finish the current one; Q is two buffers deep, the next unit's loaded during
-// the current one (Q empty: the epilogue, which stages O in the Q rows, is done with a buffer).  The
-// ping-pong turn passes straight from a unit's last P V to the next unit's first Q K^T.  0 = one
-// unit per block (the grid of every build before); the split configuration and the ablations are
-// always one unit per block.
-#ifndef SDPA_SM90_PERSISTENT
-#define SDPA_SM90_PERSISTENT 1
-#endif
 
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  BN_: keys per K/V
 // tile, 192 only at head dim 128.  The kernels are instantiated on the two thin names below.

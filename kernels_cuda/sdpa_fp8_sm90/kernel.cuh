@@ -212,11 +212,11 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // would fill at most half of the SMs and there are at least two K/V tiles: twice the blocks,
 // half the tiles per warpgroup.  split_override: 0 = that rule, 1 = unsplit, 2 = split.
 // Head dim 64, unsplit, FP8 tier: three consumer warpgroups (192 rows per block) or two (128) by
-// ncwg_policy (SDPA_SM90_NCWG3_D64, fp8_traits.cuh): 0 = two; 1 = three when the three-warpgroup grid
+// ncwg_policy (SDPA_SM90_NCWG3_D64, config.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
 // Then, unsplit in the FP8 tier, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
-// Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, fp8_traits.cuh
+// Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 template <bool FP8>

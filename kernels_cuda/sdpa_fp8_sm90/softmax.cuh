@@ -7,31 +7,8 @@
 // running sum l is a per-lane partial sum, quad-reduced once in the epilogue.
 #pragma once
 
+#include "config.cuh"  // SDPA_SM90_EXP2_POLY, SDPA_SM90_EXP2_POLY_D128
 #include "ptx.cuh"
-
-// Polynomial exponentials in the FP8 kernel's softmax step (compile time; fp8_mainloop.cuh picks the
-// define by head dim; the fp16 kernel is untouched):
-//   SDPA_SM90_EXP2_POLY = n (0..16, head dim 64, default 0): in n of every 16 eight-column chunks
-//     of a row, the exponential is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2
-//     (FlashAttention-4's offload of the special-function unit), relative error <= 1.8e-3 (E4M3's
-//     rounding: <= 6.25%).
-// (An f16x2-exponential variant, SDPA_SM90_EX2_F16X2, was measured 2-4% slower on H100 and removed:
-// on sm_90 ex2.approx.f16x2 is two MUFU.EX2.F16; experiments/2026-11-23-sdpa-fp8-d64, code at fbcc1df.)
-#ifndef SDPA_SM90_EXP2_POLY
-#define SDPA_SM90_EXP2_POLY 0
-#endif
-static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_EXP2_POLY: chunks of 16");
-// SDPA_SM90_EXP2_POLY_D128 = n (default 0): the same at head dim 128 (FP8 kernel).  It paid while
-// MUFU was as busy as the tensor core (1x H100, experiments/2026-11-23-sdpa-fp8-profile, A/B 2, cold
-// p50, 128-key tiles, row sums by FADD: n = 0 / 4 / 8: (2,16,2048,128) 108.16 / 105.06 / 108.96 us,
-// (1,16,8192,128) 714.7 / 682.5 / 721.5); since the row sums come from the tensor core the softmax is
-// bound by its instruction count (8 instructions per polynomial exponential), and 0 is faster:
-// experiments/2026-11-23-sdpa-d128-pipes run 2 (192-key tiles, cold / hot) n = 4 / 0:
-// (2,16,2048,128) 96.99 / 94.48 and 92.05 / 89.90 us, (1,16,8192,128) 610.4 / 605.5 and 621.2 / 591.4.
-#ifndef SDPA_SM90_EXP2_POLY_D128
-#define SDPA_SM90_EXP2_POLY_D128 0
-#endif
-static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "SDPA_SM90_EXP2_POLY_D128: chunks of 16");
 
 namespace sdpa_sm90 {
 

@@ -1,6 +1,6 @@
 // Which query rows each work unit of the Hopper SDPA kernel takes (the tile plan), and how the host
 // chooses the plan.  A unit is one block's rows; a persistent block (SDPA_SM90_PERSISTENT,
-// fp8_traits.cuh) takes units blockIdx.x, blockIdx.x + gridDim.x, ... in turn, any other block the
+// config.cuh) takes units blockIdx.x, blockIdx.x + gridDim.x, ... in turn, any other block the
 // unit of its own index.
 //
 // A block of the three-consumer-warpgroup kernel (FP8 build, head dim 64, unsplit) has BM = 192 query
@@ -23,10 +23,7 @@
 #include <queue>
 #include <vector>
 
-#ifndef SDPA_SM90_TILE_PLAN
-#define SDPA_SM90_TILE_PLAN 1
-#endif
-static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_TILE_PLAN: 0, 1 or 2");
+#include "config.cuh"  // SDPA_SM90_TILE_PLAN
 
 namespace sdpa_sm90 {
 

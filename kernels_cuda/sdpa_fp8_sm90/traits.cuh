@@ -4,21 +4,7 @@
 
 #include <cstdint>
 
-#ifndef USE_CP_ASYNC
-#define USE_CP_ASYNC 0
-#endif
-
-// SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; the FP8 kernel, cpasync only): after its
-// own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
-// block that will take its SM in the next wave (block index + SM count), so that block's first loads
-// hit L2 when the run starts with a cold L2 (cold timing: 49.5 us at (8,8,1024,64) against 42.8 hot,
-// 3 waves; torch 47.3 / 44.0).  Costs one thread a few prefetch instructions and the first wave some
-// HBM bandwidth.  A/B 5 of experiments/2026-11-23-sdpa-fp8-profile (1x H100, cold p50, against 0):
-// (8,8,1024,64) 49.41 -> 47.38 us, (2,16,2048,64) 80.13 -> 77.98, (2,16,2048,128) 105.0 -> 102.1,
-// within 1% at the one-wave-heavy shapes.
-#ifndef SDPA_SM90_L2_PREFETCH_NEXT
-#define SDPA_SM90_L2_PREFETCH_NEXT 1
-#endif
+#include "config.cuh"  // every SDPA_SM90_* switch and USE_CP_ASYNC
 
 namespace sdpa_sm90 {
 
@@ -28,18 +14,6 @@ constexpr bool kAsync = (USE_CP_ASYNC != 0);
 // tile but no softmax or P V; no_loads loads and decodes the first K/V tile only and runs the
 // math for every tile on it.  Same values as the mma.sync kernel's.
 enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
-
-// Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
-// their matrix products, so that one's softmax runs while the other's products do.
-#ifndef SDPA_SM90_PINGPONG
-#define SDPA_SM90_PINGPONG 1
-#endif
-// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more).
-// 192 (S 96, P 48, O 32 registers) was measured on H100 against 128 (experiments/2026-11-23-sdpa-hopper,
-// run 3): 3% faster at (4,32,4096,64), 1-10% slower at every other head-dim-64 shape, so 128.
-#ifndef SDPA_SM90_BN64
-#define SDPA_SM90_BN64 128
-#endif
 
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Traits {

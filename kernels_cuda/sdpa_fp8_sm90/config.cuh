@@ -1,0 +1,139 @@
+// Every compile-time switch of the Hopper SDPA kernels (kernels_cuda/sdpa_fp8_sm90/), each default defined
+// here once, with what it does and what it measured (README.md "Variants" has the table). Included by
+// traits.cuh, so every file of the folder sees the same values.
+#pragma once
+
+// ---- the variant (both tiers): baseline or cpasync
+#ifndef USE_CP_ASYNC
+#define USE_CP_ASYNC 0
+#endif
+
+// ---- fp8 tier (tile_load.cuh TileMaps, fp8_load.cuh)
+// SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; the FP8 kernel, cpasync only): after its
+// own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
+// block that will take its SM in the next wave (block index + SM count), so that block's first loads
+// hit L2 when the run starts with a cold L2 (cold timing: 49.5 us at (8,8,1024,64) against 42.8 hot,
+// 3 waves; torch 47.3 / 44.0).  Costs one thread a few prefetch instructions and the first wave some
+// HBM bandwidth.  A/B 5 of experiments/2026-11-23-sdpa-fp8-profile (1x H100, cold p50, against 0):
+// (8,8,1024,64) 49.41 -> 47.38 us, (2,16,2048,64) 80.13 -> 77.98, (2,16,2048,128) 105.0 -> 102.1,
+// within 1% at the one-wave-heavy shapes.
+#ifndef SDPA_SM90_L2_PREFETCH_NEXT
+#define SDPA_SM90_L2_PREFETCH_NEXT 1
+#endif
+
+// ---- both tiers (mainloop.cuh, fp8_mainloop.cuh)
+// Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
+// their matrix products, so that one's softmax runs while the other's products do.
+#ifndef SDPA_SM90_PINGPONG
+#define SDPA_SM90_PINGPONG 1
+#endif
+
+// ---- fp16 tier (traits.cuh)
+// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more).
+// 192 (S 96, P 48, O 32 registers) was measured on H100 against 128 (experiments/2026-11-23-sdpa-hopper,
+// run 3): 3% faster at (4,32,4096,64), 1-10% slower at every other head-dim-64 shape, so 128.
+#ifndef SDPA_SM90_BN64
+#define SDPA_SM90_BN64 128
+#endif
+
+// ---- fp8 tier (softmax.cuh, fp8_mainloop.cuh)
+// Polynomial exponentials in the FP8 kernel's softmax step (compile time; fp8_mainloop.cuh picks the
+// define by head dim; the fp16 kernel is untouched):
+//   SDPA_SM90_EXP2_POLY = n (0..16, head dim 64, default 0): in n of every 16 eight-column chunks
+//     of a row, the exponential is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2
+//     (FlashAttention-4's offload of the special-function unit), relative error <= 1.8e-3 (E4M3's
+//     rounding: <= 6.25%).
+// (An f16x2-exponential variant, SDPA_SM90_EX2_F16X2, was measured 2-4% slower on H100 and removed:
+// on sm_90 ex2.approx.f16x2 is two MUFU.EX2.F16; experiments/2026-11-23-sdpa-fp8-d64, code at fbcc1df.)
+#ifndef SDPA_SM90_EXP2_POLY
+#define SDPA_SM90_EXP2_POLY 0
+#endif
+static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_EXP2_POLY: chunks of 16");
+// SDPA_SM90_EXP2_POLY_D128 = n (default 0): the same at head dim 128 (FP8 kernel).  It paid while
+// MUFU was as busy as the tensor core (1x H100, experiments/2026-11-23-sdpa-fp8-profile, A/B 2, cold
+// p50, 128-key tiles, row sums by FADD: n = 0 / 4 / 8: (2,16,2048,128) 108.16 / 105.06 / 108.96 us,
+// (1,16,8192,128) 714.7 / 682.5 / 721.5); since the row sums come from the tensor core the softmax is
+// bound by its instruction count (8 instructions per polynomial exponential), and 0 is faster:
+// experiments/2026-11-23-sdpa-d128-pipes run 2 (192-key tiles, cold / hot) n = 4 / 0:
+// (2,16,2048,128) 96.99 / 94.48 and 92.05 / 89.90 us, (1,16,8192,128) 610.4 / 605.5 and 621.2 / 591.4.
+#ifndef SDPA_SM90_EXP2_POLY_D128
+#define SDPA_SM90_EXP2_POLY_D128 0
+#endif
+static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "SDPA_SM90_EXP2_POLY_D128: chunks of 16");
+
+// ---- fp8 tier (tile_plan.cuh: what each value does)
+#ifndef SDPA_SM90_TILE_PLAN
+#define SDPA_SM90_TILE_PLAN 1
+#endif
+static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_TILE_PLAN: 0, 1 or 2");
+
+// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// Consumer warpgroups in the unsplit configuration at head dim 64: both kernels are compiled in
+// (two: 128 query rows per block, 384 threads, setmaxnreg 64 / 216; three: 192 rows, 512 threads,
+// setmaxnreg 56 / 152) and select_config (kernel.cuh) picks one at run time by this policy:
+//   0 = always two (as at head dim 128);
+//   1 (default) = three when the three-warpgroup unsplit grid fills at least one wave (blocks >=
+//       SMs), else two, with the split rule taken on the two-warpgroup grid;
+//   2 = always three in the unsplit configuration (the split rule on the three-warpgroup grid).
+// On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run 2, cold p50, one call) rule /
+// two / three: (3,5,777,64) 15.84 / 15.79 / 18.13 us (75 blocks of 192 rows on 132 SMs: the rule
+// takes two), (8,8,1024,64) 50.06 / 53.60 / 50.08, (2,16,2048,64) 82.24 / 88.82 / 81.50,
+// (4,32,4096,64) 1005.9 / 1217.7 / 1005.3.
+#ifndef SDPA_SM90_NCWG3_D64
+#define SDPA_SM90_NCWG3_D64 1
+#endif
+
+// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// SDPA_SM90_VT_FAST (default 1): head dim 128, the cpasync producer's V transpose with its
+// addressing hoisted out of the tile loop (fp8_load.cuh transpose_v_tile_fast): a warp's 32 lanes
+// share one 16-key group, so no pair swap is needed for the loads (keys at compile-time offsets from
+// one base), and the four store offsets and byte selectors of a thread are the same for every tile.
+// Same V^T bytes as transpose_v_tile (= 0).  On 1x H100 (2026-11-23,
+// experiments/2026-11-23-sdpa-fp8-d128, cold p50, one call) 0 / 1: (2,16,2048,128) 112.43 / 109.18 us,
+// (1,16,8192,128) 753.4 / 717.3.
+#ifndef SDPA_SM90_VT_FAST
+#define SDPA_SM90_VT_FAST 1
+#endif
+
+// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// SDPA_SM90_ROWSUM_MMA = 1 (default; 0 = 64 FADD per thread and tile): the softmax row sums l from the tensor core
+// instead of 64 FADD per consumer thread and tile: each V^T buffer has 8 more rows (dims D .. D+7:
+// 1.0 in row D, 0 below, written once per block by the producer) and each P V is followed by
+// BN/32 wgmma m64n8k32 of P with those rows into a fresh accumulator (one tile's sums, added to l in
+// fp32 after the wait).  One tile at a time because the tensor core's FP8 accumulation keeps only
+// about 14 bits: summing all S keys in O's accumulator (P [V | 1] as m64n(D+8)) gave rel_l2 0.15 at
+// S 8192, and zeroing those columns after each tile made the loop 3-10% slower
+// (experiments/2026-11-23-sdpa-fp8-profile, A/B 3 and 4).  This form, A/B 5 (1x H100, cold p50,
+// against 0): 1.9-3.8% at head dim 64, 4.4% / 5.7% at (2,16,2048,128) / (1,16,8192,128), rel_l2
+// unchanged (3.58e-2 / 3.69e-2).
+#ifndef SDPA_SM90_ROWSUM_MMA
+#define SDPA_SM90_ROWSUM_MMA 1
+#endif
+
+// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// SDPA_SM90_BN_D128 = 0 (default), 128 or 192: keys per K/V tile at head dim 128.  Both kernels are in
+// every FP8 build; 0 = select_config (kernel.cuh) picks one per S at run time (bn_d128 below), 128 or
+// 192 = always that one.  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
+// tile's fixed costs (row-max shuffles, the O rescale, the turn and the waits) over 1.5x the keys;
+// S takes 96 accumulator registers instead of 64 (Q K^T then reads Q from shared memory: Q_SMEM),
+// and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
+// keys 0..127 with the 128-byte swizzle, keys 128..191 with the 64-byte swizzle.  But S is padded to
+// a multiple of the tile: 2048 keys are 11 tiles of 192 (2112 keys), 16 of 128.
+#ifndef SDPA_SM90_BN_D128
+#define SDPA_SM90_BN_D128 0
+#endif
+static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192,
+              "SDPA_SM90_BN_D128: 0 (by S), 128 or 192");
+
+// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// SDPA_SM90_PERSISTENT = 1 (default) or 0: the unsplit kernels run one block per SM (at most), each
+// taking the work units (the tiles of tile_plan.cuh) blockIdx.x, blockIdx.x + gridDim.x, ... in
+// turn.  The K/V ring runs on across units, so the producer brings the next unit's first tiles in
+// while the consumers finish the current one; Q is two buffers deep, the next unit's loaded during
+// the current one (Q empty: the epilogue, which stages O in the Q rows, is done with a buffer).  The
+// ping-pong turn passes straight from a unit's last P V to the next unit's first Q K^T.  0 = one
+// unit per block (the grid of every build before); the split configuration and the ablations are
+// always one unit per block.
+#ifndef SDPA_SM90_PERSISTENT
+#define SDPA_SM90_PERSISTENT 1
+#endif
