@@ -20,8 +20,9 @@ SERVE_FLAG = "--serve"
 EXIT_CUDA_ERROR = 3
 
 
-class _Tee(io.TextIOBase):
-    """stderr that also remembers the last `error:` line of the case."""
+class ErrorTee(io.TextIOBase):
+    """stderr that also remembers the last `error:` line of the case (every served peer's, and the served
+    NCCL group's in torch_allreduce.serve)."""
 
     def __init__(self, real) -> None:
         self.real, self.last_error = real, ""
@@ -66,7 +67,7 @@ def serve(main: Callable[[list[str]], None], *, prefix: list[str] | None = None,
         line = raw.rstrip("\r\n")
         if not line:
             continue
-        tee = _Tee(sys.__stderr__)
+        tee = ErrorTee(sys.__stderr__)
         sys.stderr = tee
         rc = 0
         try:

@@ -469,7 +469,7 @@ def serve(ngpus: int) -> None:
         argv = raw.rstrip("\r\n").split("\t") if raw.strip() else []
         if not argv:
             continue
-        tee = serving._Tee(sys.__stderr__)
+        tee = serving.ErrorTee(sys.__stderr__)
         sys.stderr = tee
         try:
             ns, setup = _request(argv, ngpus)

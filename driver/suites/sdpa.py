@@ -35,25 +35,27 @@ HOPPER_KERNEL, HOPPER_FP16_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "wgmma_sm
 TIMED_DISTRIBUTION = "normal"  # the inputs every timing runs on: a launch's time does not depend on the values
 
 
-def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
-    """Why our Hopper kernels do not run here (the fp16 tier then runs the mma.sync kernel), or None."""
+def _no_hopper_here(gpu_arch: str, build_arch: str) -> str | None:
+    """What keeps the Hopper kernels (an sm_90 GPU and an sm_90a build) from running here, or None."""
     if gpu_arch == "sm_90" and build_arch == "sm_90":
         return None
-    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
-           f"this build is for {build_arch}, without sm_90a code")
-    return (f"the Hopper kernels ({HOPPER_FP16_KERNEL}, {HOPPER_KERNEL}: warpgroup MMA, tensor copies) need an sm_90 "
-            f"GPU and a build for sm_90a; {why}, so the fp16 tier runs the mma.sync kernel ({MMA_SYNC_KERNEL})")
+    return f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else f"this build is for {build_arch}, without sm_90a code"
+
+
+def hopper_not_offered(gpu_arch: str, build_arch: str) -> str | None:
+    """Why our Hopper kernels do not run here (the fp16 tier then runs the mma.sync kernel), or None."""
+    why = _no_hopper_here(gpu_arch, build_arch)
+    return why and (f"the Hopper kernels ({HOPPER_FP16_KERNEL}, {HOPPER_KERNEL}: warpgroup MMA, tensor copies) need "
+                    f"an sm_90 GPU and a build for sm_90a; {why}, so the fp16 tier runs the mma.sync kernel "
+                    f"({MMA_SYNC_KERNEL})")
 
 
 def fp8_not_offered(gpu_arch: str, build_arch: str) -> str | None:
     """Why the fp8 tier cannot run here (it exists only as FP8 warpgroup MMA), or None. Decided before any
     launch; a runner asked anyway exits 5 (TierNotOffered), the backstop."""
-    if hopper_not_offered(gpu_arch, build_arch) is None:
-        return None
-    why = (f"this GPU is {gpu_arch}" if gpu_arch != "sm_90" else
-           f"this build is for {build_arch}, without sm_90a code")
-    return (f"the fp8 tier runs on FP8 warpgroup MMA ({HOPPER_KERNEL}), which needs an sm_90 GPU and a build for "
-            f"sm_90a; {why}")
+    why = _no_hopper_here(gpu_arch, build_arch)
+    return why and (f"the fp8 tier runs on FP8 warpgroup MMA ({HOPPER_KERNEL}), which needs an sm_90 GPU and a "
+                    f"build for sm_90a; {why}")
 
 
 def expected_kernel(precision: str, gpu_arch: str, build_arch: str) -> str | None:
@@ -391,12 +393,11 @@ def _run_shape(
     peer_unchecked: dict[str, str] = {}
     with phases.timed("checks (wait)"):
         for (impl, tier, dist, seed), futs in pending.items():
-            if impl in VARIANTS:  # a malformed output of ours raises here (or above, if it was timed input)
-                errors[(impl, tier, dist, seed)] = SdpaErrors.worst([f.result() for f in futs])
-                continue
             try:
                 errors[(impl, tier, dist, seed)] = SdpaErrors.worst([f.result() for f in futs])
             except (KernelFailed, OSError, ValueError) as exc:
+                if impl in VARIANTS:  # a malformed output of ours raises (or above, if it was timed input)
+                    raise
                 peer_unchecked[impl] = exc.one_line() if isinstance(exc, KernelFailed) else str(exc)
     after = device.probe().gpus[:1]
     timed_keys = samples.by_key if samples is not None else {}

@@ -15,7 +15,7 @@ from driver.launch import launch
 from driver.records import SdpaLine
 from driver.reference.sdpa import DISTRIBUTIONS
 from driver.suites import sdpa
-from driver.suites.sdpa import HOPPER_KERNEL
+from driver.suites.sdpa import HOPPER_FP16_KERNEL, HOPPER_KERNEL
 from driver.verify import sdpa_errors
 from tests.gpu.conftest import serve_lines
 
@@ -27,7 +27,7 @@ EXTRA_SHAPES = [(1, 1, 1, 64), (1, 1, 1, 128), (1, 2, 129, 64), (1, 3, 77, 128),
                 (3, 5, 777, 64), (1, 4, 300, 128)]
 # Every input distribution is checked on these (seed 0): both head dims, split and unsplit, tails in S.
 DISTRIBUTION_SHAPES = ("small", "mission", "tail", "odd", "unsplit3_d64", "unsplit_d128")
-HOPPER_BY_TIER = {"fp16": "wgmma_sm90", "fp8": HOPPER_KERNEL}
+HOPPER_BY_TIER = {"fp16": HOPPER_FP16_KERNEL, "fp8": HOPPER_KERNEL}
 
 
 def kernel_for(precision: str, exe_dir) -> str:
