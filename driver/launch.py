@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from driver import paths
-from driver.errors import ConfigError, KernelFailed, NoGPU, TierNotOffered
+from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU, TierNotOffered
 
 # The kernel executables' own exit codes (docs/BUILD.md, "Kernel executable interface").
 EXE_BAD_INPUT = 2
@@ -146,10 +146,16 @@ def launch(cmd: Sequence[str], *, what: str, timeout_s: float) -> ProcessResult:
     if res.returncode < 0:
         sig = signal.Signals(-res.returncode).name
         raise KernelFailed(f"{what} was killed by {sig}: {detail}", f"command: {' '.join(cmd)}")
-    if res.returncode == EXE_BAD_INPUT:
-        raise ConfigError(f"{what} rejected its input: {detail}")
-    if res.returncode == EXE_NO_GPU:
-        raise NoGPU(f"{what}: {detail}")
-    if res.returncode == EXE_NOT_OFFERED:
-        raise TierNotOffered(f"{what}: {detail}", f"command: {' '.join(cmd)}")
-    raise KernelFailed(f"{what} exited {res.returncode}: {detail}", f"command: {' '.join(cmd)}")
+    raise exit_error(res.returncode, what, detail, f"command: {' '.join(cmd)}")
+
+
+def exit_error(code: int, what: str, detail: str, where: str) -> DriverError:
+    """A runner's or peer's non-zero exit code (a one-shot run's, or a worker's end line) as the error the
+    driver raises; `where` (the command or the worker) goes into the hint."""
+    if code == EXE_BAD_INPUT:
+        return ConfigError(f"{what} rejected its input: {detail}")
+    if code == EXE_NO_GPU:
+        return NoGPU(f"{what}: {detail}")
+    if code == EXE_NOT_OFFERED:
+        return TierNotOffered(f"{what}: {detail}", where)
+    return KernelFailed(f"{what} exited {code}: {detail}", where)

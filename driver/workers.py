@@ -34,8 +34,8 @@ from typing import Self, TypeVar
 from pydantic import BaseModel
 
 from driver import phases
-from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU, TierNotOffered
-from driver.launch import EXE_BAD_INPUT, EXE_NO_GPU, EXE_NOT_OFFERED, error_line, kill_tree, start_process
+from driver.errors import ConfigError, DriverError, KernelFailed
+from driver.launch import error_line, exit_error, kill_tree, start_process
 from driver.parse import launch_lines, parse_lines
 
 M = TypeVar("M", bound=BaseModel)
@@ -222,15 +222,9 @@ def _kind(line: str) -> str:
 
 
 def _rc_error(rc: int, what: str, message: str, server: Sequence[str]) -> DriverError:
-    """The one-shot exit codes, mapped as launch.launch maps them."""
+    """The one-shot exit codes, mapped by the one mapping launch.launch uses."""
     detail = message if message.startswith("error") else f"error: {message}"  # as launch quotes stderr
-    if rc == EXE_BAD_INPUT:
-        return ConfigError(f"{what} rejected its input: {detail}")
-    if rc == EXE_NO_GPU:
-        return NoGPU(f"{what}: {detail}")
-    if rc == EXE_NOT_OFFERED:
-        return TierNotOffered(f"{what}: {detail}", f"worker: {' '.join(server)}")
-    return KernelFailed(f"{what} exited {rc}: {detail}", f"worker: {' '.join(server)}")
+    return exit_error(rc, what, detail, f"worker: {' '.join(server)}")
 
 
 class Pool:
