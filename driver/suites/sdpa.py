@@ -461,11 +461,17 @@ def _run_shape(
                      for (impl, mode), why in failures.items()]
 
 
-def _errors(out: np.ndarray, expected: Future, gates: SdpaGates, precision: str, distribution: str,
-            what: str) -> SdpaErrors:
-    ref_out = expected.result()
+def tier_errors(out: np.ndarray, ref_out: np.ndarray, gates: SdpaGates, precision: str, distribution: str,
+                what: str) -> SdpaErrors:
+    """One output's error against its float64 reference, `bad_err` the tier's for this distribution at the
+    reference's scale: the suite's checks and the stress soak measure it the same way."""
     bad_err = gates.bad_err_for(precision, distribution, float(np.abs(ref_out).max()) if ref_out.size else 0.0)
     return sdpa_errors(out, ref_out, bad_err=bad_err, what=what)
+
+
+def _errors(out: np.ndarray, expected: Future, gates: SdpaGates, precision: str, distribution: str,
+            what: str) -> SdpaErrors:
+    return tier_errors(out, expected.result(), gates, precision, distribution, what)
 
 
 def _failed(why: str) -> Future:

@@ -16,7 +16,6 @@ from driver.records import SdpaLine
 from driver.reference.sdpa import DISTRIBUTIONS
 from driver.suites import sdpa
 from driver.suites.sdpa import HOPPER_FP16_KERNEL, HOPPER_KERNEL
-from driver.verify import sdpa_errors
 from tests.gpu.conftest import serve_lines
 
 GATES = thresholds.load().sdpa
@@ -75,8 +74,7 @@ def run_case(exe_dir, tmp_path, cases, impl, shape, seed, *extra, precision="fp1
     got = np.load(out)
     assert line.impl == impl and line.shape == list(shape) and line.precision == precision
     assert got.shape == shape and got.dtype == np.float16
-    bad_err = GATES.bad_err_for(precision, distribution, float(np.abs(expected).max()))
-    m = sdpa_errors(got, expected, bad_err=bad_err, what=impl)
+    m = sdpa.tier_errors(got, expected, GATES, precision, distribution, impl)
     verdict = sdpa_correctness(m, GATES, precision, distribution)
     assert verdict.passed, (verdict.reasons, m, line.kernel)
     return line, got

@@ -17,7 +17,7 @@ from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, 
 from driver.suites import sdpa
 from driver.suites.common import checked_verdict, progress, stress_record
 from driver.thresholds import Thresholds
-from driver.verify import SdpaErrors, allreduce_errors, sdpa_errors
+from driver.verify import SdpaErrors, allreduce_errors
 from driver.workers import Pool, served
 
 REFRESH_EVERY = 25  # fresh random inputs inside one process
@@ -84,14 +84,16 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
 SDPA_SOAK_STREAMS = 2
 
 
-def soak_cases(seeds: tuple[int, ...], distributions: tuple[str, ...], count: int) -> list[tuple[int, str]]:
-    """`count` (seed, distribution) pairs, both lists in turn, so that max(len(seeds), len(distributions))
+def soak_case(seeds: tuple[int, ...], distributions: tuple[str, ...], i: int) -> tuple[int, str]:
+    """The i-th (seed, distribution) pair: both lists in turn, so that max(len(seeds), len(distributions))
     cases cover every seed and every distribution; past the seeds given, new ones (seed + 1009 per round)."""
-    out = []
-    for i in range(count):
-        seed = seeds[i % len(seeds)] + 1009 * (i // max(len(seeds), len(distributions)))
-        out.append((seed, distributions[i % len(distributions)]))
-    return out
+    seed = seeds[i % len(seeds)] + 1009 * (i // max(len(seeds), len(distributions)))
+    return seed, distributions[i % len(distributions)]
+
+
+def soak_cases(seeds: tuple[int, ...], distributions: tuple[str, ...], count: int) -> list[tuple[int, str]]:
+    """The first `count` of `soak_case`'s pairs."""
+    return [soak_case(seeds, distributions, i) for i in range(count)]
 
 
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
@@ -113,7 +115,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     exe = exe_dir / sdpa.VARIANTS[impl]
     # Every seed and distribution once (>= --iters launches), then new seeds until --minutes have passed.
     while done < first or time.perf_counter() - t0 < opts.soak_minutes * 60:
-        ((seed, dist),) = soak_cases(opts.seeds, opts.distributions, done + 1)[done:]
+        seed, dist = soak_case(opts.seeds, opts.distributions, done)
         done += 1
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
             files, expected = sdpa.prepare_case(Path(tmp), shape, seed, dist)
@@ -127,8 +129,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
             if sl.soak_launches != per_case:
                 raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_case}",
                                    "rebuild the SDPA runners (python -m driver build --targets sdpa)")
-            bad_err = gates.sdpa.bad_err_for(precision, dist, float(np.abs(expected).max()))
-            errs = sdpa_errors(np.load(out), expected, bad_err=bad_err, what=what)
+            errs = sdpa.tier_errors(np.load(out), expected, gates.sdpa, precision, dist, what)
             runs.append(errs)
             reasons += [f"{dist} seed {seed}: {r}" for r in sdpa_correctness(errs, gates.sdpa, precision, dist).reasons]
             launches += 1 + sl.soak_launches
