@@ -21,22 +21,28 @@
 #define SDPA_SM90_L2_PREFETCH_NEXT 1
 #endif
 
-// ---- both tiers (mainloop.cuh, fp8_mainloop.cuh)
+// ---- both tiers (mainloop.cuh, fp16_legacy.cuh)
 // Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
 // their matrix products, so that one's softmax runs while the other's products do.
 #ifndef SDPA_SM90_PINGPONG
 #define SDPA_SM90_PINGPONG 1
 #endif
 
-// ---- fp16 tier (traits.cuh)
-// Keys per K/V tile for head dim 64 (128 for head dim 128, where shared memory allows no more).
-// 192 (S 96, P 48, O 32 registers) was measured on H100 against 128 (experiments/2026-11-23-sdpa-hopper,
-// run 3): 3% faster at (4,32,4096,64), 1-10% slower at every other head-dim-64 shape, so 128.
-#ifndef SDPA_SM90_BN64
-#define SDPA_SM90_BN64 128
+// ---- fp16 tier (kernel.cuh, fp16_legacy.cuh)
+// SDPA_SM90_FP16_LEGACY = 0 (default) or 1: which kernel the fp16 tier (wgmma_sm90) runs.
+//   0 = the shared skeleton (2026-11-26; traits.cuh Fp16Traits, producer.cuh, mainloop.cuh): the fp8 tier's
+//       persistent blocks, tile plan, three consumer warpgroups at head dim 64 (by SDPA_SM90_NCWG3_D64) and
+//       L2 prefetch of the next unit, on fp16 operands (K/V decoded by the producer, fp16 wgmma);
+//   1 = the former kernel (fp16_legacy.cuh): one block per unit, two consumer warpgroups, no L2 prefetch;
+//       its SASS is the fp16 kernel's before 2026-11-26.  Kept for one A/B on the GPU:
+//       experiments/2026-11-26-sdpa-fp16-unified (measurement pending), then to be removed.
+// Same outputs to fp16-tier accuracy (the same arithmetic per tile; the split configuration and every
+// rounding are the same, so the outputs are expected bit-identical but not required to be).
+#ifndef SDPA_SM90_FP16_LEGACY
+#define SDPA_SM90_FP16_LEGACY 0
 #endif
 
-// ---- fp8 tier (softmax.cuh, fp8_mainloop.cuh)
+// ---- fp8 tier (softmax.cuh, mainloop.cuh)
 // Polynomial exponentials in the FP8 kernel's softmax step (compile time; fp8_mainloop.cuh picks the
 // define by head dim; the fp16 kernel is untouched):
 //   SDPA_SM90_EXP2_POLY = n (0..16, head dim 64, default 0): in n of every 16 eight-column chunks

@@ -33,6 +33,7 @@ struct Fp8TraitsN {
     static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
     static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2), "keys per tile: 128, or 192 at head dim 128");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
+    static constexpr bool LEGACY = false;
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;
     static constexpr int ABL = ABL_;
@@ -64,6 +65,11 @@ struct Fp8TraitsN {
     static constexpr bool Q_SMEM = BN == 192;
     static_assert(!Q_SMEM || (D == 128 && NCWG == 2), "Q in shared memory as E4M3: head dim 128, two consumer warpgroups");
     static constexpr int NVT = 2;             // transposed V buffers [D][BN]
+    // The names the shared main loop reads (traits.cuh has the fp16 tier's): the consumers' K ring is the
+    // stages themselves, their V ring the V^T buffers; P is one E4M3 fragment per 32 keys.
+    static constexpr int NKB = NS;
+    static constexpr int NVB = NVT;
+    static constexpr int P_KSTEPS = BN / 32;
 
     static constexpr int Q_BYTES = BM * D * 2;          // fp16 [PANELS][BM][64], 128-byte swizzle
     static constexpr int K_TILE = BN * D;               // [BN][D], 64-byte (D 64) / 128-byte (D 128) swizzle
@@ -77,6 +83,7 @@ struct Fp8TraitsN {
     static constexpr int VT_BYTES = (VT_ROWS * BN + 1023) / 1024 * 1024;  // a buffer, padded to the 1024-byte atom
     static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
     static constexpr uint32_t K_SBO = 8 * D;            // bytes per 8 key rows
+    static constexpr uint32_t VB_LBO = 16;             // V^T is K-major: LBO unused
 
     static constexpr int OFF_Q = 0;                     // [NQ] Q buffers (unit i: buffer i % NQ)
     static constexpr int OFF_K = OFF_Q + NQ * Q_BYTES;
@@ -86,6 +93,10 @@ struct Fp8TraitsN {
     // straight from global memory (16 words in flight per item: spills at 56).
     static constexpr bool V_STAGED = ASYNC || NCWG == 3;
     static constexpr int OFF_VT = OFF_V + (V_STAGED ? NS * V_TILE : 0);
+    static constexpr int OFF_VB = OFF_VT, VB_BYTES = VT_BYTES;  // (the shared main loop's names)
+    // (the shared producer's: the copy engine's K and V stages, as stored)
+    static constexpr int OFF_KRAW = OFF_K, OFF_VRAW = OFF_V, U8_TILE = K_TILE;
+    static_assert(K_TILE == V_TILE, "one stage size");
     static constexpr int OFF_SCRATCH = OFF_VT + NVT * VT_BYTES;
     static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
     // The split configuration's merge goes through the K stages (free once both warpgroups are done).
@@ -96,6 +107,7 @@ struct Fp8TraitsN {
     static constexpr int BAR_QEMPTY = BAR_Q + NQ;       // [NQ] consumers done with a Q buffer (cpasync, persistent)
     static constexpr int BAR_KFULL = BAR_QEMPTY + NQ;   // [NS] K landed (copy engine / 128 producer threads)
     static constexpr int BAR_VRAW = BAR_KFULL + NS;     // [NS] V landed (copy engine; cpasync only)
+    static constexpr int BAR_KRAW = BAR_KFULL;          // (the shared producer's name: K lands where it is read)
     static constexpr int BAR_KEMPTY = BAR_VRAW + NS;    // [NS] consumers done with K (one arrival per consumer warp)
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T

@@ -29,8 +29,10 @@
 #include <type_traits>
 
 #include "epilogue.cuh"
-#include "fp8_mainloop.cuh"
+#include "fp16_legacy.cuh"
+#include "fp8_traits.cuh"
 #include "mainloop.cuh"
+#include "producer.cuh"
 #include "ptx.cuh"
 #include "tile_load.cuh"
 #include "tile_plan.cuh"
@@ -49,15 +51,20 @@ enum class Precision { kFp16 = 0, kFp8 = 1 };
 inline const char* kernel_name(Precision p) { return p == Precision::kFp8 ? "wgmma_fp8_sm90" : "wgmma_sm90"; }
 inline const char* precision_name(Precision p) { return p == Precision::kFp8 ? "fp8" : "fp16"; }
 
-// NCWG: consumer warpgroups; 3 = the FP8 kernel's unsplit head-dim-64 kernel of 192 rows per block.
-// The fp16 kernel has two consumer warpgroups and its own tile: NCWG and BN are ignored there.
+// NCWG: consumer warpgroups; 3 = the unsplit head-dim-64 kernel of 192 rows per block.  BN: keys per K/V
+// tile, the fp8 tier's at head dim 128 (128 or 192); the fp16 tier's is 128.  SDPA_SM90_FP16_LEGACY=1: the
+// fp16 tier's former kernel (fp16_legacy.cuh: two consumer warpgroups only, NCWG and BN ignored).
 template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
 using KernelTraits = std::conditional_t<
     FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>,
-    Traits<D, ASYNC, ABL, SPLIT>>;
-// Whether a tier has a three-consumer-warpgroup kernel (the FP8 kernel's, at head dim 64).
+    std::conditional_t<SDPA_SM90_FP16_LEGACY != 0, Traits<D, ASYNC, ABL, SPLIT>,
+                       std::conditional_t<NCWG == 3, Fp16Traits3<D, ASYNC, ABL>, Fp16Traits<D, ASYNC, ABL, SPLIT>>>>;
+// Whether a tier has a three-consumer-warpgroup kernel (at head dim 64; not the legacy fp16 kernel), and
+// whether its kernels run on the shared skeleton (persistent blocks, the tile plan: every one but the legacy).
 template <bool FP8>
 constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NCWG == 3;
+template <bool FP8>
+constexpr bool kSkeleton = !KernelTraits<FP8, 64, kAsync, kAblNone, false>::LEGACY;
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
@@ -74,7 +81,7 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     if (threadIdx.x == 0) {
         if constexpr (T::FP8) {
             // One arrival per consumer warp (a warpgroup without rows in a unit takes and releases its
-            // tiles all the same: consumer_fp8).
+            // tiles all the same: consumer).
             for (int b = 0; b < T::NQ; ++b) {
                 mbar_init(bar(T::BAR_Q + b), 1);
                 mbar_init(bar(T::BAR_QEMPTY + b), T::CONSUMER_WARPS);
@@ -88,13 +95,25 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
                 mbar_init(bar(T::BAR_VFULL + b), 128);
                 mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
             }
+        } else if constexpr (T::LEGACY) {
+            init_barriers_legacy<T>(bars);
         } else {
-            mbar_init(bar(T::BAR_Q), 1);
-            for (int s = 0; s < T::NU8; ++s) mbar_init(bar(T::BAR_U8 + s), 1);
-            for (int b = 0; b < T::NF16; ++b) {
+            // fp16 tier: the copy engine's stages (one arrival + bytes), the decoded buffers (128 producer
+            // threads; one arrival per consumer warp when released).
+            for (int b = 0; b < T::NQ; ++b) {
+                mbar_init(bar(T::BAR_Q + b), 1);
+                mbar_init(bar(T::BAR_QEMPTY + b), T::CONSUMER_WARPS);
+            }
+            for (int s = 0; s < T::NS; ++s) {
+                mbar_init(bar(T::BAR_KRAW + s), 1);
+                mbar_init(bar(T::BAR_VRAW + s), 1);
+            }
+            for (int b = 0; b < T::NKB; ++b) {
                 mbar_init(bar(T::BAR_KFULL + b), 128);
-                mbar_init(bar(T::BAR_VFULL + b), 128);
                 mbar_init(bar(T::BAR_KEMPTY + b), T::CONSUMER_WARPS);
+            }
+            for (int b = 0; b < T::NVB; ++b) {
+                mbar_init(bar(T::BAR_VFULL + b), 128);
                 mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
             }
         }
@@ -109,47 +128,16 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 
     // Block coordinates are computed inside each role, after the register reallocation, so
     // that nothing is live across it.
-    if constexpr (T::FP8) {
+    if constexpr (!T::LEGACY) {
         if (threadIdx.x < 128) {
             regs_dealloc<T::PRODUCER_REGS>();
-            producer_fp8<T>(smem, bars, &maps, plan, K, V, S);
+            producer<T>(smem, bars, &maps, plan, K, V, S);
         } else {
             regs_alloc<T::CONSUMER_REGS>();
-            consumer_fp8<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
+            consumer<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
         }
     } else {
-        auto coords = [&](BlockTile& tile, int& ntiles, size_t& head) {
-            tile = block_tile<T>(blockIdx.x, plan, S);
-            ntiles = (S + T::BN - 1) / T::BN;
-            head = (size_t)tile.bh * S * T::D;
-        };
-        BlockTile tile;
-        int ntiles;
-        size_t head;
-        // fp16-operand build: one unit per block, every warpgroup with rows.
-        if (threadIdx.x < 128) {
-            regs_dealloc<T::PRODUCER_REGS>();
-            coords(tile, ntiles, head);
-            producer<T>(smem, bars, &maps, K + head, V + head, S, tile.m0, tile.bh, ntiles);
-        } else {
-            regs_alloc<T::CONSUMER_REGS>();
-            coords(tile, ntiles, head);
-            const int cw = threadIdx.x / 128 - 1;
-            const int m0 = tile.m0;
-            uint8_t* q = smem + T::OFF_Q;
-            if constexpr (T::ASYNC) {
-                mbar_wait(bar(T::BAR_Q), 0);
-            } else if constexpr (T::SPLIT) {
-                load_q_rows_global<T>(Q + head, S, m0, q, 0, threadIdx.x - 128, 256);
-                consumers_barrier();
-            } else {
-                load_q_rows_global<T>(Q + head, S, m0, q, cw * 64, threadIdx.x % 128, 128);
-                consumer_wg_barrier<T::NCWG>(cw);
-            }
-            ConsumerState<T> st;
-            consumer_mainloop<T>(st, smem, bars, cw, S, ntiles, scale_log2);
-            if (split_merge<T>(st, smem, cw)) epilogue<T>(st.o, st.sm, q, cw, O + head, S, m0 + cw * 64, out_scale);
-        }
+        block_legacy<T>(smem, bars, &maps, plan, Q, K, V, O, S, scale_log2, out_scale);
     }
 #endif
 }
@@ -195,7 +183,7 @@ inline LaunchInfo info_for(int BH, int S) {
     li.ncwg = T::NCWG;
     li.ablate = ABL;
     li.precision = FP8 ? Precision::kFp8 : Precision::kFp16;
-    if constexpr (T::FP8) li.persistent = T::PERSIST;
+    if constexpr (!T::LEGACY) li.persistent = T::PERSIST;
     return li;
 }
 
@@ -261,7 +249,7 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
         else *li = split ? info_for<FP8, 128, true>(BH, S, ablate) : info_for<FP8, 128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
-    if (FP8 && li->split == 1)
+    if (kSkeleton<FP8> && li->split == 1)
         li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy);
     li->grid = grid_for(*li);  // units <= the split grid, checked above
     return true;
@@ -287,7 +275,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
     const bool fp8 = li.precision == Precision::kFp8;
-    maps->next_stride = fp8 && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
+    maps->next_stride = (fp8 || !SDPA_SM90_FP16_LEGACY) && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);

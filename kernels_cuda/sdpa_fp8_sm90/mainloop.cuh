@@ -1,76 +1,27 @@
-// The consumer warpgroups' main loop: S = Q K^T and O += P V on the tensor cores (wgmma),
-// the online softmax of tile t overlapped with P V of tile t-1.
+// The consumer warpgroups of both tiers' kernels: S = Q K^T and O += P V on warpgroup MMA with fp32
+// accumulators, the online softmax of tile t overlapped with P V of tile t-1, ping-pong between the
+// consumer warpgroups, one work unit after another (persistent blocks).  What differs between the tiers
+// is the operands (tier_ops.cuh): the fp16 tier reads Q and fp16 K from shared memory and packs P to
+// fp16; the fp8 tier turns Q into E4M3 fragments once per unit, reads K as stored and V^T, and packs P
+// to E4M3 with the 2^8 bias.
 //
 // Per consumer warpgroup (64 query rows), per K/V tile t (BN keys):
-//   issue S_t = Q K_t^T        (SS wgmma: Q and fp16 K from shared memory, both K-major)
-//   issue O += P_{t-1} V_{t-1} (RS wgmma: P in registers, fp16 V from shared memory, MN-major)
+//   issue S_t = Q K^T; issue O += P_{t-1} V_{t-1}   (both in flight, this warpgroup's turn)
 //   wait for S_t only, release K_t; softmax of S_t (runs while P V is on the tensor cores)
-//   wait for P V, release V_{t-1}; rescale O; pack P_t to fp16
+//   wait for P V, release V_{t-1}; rescale O; pack P_t
 // and a last P V after the loop.
 #pragma once
 
+#include "epilogue.cuh"  // consumer_wg_barrier, epilogue
+#include "fp8_traits.cuh"
 #include "ptx.cuh"
 #include "softmax.cuh"
+#include "tier_ops.cuh"
+#include "tile_load.cuh"  // load_q_rows_global
+#include "tile_plan.cuh"
 #include "traits.cuh"
-#include "wgmma_ops.cuh"
 
 namespace sdpa_sm90 {
-
-template <int N>
-struct SSOp;
-template <>
-struct SSOp<128> {
-    __device__ __forceinline__ static void run(float (&d)[64], uint64_t a, uint64_t b, int acc) {
-        wgmma::ss_m64n128k16(d, a, b, acc);
-    }
-};
-template <>
-struct SSOp<192> {
-    __device__ __forceinline__ static void run(float (&d)[96], uint64_t a, uint64_t b, int acc) {
-        wgmma::ss_m64n192k16(d, a, b, acc);
-    }
-};
-
-template <int N>
-struct RSOp;
-template <>
-struct RSOp<64> {
-    __device__ __forceinline__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc) {
-        wgmma::rs_m64n64k16_tb(d, a, b, acc);
-    }
-};
-template <>
-struct RSOp<128> {
-    __device__ __forceinline__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int acc) {
-        wgmma::rs_m64n128k16_tb(d, a, b, acc);
-    }
-};
-
-// S = Q K^T for one warpgroup: D/16 k-steps of m64nBNk16.
-//   q_rows: shared address of this warpgroup's first Q row in panel 0 ([PANELS][BM][64] fp16)
-//   k16:    shared address of the fp16 K tile ([PANELS][BN][64])
-template <class T>
-__device__ __forceinline__ void issue_qk(float (&s)[T::BN / 2], uint32_t q_rows, uint32_t k16) {
-#pragma unroll
-    for (int kk = 0; kk < T::D / 16; ++kk) {
-        const uint32_t in_panel = (kk & 3) * 32;
-        const uint32_t p = kk >> 2;
-        const uint64_t da = smem_desc(q_rows + p * (T::BM * 128) + in_panel, 16, 1024);
-        const uint64_t db = smem_desc(k16 + p * (T::BN * 128) + in_panel, 16, 1024);
-        SSOp<T::BN>::run(s, da, db, kk > 0);
-    }
-}
-
-// O += P V for one warpgroup: BN/16 k-steps of m64nDk16, V MN-major (panels of 64 columns
-// BN*128 bytes apart).
-template <class T>
-__device__ __forceinline__ void issue_pv(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 16][4], uint32_t v16) {
-#pragma unroll
-    for (int kk = 0; kk < T::BN / 16; ++kk) {
-        const uint64_t db = smem_desc(v16 + kk * 16 * 128, T::BN * 128, 1024);
-        RSOp<T::D>::run(o, p[kk], db, 1);
-    }
-}
 
 // Accumulators of one consumer warpgroup after its last tile.
 template <class T>
@@ -102,122 +53,6 @@ __device__ __forceinline__ void pingpong_pass_turn(int cw) {
     }
 }
 __device__ __forceinline__ void consumers_barrier() { named_barrier<kBarConsumers, 256>(); }
-
-template <class T>
-__device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw,
-                                                  int S, int ntiles, float scale_log2) {
-    const int ctid = threadIdx.x % 128;
-    const int lane = ctid & 31;
-    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
-    // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile, as for warpgroup 0.
-    const uint32_t q_rows = smem_u32(smem + T::OFF_Q) + (T::SPLIT ? 0 : cw) * 64 * 128;
-    const uint32_t f16 = smem_u32(smem + T::OFF_F16);
-    const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(cw * 128 + ctid);
-    constexpr bool kNoLoads = T::ABL == kAblNoLoads;
-    constexpr int step = T::SPLIT ? 2 : 1;  // this warpgroup's tiles: first, first + step, ...
-    const int first = T::SPLIT ? cw : 0;
-    // no_loads: the first tile's buffer is reused for every tile
-    auto kbuf = [&](int t) { return f16 + (kNoLoads ? first : t) % T::NF16 * 2 * T::T16_BYTES; };
-    auto wait_full = [&](int base, int t) {
-        if (!kNoLoads || t == first) mbar_wait(bar(base + t % T::NF16), (uint32_t)(t / T::NF16) & 1u);
-    };
-    // One arrival per warp, after the warp's wgmma reading the buffer completed.
-    auto release = [&](int base, int t) {
-        if (!kNoLoads && lane == 0) mbar_arrive(bar(base + t % T::NF16));
-    };
-
-#pragma unroll
-    for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
-    if (first >= ntiles) return;  // (split with one tile: not selected; m = -inf, l = 0, O = 0)
-
-    if constexpr (T::ABL == kAblNoCompute) {
-        // Loads and decode only: take every tile and hand it back; one Q K^T on the first tile
-        // keeps the tensor-core path in the binary and feeds the (meaningless) output.
-        float s[T::BN / 2];
-        for (int t = first; t < ntiles; t += step) {
-            wait_full(T::BAR_KFULL, t);
-            if (t == first) {
-                wgmma_fence();
-                issue_qk<T>(s, q_rows, kbuf(t));
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(s);
-#pragma unroll
-                for (int i = 0; i < T::D / 2; ++i) st.o[i] = s[i];
-            }
-            release(T::BAR_KEMPTY, t);
-            wait_full(T::BAR_VFULL, t);
-            release(T::BAR_VEMPTY, t);
-        }
-        st.sm.m[0] = st.sm.m[1] = 0.f;
-        st.sm.l[0] = st.sm.l[1] = 1.f;
-        return;
-    }
-
-    float s[T::BN / 2];
-    uint32_t p[T::BN / 16][4];
-    float alpha[2];
-    if (T::PINGPONG && cw == 1) pingpong_pass_turn(cw);  // warpgroup 0 issues first
-
-    // ---- first tile: S, softmax, P ---------------------------------------------------------
-    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
-    wait_full(T::BAR_KFULL, first);
-    wgmma_fence();
-    issue_qk<T>(s, q_rows, kbuf(first));
-    wgmma_commit();
-    if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
-    wgmma_wait<0>();
-    fence_regs(s);
-    release(T::BAR_KEMPTY, first);
-    if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
-    st.sm.step(s, scale_log2, alpha);
-    pack_p<T::BN>(s, p);
-
-    // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
-    int tp = first;  // the tile whose P is in p
-    for (int t = first + step; t < ntiles; t += step) {
-        fence_regs(s);
-        fence_regs(st.o);
-        fence_regs(p);
-        if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
-        wait_full(T::BAR_KFULL, t);
-        wgmma_fence();
-        issue_qk<T>(s, q_rows, kbuf(t));
-        wgmma_commit();
-        wait_full(T::BAR_VFULL, tp);
-        issue_pv<T>(st.o, p, kbuf(tp) + T::T16_BYTES);
-        wgmma_commit();
-        if constexpr (T::PINGPONG) pingpong_pass_turn(cw);
-        wgmma_wait<1>();  // S_t done; P V of the previous tile may still run
-        fence_regs(s);
-        release(T::BAR_KEMPTY, t);
-        const int n0 = t * T::BN;
-        if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
-        st.sm.step(s, scale_log2, alpha);
-        keep_above_wait(scratch, st.sm.l[0] + st.sm.l[1]);  // the exponentials run while P V does
-        wgmma_wait<0>();  // P V done: O and P are free
-        fence_regs(st.o);
-        fence_regs(p);
-        release(T::BAR_VEMPTY, tp);
-        rescale_o<T::D>(st.o, alpha);
-        pack_p<T::BN>(s, p);
-        tp = t;
-    }
-
-    // ---- last P V ------------------------------------------------------------------------------
-    fence_regs(st.o);
-    fence_regs(p);
-    if constexpr (T::PINGPONG) pingpong_wait_turn(cw);
-    wait_full(T::BAR_VFULL, tp);
-    wgmma_fence();
-    issue_pv<T>(st.o, p, kbuf(tp) + T::T16_BYTES);
-    wgmma_commit();
-    // Every turn passed is taken: warpgroup 1 started by passing one, so it skips its last.
-    if (T::PINGPONG && cw == 0) pingpong_pass_turn(cw);
-    wgmma_wait<0>();
-    fence_regs(st.o);
-    release(T::BAR_VEMPTY, tp);
-}
 
 // Split configuration: warpgroup 1 hands its softmax state (m, per-lane l, O) to warpgroup 0
 // through shared memory (the fp16 K/V buffers, free once both are done), which merges it into
@@ -259,6 +94,300 @@ __device__ __forceinline__ bool split_merge(ConsumerState<T>& st, uint8_t* smem,
 #pragma unroll
             for (int e = 0; e < 4; ++e) st.o[4 * j + e] = st.o[4 * j + e] * w0[e >> 1] + red[(4 * j + e) * 128] * w1[e >> 1];
         return true;
+    }
+}
+
+// A ring of N buffers walked `step` tiles at a time (step <= N): the buffer index and the
+// mbarrier parity of the current tile, kept incrementally (no division by N per tile).
+template <int N>
+struct Ring {
+    int i;
+    uint32_t phase;
+    __device__ __forceinline__ explicit Ring(int t) : i(t % N), phase((uint32_t)(t / N) & 1u) {}
+    __device__ __forceinline__ void advance(int step) {
+        i += step;
+        if (i >= N) {
+            i -= N;
+            phase ^= 1u;
+        }
+    }
+};
+
+// One work unit of a consumer warpgroup.  NC: the consumer warpgroups that run in this unit (T::NCWG, or
+// fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
+// the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
+// q: the unit's Q buffer; g0: the block's count of K/V tiles before this unit (the rings run on across
+// units); pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
+// leave one for warpgroup 0); next_takes_turns(): whether the next unit takes turns, so that the last
+// warpgroup passes its turn after its last P V (asked there, so that nothing is live across the loop).
+template <class T, int NC, class NextTakesTurns>
+__device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint8_t* q, uint32_t bars, int cw,
+                                                  int S, int ntiles, int g0, bool pass_first, NextTakesTurns next_takes_turns, float scale_log2) {
+    static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
+    const int ctid = threadIdx.x % 128;
+    const int lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    const uint32_t scratch = smem_u32(smem + T::OFF_SCRATCH) + 4u * (uint32_t)(cw * 128 + ctid);
+    constexpr bool kNoLoads = T::ABL == kAblNoLoads;
+    constexpr int step = T::SPLIT ? 2 : 1;
+    const int first = T::SPLIT ? cw : 0;
+    // Descriptors of stage / buffer 0; stage i is + i * bytes / 16 in the address field (no carry:
+    // shared addresses < 256 KiB).
+    const uint64_t kd0 = smem_desc(smem_u32(smem + T::OFF_K), 16, T::K_SBO, T::K_SWIZZLE);
+    const uint64_t vd0 = smem_desc(smem_u32(smem + T::OFF_VB), T::VB_LBO, 1024);
+    // kNoLoads (diagnostic): every tile reads the first tile's buffers, waited for once.
+    static_assert(T::NKB >= 2 && T::NVB >= 2, "first (0 or 1) is its own stage and buffer");
+    auto kdesc = [&](const Ring<T::NKB>& k) { return kd0 + (uint64_t)((kNoLoads ? first : k.i) * (T::K_TILE >> 4)); };
+    auto vdesc = [&](const Ring<T::NVB>& v) { return vd0 + (uint64_t)((kNoLoads ? first : v.i) * (T::VB_BYTES >> 4)); };
+    auto wait_k = [&](const Ring<T::NKB>& k, int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_KFULL + k.i), k.phase);
+    };
+    auto wait_v = [&](const Ring<T::NVB>& v, int t) {
+        if (!kNoLoads || t == first) mbar_wait(bar(T::BAR_VFULL + v.i), v.phase);
+    };
+    auto release_k = [&](const Ring<T::NKB>& k) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + k.i));
+    };
+    auto release_v = [&](const Ring<T::NVB>& v) {
+        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + v.i));
+    };
+
+    // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
+    // (The fp16 tier's Q K^T reads Q from shared memory: qa unused, every row the same score scale.)
+    uint32_t qa[T::D / 32][4];
+    float qinv[2];
+    if constexpr (T::FP8) load_q_e4m3<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
+    else qinv[0] = qinv[1] = 1.f;
+    const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
+    // Q_SMEM: this warpgroup's 8 KiB of the fp16 tile (unsplit: its rows of panel 0; split: panel cw)
+    // take its E4M3 rows once every thread that reads them has (split: both warpgroups read all).
+    uint64_t qd = 0;
+    if constexpr (T::Q_SMEM) {
+        uint8_t* q8 = q + cw * 64 * 128;
+        if constexpr (T::SPLIT) consumers_barrier();
+        else consumer_wg_barrier<T::NCWG>(cw);
+        store_q_e4m3<T>(q8, qa, ctid);
+        fence_proxy_async();
+        consumer_wg_barrier<T::NCWG>(cw);
+        qd = smem_desc(smem_u32(q8), 16, 1024);
+    }
+    if constexpr (!T::FP8) qd = smem_desc(smem_u32(q + (T::SPLIT ? 0 : cw) * 64 * 128), 16, 1024);
+
+#pragma unroll
+    for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;
+    if (first >= ntiles) return;
+
+    Ring<T::NKB> kr(g0 + first);    // K stage of tile t
+    Ring<T::NVB> vr(g0 + first);   // V^T buffer of tile tp (the tile whose P is in p)
+
+    if constexpr (T::ABL == kAblNoCompute) {
+        float s[T::BN / 2];
+        for (int t = first; t < ntiles; t += step) {
+            wait_k(kr, t);
+            if (t == first) {
+                wgmma_fence();
+                issue_qk<T>(s, qa, qd, kdesc(kr));
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(s);
+#pragma unroll
+                for (int i = 0; i < T::D / 2; ++i) st.o[i] = s[i];
+            }
+            release_k(kr);
+            wait_v(vr, t);
+            release_v(vr);
+            kr.advance(step);
+            vr.advance(step);
+        }
+        st.sm.m[0] = st.sm.m[1] = 0.f;
+        st.sm.l[0] = st.sm.l[1] = 1.f;
+        return;
+    }
+
+    float s[T::BN / 2];
+    uint32_t p[T::P_KSTEPS][4];
+    // ROWSUM: one tile's row sums from the tensor core (column 0 of m64n8: lanes with lane % 4 == 0;
+    // the epilogue adds the quad's parts of l); l += them, then * alpha (nullptr: the last tile).
+    float rs[4] = {0.f, 0.f, 0.f, 0.f};
+    auto take_rowsum = [&](const float* a) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float l = st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1]);
+            st.sm.l[r] = a ? l * a[r] : l;
+        }
+    };
+    float alpha[2];
+    // The softmax step on S and the packing of P; fp8 tier: P with the 2^8 bias, SDPA_SM90_EXP2_POLY (head
+    // dim 64) and SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU; fp16 tier: neither.
+    constexpr int kPoly = !T::FP8 ? 0 : T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
+    constexpr float kBias = T::FP8 ? kPExp2Bias : 0.f;
+    auto softmax_step = [&] { st.sm.template step_rows<T::FP8, kPoly, !T::ROWSUM>(s, sc, kBias, alpha); };
+    auto pack = [&] { pack_p_tier<T>(s, p); };
+    // Ping-pong among the NC warpgroups that run (the last one passes to warpgroup 0 with two or three):
+    // unless the previous unit left a turn for warpgroup 0, the last one starts by passing one; unless
+    // the next unit takes it, it skips its last pass (every turn passed is taken).  One takes no turns.
+    constexpr bool kPingPong = T::PINGPONG && NC > 1;
+    auto wait_turn = [&] {
+        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+    };
+    auto pass_turn = [&] {
+        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+    };
+    if (cw == NC - 1 && pass_first) pass_turn();
+
+    // ---- first tile: S, softmax, P ---------------------------------------------------------
+    wait_turn();
+    wait_k(kr, first);
+    wgmma_fence();
+    issue_qk<T>(s, qa, qd, kdesc(kr));
+    wgmma_commit();
+    pass_turn();
+    wgmma_wait<0>();
+    fence_regs(s);
+    release_k(kr);
+    kr.advance(step);
+    if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
+    softmax_step();
+    pack();
+
+    // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
+    int tp = first;
+    for (int t = first + step; t < ntiles; t += step) {
+        fence_regs(s);
+        fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
+        fence_regs(p);
+        // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
+        // experiments/2026-11-23-sdpa-fp8-profile.)
+        wait_turn();
+        wait_k(kr, t);
+        wgmma_fence();
+        issue_qk<T>(s, qa, qd, kdesc(kr));
+        wgmma_commit();
+        wait_v(vr, tp);
+        issue_pv<T>(st.o, rs, p, vdesc(vr));
+        wgmma_commit();
+        pass_turn();
+        wgmma_wait<1>();
+        fence_regs(s);
+        release_k(kr);
+        kr.advance(step);
+        const int n0 = t * T::BN;
+        if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
+        softmax_step();
+        keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
+        fence_regs(p);
+        release_v(vr);
+        vr.advance(step);
+        if constexpr (T::ROWSUM) take_rowsum(alpha);
+        rescale_o<T::D>(st.o, alpha);
+        pack();
+        tp = t;
+    }
+
+    // ---- last P V ------------------------------------------------------------------------------
+    fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
+    fence_regs(p);
+    wait_turn();
+    wait_v(vr, tp);
+    wgmma_fence();
+    issue_pv<T>(st.o, rs, p, vdesc(vr));
+    wgmma_commit();
+    if (cw != NC - 1 || next_takes_turns()) pass_turn();
+    wgmma_wait<0>();
+    fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
+    release_v(vr);
+    if constexpr (T::ROWSUM) take_rowsum(nullptr);
+    // The epilogue writes O over this warpgroup's Q rows. With turns, the turn barriers order every
+    // thread's reads of them (load_q_e4m3) before; without (one warpgroup running), this does
+    // (racecheck found the hazard in the one-warpgroup tiles of the three-warpgroup kernel).
+    if constexpr (!kPingPong && !T::SPLIT) consumer_wg_barrier<T::NCWG>(cw);
+}
+
+// A consumer warpgroup's whole job: the block's work units in turn (block_units), each a main loop and
+// an epilogue into that unit's Q buffer.  A warpgroup without rows in a unit (a short tile, the end of
+// S) takes each of the unit's K and V^T tiles and hands it straight back, so that every barrier counts
+// all consumer warps and the rings stay in step.  cpasync: every warpgroup waits for the unit's Q and,
+// once done with the buffer (its epilogue's reads of O), releases it for the unit after next.
+template <class T>
+__device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const TilePlan& plan,
+                                         const __half* __restrict__ Q, __half* __restrict__ O, int S,
+                                         float scale_log2, float out_scale) {
+    // The warpgroup index, warp-uniform as far as the compiler can tell (a shuffle from lane 0, as
+    // CUTLASS does): branches on it are then not divergent, and ptxas keeps the wgmma pipeline (a
+    // branch it took for divergent serialized every wgmma: C7520, 15-30% slower).
+    const int cw = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
+    const int ctid = threadIdx.x % 128, lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    const int ntiles = (S + T::BN - 1) / T::BN;
+    // (The unit count is not kept across the loop: the consumers have no register to spare.)
+    auto has_unit = [&](int i) { return i < (T::PERSIST ? plan.units : 1) && (int)blockIdx.x + i * (int)gridDim.x < plan.units; };
+    for (int i = 0; has_unit(i); ++i) {
+        const BlockTile u = unit_tile<T>(i, plan, S);
+        // The turn passes from unit to unit when both take turns (two or more warpgroups).
+        const bool pass_first = !(i > 0 && u.nc >= 2 && unit_tile<T>(i - 1, plan, S).nc >= 2);
+        auto next_takes_turns = [&] { return has_unit(i + 1) && unit_tile<T>(i + 1, plan, S).nc >= 2; };
+        const int qb = i % T::NQ;
+        uint8_t* q = smem + T::OFF_Q + qb * T::Q_BYTES;
+        const int g0 = i * ntiles;
+        if constexpr (T::ASYNC) mbar_wait(bar(T::BAR_Q + qb), (uint32_t)(i / T::NQ) & 1u);
+        if (cw >= u.nc) {
+            // No rows here: take and release every tile (no_loads: the producer waits for no release).
+            Ring<T::NKB> kr(g0);
+            Ring<T::NVB> vr(g0);
+            for (int t = 0; t < (T::ABL == kAblNoLoads ? 0 : ntiles); ++t) {
+                mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+                if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+                mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+                if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+                kr.advance(1);
+                vr.advance(1);
+            }
+        } else {
+            if constexpr (!T::ASYNC) {
+                const size_t head = (size_t)u.bh * S * T::D;
+                // baseline: the consumers load Q.  A warpgroup that skipped the last unit had no barrier
+                // since its epilogue read these rows (unit i - 2).
+                if constexpr (T::SPLIT) {
+                    load_q_rows_global<T>(Q + head, S, u.m0, q, 0, threadIdx.x - 128, 256);
+                    consumers_barrier();
+                } else {
+                    if (i > 0) consumer_wg_barrier<T::NCWG>(cw);
+                    load_q_rows_global<T>(Q + head, S, u.m0, q, cw * 64, ctid, 128);
+                    consumer_wg_barrier<T::NCWG>(cw);
+                }
+            }
+            ConsumerState<T> st;
+            if constexpr (kShortTiles<T>) {
+                // Full units run the loop of all three warpgroups; a tile with fewer rows the loop of as
+                // many as it has.
+                if (u.nc == 3)
+                    consumer_mainloop<T, 3>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                else if (u.nc == 2)
+                    consumer_mainloop<T, 2>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                else
+                    consumer_mainloop<T, 1>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+            } else {
+                consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns,
+                                                  scale_log2);
+            }
+            if (split_merge<T>(st, smem, cw)) {
+                // The unit and its Q buffer again, rather than held across the loop.
+                const BlockTile ue = unit_tile<T>(i, plan, S);
+                epilogue<T>(st.o, st.sm, smem + T::OFF_Q + (i % T::NQ) * T::Q_BYTES, cw, O + (size_t)ue.bh * S * T::D,
+                            S, ue.m0 + cw * 64, out_scale);
+            }
+        }
+        if constexpr (T::ASYNC && T::PERSIST) {
+            fence_proxy_async();  // this warp's reads of the buffer before the copy engine's next writes
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bar(T::BAR_QEMPTY + qb));
+        }
     }
 }
 

@@ -1,16 +1,11 @@
-// Tile loads: the producer warpgroup brings K/V tiles in and decodes them (E4M3 codes -> fp16,
-// exact) into the 128-byte-swizzled fp16 tiles the consumers' wgmma reads.
+// Tile loads of the fp16 tier (wgmma_sm90): the producer warpgroup's per-tile work, decoding K/V tiles
+// (E4M3 codes -> fp16, exact) into the 128-byte-swizzled fp16 tiles the consumers' wgmma reads; and what
+// both tiers' loads share: the tensor maps and the baseline's Q load.
 //
-//   cpasync (ASYNC): thread 0 keeps NU8 uint8 stages in flight through the tensor copy engine
-//     (cp.async.bulk.tensor, one mbarrier per stage, rows past S zero-filled by the engine);
-//     all 128 threads decode stage t % NU8 into fp16 buffer t % NF16 while the copies of the
-//     next tiles are in flight.  Q comes through the copy engine too (swizzled on the way).
+//   cpasync: the copy engine brings the uint8 tiles into stages (producer.cuh), all 128 producer threads
+//     decode a stage into an fp16 buffer (decode_tile_smem) while the copies of the next tiles are in flight.
 //   baseline: the same decode, from ordinary 16-byte global loads issued right before it
-//     (rows past S read as zero); Q is loaded by the consumers themselves (consumer.cuh).
-//
-// Hand-over: fp16 K and V buffers each have a "full" barrier (128 producer arrivals, after
-// fence.proxy.async) and an "empty" barrier (one arrival per consumer warp after its wgmma
-// reading the buffer completed).
+//     (load_decode_tile_global; rows past S read as zero); Q is loaded by the consumers themselves.
 #pragma once
 
 #include "ptx.cuh"
@@ -120,67 +115,5 @@ struct TileMaps {
     // next wave (the SM count); 0 = no prefetch.
     int next_stride;
 };
-
-// The producer warpgroup's whole job for one block.
-template <class T>
-__device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const TileMaps* maps, const uint8_t* __restrict__ Kg /* this head's */,
-                                         const uint8_t* __restrict__ Vg, int S, int m0, int bh, int ntiles) {
-    const int ptid = threadIdx.x;  // 0..127
-    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
-    uint8_t* f16 = smem + T::OFF_F16;
-    // no_loads: the first tile of each consumer warpgroup only (tile 0; split: tiles 0 and 1), which
-    // the consumers then reuse for every tile.
-    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1)) : ntiles;
-
-    [[maybe_unused]] uint8_t* u8 = smem + T::OFF_U8;
-    if constexpr (T::ASYNC) {
-        auto issue = [&](int t) {
-            const int s = t % T::NU8;
-            mbar_arrive_expect_tx(bar(T::BAR_U8 + s), 2 * T::U8_TILE);
-            tma_load_3d(smem_u32(u8 + s * 2 * T::U8_TILE), &maps->k, bar(T::BAR_U8 + s), 0, t * T::BN, bh);
-            tma_load_3d(smem_u32(u8 + s * 2 * T::U8_TILE + T::U8_TILE), &maps->v, bar(T::BAR_U8 + s), 0, t * T::BN, bh);
-        };
-        if (ptid == 0) {
-            mbar_arrive_expect_tx(bar(T::BAR_Q), T::Q_BYTES);
-#pragma unroll
-            for (int p = 0; p < T::PANELS; ++p)
-                tma_load_3d(smem_u32(smem + T::OFF_Q + p * T::BM * 128), &maps->q, bar(T::BAR_Q), 64 * p, m0, bh);
-            for (int t = 0; t < nload && t < T::NU8; ++t) issue(t);
-        }
-        for (int t = 0; t < nload; ++t) {
-            const int s = t % T::NU8, b = t % T::NF16;
-            const uint8_t* stage = u8 + s * 2 * T::U8_TILE;
-            uint8_t* k16 = f16 + b * 2 * T::T16_BYTES;
-            mbar_wait(bar(T::BAR_U8 + s), (uint32_t)(t / T::NU8) & 1u);
-            if (t >= T::NF16) mbar_wait(bar(T::BAR_KEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
-            decode_tile_smem<T>(stage, k16, ptid);
-            fence_proxy_async();
-            mbar_arrive(bar(T::BAR_KFULL + b));
-            if (t >= T::NF16) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
-            decode_tile_smem<T>(stage + T::U8_TILE, k16 + T::T16_BYTES, ptid);
-            fence_proxy_async();
-            mbar_arrive(bar(T::BAR_VFULL + b));
-            if (t + T::NU8 < nload) {
-                named_barrier<kBarProducer, 128>();  // every producer thread has read stage s
-                if (ptid == 0) issue(t + T::NU8);
-            }
-        }
-    } else {
-        (void)maps;
-        (void)m0;
-        for (int t = 0; t < nload; ++t) {
-            const int b = t % T::NF16;
-            uint8_t* k16 = f16 + b * 2 * T::T16_BYTES;
-            if (t >= T::NF16) mbar_wait(bar(T::BAR_KEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
-            load_decode_tile_global<T>(Kg, t * T::BN, S, k16, ptid);
-            fence_proxy_async();
-            mbar_arrive(bar(T::BAR_KFULL + b));
-            if (t >= T::NF16) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(t / T::NF16 - 1) & 1u);
-            load_decode_tile_global<T>(Vg, t * T::BN, S, k16 + T::T16_BYTES, ptid);
-            fence_proxy_async();
-            mbar_arrive(bar(T::BAR_VFULL + b));
-        }
-    }
-}
 
 }  // namespace sdpa_sm90

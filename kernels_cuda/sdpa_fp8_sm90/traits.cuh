@@ -1,10 +1,13 @@
-// Compile-time shape of the Hopper SDPA kernel: tile sizes per head dim, warp roles, and the
-// shared-memory layout (every operand tile 1024-byte aligned for the 128-byte swizzle).
+// Compile-time shape of the fp16 tier's Hopper SDPA kernel (wgmma_sm90): tile sizes per head dim, warp roles,
+// register split and the shared-memory layout (every operand tile 1024-byte aligned for the 128-byte
+// swizzle); and what both tiers share (kAsync, the ablation modes).  The fp8 tier's are in fp8_traits.cuh;
+// both run the same producer (producer.cuh) and consumer main loop (mainloop.cuh), which read these names.
 #pragma once
 
 #include <cstdint>
 
 #include "config.cuh"  // every SDPA_SM90_* switch and USE_CP_ASYNC
+#include "ptx.cuh"     // kSwizzle128B
 
 namespace sdpa_sm90 {
 
@@ -15,62 +18,107 @@ constexpr bool kAsync = (USE_CP_ASYNC != 0);
 // math for every tile on it.  Same values as the mma.sync kernel's.
 enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
-struct Traits {
-    static constexpr bool FP8 = false;  // fp16 operands (wgmma_sm90)
+// The fp16 tier on the shared skeleton (2026-11-26): fp16 operands, K and V decoded from E4M3 by the
+// producer into fp16 tiles in shared memory, fp16 wgmma (k16) with fp32 accumulators; persistent blocks,
+// the tile plan and three consumer warpgroups at head dim 64 as in the fp8 tier.
+//
+// Tile sizes, from registers and shared memory (per consumer thread: the m64nN f32 accumulator of a
+// warpgroup is N/2 registers; the fp16 A fragment of P is BN/16 x 4 registers; Q and K are read from
+// shared memory by the tensor core, so Q costs no registers):
+//   head dim 128: BN 128: S 64 + O 64 + P 32 = 160 live across the loop, within the 216 a consumer gets
+//     beside a 64-register producer (64 + 2 x 216 <= 3 x 168, the registers 384 threads get at launch).
+//     BN 192 would be S 96 + O 64 + P 48 = 208 before addresses and the softmax state: no.  Shared
+//     memory: decoded K and V two buffers deep (4 x 32 KiB) + the copy engine's uint8 stages two deep
+//     (2 x 32 KiB) = 192 KiB, so one Q buffer (32 KiB; 227 KiB per block): the next unit's Q is loaded
+//     once the consumers' epilogue released the buffer (its L2 prefetch earlier hides most of the wait).
+//   head dim 64, two consumer warpgroups: BN 128 (192 was measured 1-10% slower at every listed shape
+//     but (4,32,4096,64) on the legacy kernel: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
+//     P 32 = 128; shared memory 2 Q (2 x 16 KiB) + K/V (4 x 16 KiB) + 4 uint8 stages (4 x 16 KiB) = 160 KiB.
+//   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads, 128 registers each at launch):
+//     consumers 152, producer 56 (56 + 3 x 152 = 512 = 4 x 128), the fp8 tier's split; S 64 + O 32 + P 32
+//     = 128 of the 152; shared memory 2 Q (2 x 24 KiB) + 64 + 64 KiB = 176 KiB.
+// The baseline (USE_CP_ASYNC=0) has no uint8 stages: its producer decodes straight from global memory.
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
+struct Fp16TraitsN {
+    static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
+    static constexpr bool FP8 = false;     // fp16 operands (wgmma_sm90)
+    static constexpr bool LEGACY = false;  // the shared skeleton (fp16_legacy.cuh: the former kernel)
     static constexpr int D = D_;
-    static constexpr bool ASYNC = ASYNC_;   // TMA pipeline (cpasync) or synchronous loads (baseline)
+    static constexpr bool ASYNC = ASYNC_;  // TMA pipeline (cpasync) or synchronous loads (baseline)
     static constexpr int ABL = ABL_;
     // SPLIT (for grids of less than half a wave): both consumer warpgroups own the same 64 query
     // rows and take alternate K/V tiles (even / odd); their softmax states are merged at the end.
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
-    static constexpr int BN = D == 64 ? SDPA_SM90_BN64 : 128;  // keys per K/V tile
-    static constexpr int NCWG = 2;          // consumer warpgroups, 64 query rows each
+    static constexpr int BN = 128;          // keys per K/V tile (above)
+    static constexpr int NCWG = NCWG_;      // consumer warpgroups, 64 query rows each
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;  // query rows per block
-    static constexpr int THREADS = 128 * (1 + NCWG);  // warpgroup 0 = producer
+    static constexpr int THREADS = 128 * (1 + NCWG);   // warpgroup 0 = producer
     static constexpr int PANELS = D / 64;   // 64-column (128-byte) swizzle panels per row
-    // Register split after setmaxnreg: 168 per thread at launch (65536 / 384, rounded down to 8);
-    // the producer gives back, the consumers (S, P and O accumulators) take.
-    static constexpr int PRODUCER_REGS = 64;
-    static constexpr int CONSUMER_REGS = 216;
-    static_assert(128 * PRODUCER_REGS + 128 * NCWG * CONSUMER_REGS <= 65536, "register budget");
+    // Several work units per block (SDPA_SM90_PERSISTENT): unsplit, no ablation.
+    static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
+    static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
+    static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 64;
+    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
+    static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
-    static constexpr int NF16 = 2;                      // decoded fp16 K/V buffers
-    static constexpr int NU8 = ASYNC ? (D == 64 ? 4 : 2) : 0;  // uint8 K/V stages the copy engine fills
+    static constexpr bool Q_SMEM = false;   // (fp8 tier, 192-key tiles: Q's E4M3 codes in shared memory)
+    static constexpr bool ROWSUM = false;   // (fp8 tier: row sums from the tensor core) l summed in fp32
+    static constexpr int P_KSTEPS = BN / 16;  // fp16 A fragments of P per tile (k16 steps of P V)
 
-    static constexpr int Q_BYTES = BM * D * 2;          // [PANELS][BM][64] fp16
-    static constexpr int T16_BYTES = BN * D * 2;        // one fp16 K or V tile, [PANELS][BN][64]
-    static constexpr int U8_TILE = BN * D;              // one uint8 K or V tile, [BN][D]
+    static constexpr int NS = ASYNC ? (D == 64 ? 4 : 2) : 0;  // uint8 K/V stages the copy engine fills
+    static constexpr int NKB = 2;           // decoded fp16 K buffers (the consumers' K ring)
+    static constexpr int NVB = 2;           // decoded fp16 V buffers (the consumers' V ring)
 
-    static constexpr int OFF_Q = 0;
-    static constexpr int OFF_F16 = OFF_Q + Q_BYTES;                     // [NF16][K, V]
-    static constexpr int OFF_U8 = OFF_F16 + NF16 * 2 * T16_BYTES;       // [NU8][K, V]
-    static constexpr int OFF_SCRATCH = OFF_U8 + NU8 * 2 * U8_TILE;   // one word per consumer thread (ptx.cuh keep_above_wait)
+    static constexpr int Q_BYTES = BM * D * 2;  // [PANELS][BM][64] fp16
+    static constexpr int K_TILE = BN * D * 2;   // one fp16 K tile, [PANELS][BN][64], K-major for Q K^T
+    static constexpr int VB_BYTES = BN * D * 2; // one fp16 V tile, [PANELS][BN][64], MN-major for P V
+    static constexpr int U8_TILE = BN * D;      // one uint8 K or V tile as in global memory, [BN][D]
+    // Descriptors: K K-major (SBO: 8 rows of 128 bytes), V MN-major (LBO: the panel stride).
+    static constexpr uint32_t K_SWIZZLE = kSwizzle128B;
+    static constexpr uint32_t K_SBO = 1024;
+    static constexpr uint32_t VB_LBO = BN * 128;
+
+    static constexpr int OFF_Q = 0;                       // [NQ] Q buffers (unit i: buffer i % NQ)
+    static constexpr int OFF_K = OFF_Q + NQ * Q_BYTES;    // [NKB] fp16 K
+    static constexpr int OFF_VB = OFF_K + NKB * K_TILE;   // [NVB] fp16 V
+    static constexpr int OFF_KRAW = OFF_VB + NVB * VB_BYTES;  // [NS] uint8 K stages (cpasync)
+    static constexpr int OFF_VRAW = OFF_KRAW + NS * U8_TILE;  // [NS] uint8 V stages (cpasync)
+    static constexpr int OFF_SCRATCH = OFF_VRAW + NS * U8_TILE;  // one word per consumer thread (ptx.cuh keep_above_wait)
     static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
-    static constexpr int OFF_MERGE = OFF_F16;  // split merge space (the fp16 K/V buffers, free at the end)
-    // mbarriers (8 bytes each)
-    static constexpr int BAR_Q = 0;                    // Q landed (copy engine)
-    static constexpr int BAR_U8 = 1;                   // [NU8] uint8 stage landed (copy engine)
-    static constexpr int BAR_KFULL = BAR_U8 + (NU8 > 0 ? NU8 : 1);  // [NF16] fp16 K decoded (128 producer threads)
-    static constexpr int BAR_VFULL = BAR_KFULL + NF16;
-    static constexpr int BAR_KEMPTY = BAR_VFULL + NF16;   // [NF16] consumers done with fp16 K (one arrival per consumer warp)
-    static constexpr int BAR_VEMPTY = BAR_KEMPTY + NF16;
-    static constexpr int NBARS = BAR_VEMPTY + NF16;
+    // The split configuration's merge goes through the fp16 K buffers (free once both warpgroups are done).
+    static constexpr int OFF_MERGE = OFF_K;
+    static_assert((D / 2 + 4) * 128 * 4 <= NKB * K_TILE, "merge space");
+
+    static constexpr int BAR_Q = 0;                     // [NQ] Q landed (copy engine; cpasync only)
+    static constexpr int BAR_QEMPTY = BAR_Q + NQ;       // [NQ] consumers done with a Q buffer (cpasync, persistent)
+    static constexpr int BAR_KRAW = BAR_QEMPTY + NQ;    // [NS] uint8 K landed (copy engine)
+    static constexpr int BAR_VRAW = BAR_KRAW + NS;      // [NS] uint8 V landed (copy engine)
+    static constexpr int BAR_KFULL = BAR_VRAW + NS;     // [NKB] fp16 K decoded (128 producer threads)
+    static constexpr int BAR_KEMPTY = BAR_KFULL + NKB;  // [NKB] consumers done with fp16 K (one arrival per consumer warp)
+    static constexpr int BAR_VFULL = BAR_KEMPTY + NKB;  // [NVB] fp16 V decoded
+    static constexpr int BAR_VEMPTY = BAR_VFULL + NVB;  // [NVB] consumers done with fp16 V
+    static constexpr int NBARS = BAR_VEMPTY + NVB;
     static constexpr int SMEM_USED = OFF_BAR + NBARS * 8;
-    static constexpr int SMEM = SMEM_USED + 1024;      // + slack to align the base to 1024
-    // Consumer warps that read each fp16 buffer (one arrival each on its "empty" barrier): split,
-    // a buffer belongs to one warpgroup (tile t lives in buffer t % 2 and goes to warpgroup t % 2).
+    static constexpr int SMEM = SMEM_USED + 1024;       // + slack to align the base to 1024
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
-    static_assert(!SPLIT || NF16 == NCWG, "split: one fp16 buffer per consumer warpgroup");
+    static_assert(!SPLIT || (NKB == NCWG && NVB == NCWG), "split: one K/V buffer per consumer warpgroup");
 
     static_assert(D == 64 || D == 128, "head dim");
-    static_assert(OFF_F16 % 1024 == 0 && T16_BYTES % 1024 == 0 && OFF_U8 % 1024 == 0, "swizzle atoms");
+    static_assert(OFF_K % 1024 == 0 && K_TILE % 1024 == 0 && OFF_VB % 1024 == 0 && OFF_KRAW % 1024 == 0,
+                  "swizzle atoms");
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
-    static constexpr int CHUNKS = BN * D / 16;          // 16-byte uint8 chunks per K or V tile
+    static constexpr int CHUNKS = BN * D / 16;  // 16-byte uint8 chunks per K or V tile
     static constexpr int CHUNKS_PER_THREAD = CHUNKS / 128;
     static_assert(CHUNKS % 128 == 0, "decode work divides over the producer warpgroup");
-    static_assert(BN % 64 == 0 && BN <= 256, "a multiple of 64 keys (4 partial softmax reductions), one TMA box");
 };
+
+// Two consumer warpgroups (every head dim, unsplit and split).
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
+struct Fp16Traits : Fp16TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2> {};
+// Three consumer warpgroups (head dim 64, unsplit).
+template <int D_, bool ASYNC_, int ABL_>
+struct Fp16Traits3 : Fp16TraitsN<D_, ASYNC_, ABL_, false, 3> {};
 
 }  // namespace sdpa_sm90

@@ -1,0 +1,236 @@
+// The producer warpgroup of both tiers' kernels (the tiers' per-tile work: fp8_load.cuh, tile_load.cuh).
+#pragma once
+
+#include "fp8_load.cuh"
+#include "fp8_traits.cuh"
+#include "ptx.cuh"
+#include "tile_load.cuh"
+#include "tile_plan.cuh"
+#include "traits.cuh"
+
+namespace sdpa_sm90 {
+
+// The producer warpgroup's whole job, both tiers: the K/V tiles of the block's work units (block_units) as
+// one sequence g = 0 .. nunits * ntiles - 1 (unit g / ntiles, tile g % ntiles), so that the stages fill
+// with the next unit's first tiles while the consumers finish the current one.  cpasync: the copy engine
+// brings K and V in as stored (uint8 E4M3 codes) into NS stages; Q of unit 0 at the start, Q of unit i + 1
+// after tile tq of unit i is done (two Q buffers: its buffer is then released or about to be, unit i - 1's
+// tiles being all done, so waiting for it cannot stall the consumers; one Q buffer, the fp16 tier at head
+// dim 128: after tile min(ntiles, NKB) - 1 of unit i + 1, once every tile of unit i is done and the K ring
+// holds the next unit's first tiles); SDPA_SM90_L2_PREFETCH_NEXT, the next unit's first tiles into L2.
+// The per-tile work is the tier's:
+//   fp8 tier: K is read by the consumers where it landed (its stage is refilled once they release it), V
+//     is transposed into V^T (fp8_load.cuh);
+//   fp16 tier: K and V are decoded into fp16 buffers (tile_load.cuh), and the stage refilled at once.
+// baseline: the producer loads each tile with ordinary global loads (fp8: K into its stage, V transposed
+// from global memory; fp16: decoded from global memory).  K, V: the whole tensors.
+template <class T>
+__device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const TileMaps* maps, const TilePlan& plan,
+                                         const uint8_t* __restrict__ K, const uint8_t* __restrict__ V, int S) {
+    const int ptid = threadIdx.x;  // 0..127
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    uint8_t* kst = smem + T::OFF_K;
+    uint8_t* vt = smem + T::OFF_VB;  // fp8: V^T buffers; fp16: fp16 V buffers
+    const int ntiles = (S + T::BN - 1) / T::BN;
+    const int nunits = block_units<T>(plan);  // 1 with the ablations
+    // no_loads: the first tile of each consumer warpgroup only.
+    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1))
+                                            : nunits * ntiles;
+    if constexpr (T::ROWSUM) {
+        // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
+        // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
+        static_assert(T::NVT == 2, "one panel-0 chunk per producer thread");
+        vt_ones_rows<T, 128>(vt, 0, ptid);
+        if constexpr (T::VT_P1_KEYS != 0) vt_ones_rows<T, 64>(vt, T::VT_P1_OFF, ptid);
+    }
+
+    if constexpr (T::ASYNC) {
+        uint8_t* kraw = smem + T::OFF_KRAW;  // fp8: the K stages the consumers read (kst)
+        uint8_t* vraw = smem + T::OFF_VRAW;
+        constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0;
+        VtFastAddr vfa{};
+        if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
+        // Where tile g + d lies (d >= 0) when g is tile t of unit i: the loop keeps the head of unit i and
+        // of unit i + 1, so that an issue divides by nothing unless a unit has fewer tiles than the ring
+        // is deep (the issuing thread is on the ring's critical path: two divisions per issue made the
+        // head-dim-128 kernel 3-6% slower).
+        int i = 0, t = 0;                                          // unit and tile of g
+        int bh_cur = unit_tile<T>(0, plan, S).bh, bh_next = nunits > 1 ? unit_tile<T>(1, plan, S).bh : 0;
+        auto locate = [&](int d, int& tt) {
+            tt = t + d;
+            if (tt < ntiles) return bh_cur;
+            tt -= ntiles;
+            if (tt < ntiles) return bh_next;
+            const int ii = i + 1 + tt / ntiles;
+            tt %= ntiles;
+            return unit_tile<T>(ii, plan, S).bh;
+        };
+        auto issue_k = [&](int g, int d) {
+            int tt;
+            const int bh = locate(d, tt), s = (g + d) % T::NS;
+            mbar_arrive_expect_tx(bar(T::BAR_KRAW + s), T::U8_TILE);
+            tma_load_3d(smem_u32(kraw + s * T::U8_TILE), &maps->k, bar(T::BAR_KRAW + s), 0, tt * T::BN, bh);
+        };
+        auto issue_v = [&](int g, int d) {
+            int tt;
+            const int bh = locate(d, tt), s = (g + d) % T::NS;
+            mbar_arrive_expect_tx(bar(T::BAR_VRAW + s), T::U8_TILE);
+            tma_load_3d(smem_u32(vraw + s * T::U8_TILE), &maps->v, bar(T::BAR_VRAW + s), 0, tt * T::BN, bh);
+        };
+        auto issue = [&](int g, int d) {
+            issue_k(g, d);
+            issue_v(g, d);
+        };
+        // Q of unit i into buffer i % NQ, once the consumers released it (unit i - NQ).
+        auto issue_q = [&](int i) {
+            const int b = i % T::NQ;
+            if (i >= T::NQ) mbar_wait(bar(T::BAR_QEMPTY + b), (uint32_t)(i / T::NQ - 1) & 1u);
+            const BlockTile u = unit_tile<T>(i, plan, S);
+            mbar_arrive_expect_tx(bar(T::BAR_Q + b), T::Q_BYTES);
+#pragma unroll
+            for (int p = 0; p < T::PANELS; ++p)
+                tma_load_3d(smem_u32(smem + T::OFF_Q + b * T::Q_BYTES + p * T::BM * 128), &maps->q, bar(T::BAR_Q + b),
+                            64 * p, u.m0, u.bh);
+        };
+        // SDPA_SM90_L2_PREFETCH_NEXT: the first K/V tiles (and Q) of a unit another wave or unit away
+        // into L2, for cold-L2 runs.
+        constexpr bool kPrefetch = SDPA_SM90_L2_PREFETCH_NEXT != 0 && T::ABL == kAblNone;
+        auto prefetch_l2 = [&](const BlockTile& u, bool with_q) {
+            if (with_q) {
+#pragma unroll
+                for (int p = 0; p < T::PANELS; ++p) tma_prefetch_l2_3d(&maps->q, 64 * p, u.m0, u.bh);
+            }
+            for (int t = 0; t < ntiles && t < T::NS; ++t) {
+                tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, u.bh);
+                tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, u.bh);
+            }
+        };
+        // Two stages (BN 192): a V stage is refilled as soon as the producer has transposed it (tile
+        // t + NS after tile t), not with its K stage once the consumers release that (tile t - 1 + NS).
+        constexpr bool kEarlyV = T::NS == 2;
+        if (ptid == 0) {
+            issue_q(0);
+            for (int g = 0; g < nload && g < T::NS; ++g) issue(0, g);
+            if constexpr (kPrefetch && !T::PERSIST) {
+                // One unit per block: the block that takes this SM in the next wave.
+                const int nb = (int)blockIdx.x + maps->next_stride;
+                if (maps->next_stride > 0 && nb < (int)gridDim.x) prefetch_l2(block_tile<T>(nb, plan, S), true);
+            }
+        }
+        const int tq = ntiles - 1 < T::NS ? ntiles - 1 : T::NS;
+        [[maybe_unused]] const int tq1 = (ntiles < T::NKB ? ntiles : T::NKB) - 1;
+        for (int g = 0; g < nload; ++g) {
+            if constexpr (T::FP8) {
+                const int s = g % T::NS, b = g % T::NVT;
+                mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
+                if (g >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(g / T::NVT - 1) & 1u);
+                if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
+                else transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_VFULL + b));
+                // Refill the stage of the previous tile (its K is usually released by now): every
+                // producer thread has read its V (named barrier), the consumers its K (KEMPTY).
+                // kEarlyV: V of tile g + NS into this tile's stage, K of tile g - 1 + NS.
+                const int r = g - 1;
+                const bool refill_k = r >= 0 && r + T::NS < nload, refill_v = kEarlyV && g + T::NS < nload;
+                if (refill_k || refill_v) {
+                    named_barrier<kBarProducer, 128>();
+                    if (ptid == 0) {
+                        if (refill_v) issue_v(g, T::NS);
+                        if (refill_k) {
+                            mbar_wait(bar(T::BAR_KEMPTY + r % T::NS), (uint32_t)(r / T::NS) & 1u);
+                            if constexpr (kEarlyV) issue_k(g, T::NS - 1);
+                            else issue(g, T::NS - 1);
+                        }
+                    }
+                }
+            } else {
+                const int s = g % T::NS, kb = g % T::NKB, vb = g % T::NVB;
+                mbar_wait(bar(T::BAR_KRAW + s), (uint32_t)(g / T::NS) & 1u);
+                if (g >= T::NKB) mbar_wait(bar(T::BAR_KEMPTY + kb), (uint32_t)(g / T::NKB - 1) & 1u);
+                decode_tile_smem<T>(kraw + s * T::U8_TILE, kst + kb * T::K_TILE, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_KFULL + kb));
+                mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
+                if (g >= T::NVB) mbar_wait(bar(T::BAR_VEMPTY + vb), (uint32_t)(g / T::NVB - 1) & 1u);
+                decode_tile_smem<T>(vraw + s * T::U8_TILE, vt + vb * T::VB_BYTES, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_VFULL + vb));
+                // Stage s is free once every producer thread has read it (named barrier): tile g + NS.
+                if (g + T::NS < nload) {
+                    named_barrier<kBarProducer, 128>();
+                    if (ptid == 0) issue(g, T::NS);
+                }
+            }
+            if constexpr (T::PERSIST && T::NQ == 2) {
+                if (ptid == 0 && t == tq && i + 1 < nunits) {
+                    issue_q(i + 1);
+                    if constexpr (kPrefetch) {
+                        if (maps->next_stride > 0) prefetch_l2(unit_tile<T>(i + 1, plan, S), false);
+                    }
+                }
+            } else if constexpr (T::PERSIST) {
+                // One Q buffer: the next unit's Q (and first tiles) into L2 at tile tq; this unit's Q once the
+                // consumers are done with the last one's (its epilogue), which needs no more tiles from here.
+                if (ptid == 0) {
+                    if constexpr (kPrefetch) {
+                        if (t == tq && i + 1 < nunits && maps->next_stride > 0) prefetch_l2(unit_tile<T>(i + 1, plan, S), true);
+                    }
+                    if (i > 0 && t == tq1) issue_q(i);
+                }
+            }
+            if (++t == ntiles) {
+                t = 0;
+                ++i;
+                bh_cur = bh_next;
+                if (i + 1 < nunits) bh_next = unit_tile<T>(i + 1, plan, S).bh;
+            }
+        }
+    } else {
+        (void)maps;
+        // Tile g's K and V and its keys left (S - tile * BN), unit by unit (few registers: the producer
+        // has 56-72).
+        int i = 0, left = S;
+        size_t off = (size_t)unit_tile<T>(0, plan, S).bh * S * T::D;
+        for (int g = 0; g < nload; ++g) {
+            if constexpr (T::FP8) {
+                const int s = g % T::NS, b = g % T::NVT;
+                if (g >= T::NS) mbar_wait(bar(T::BAR_KEMPTY + s), (uint32_t)(g / T::NS - 1) & 1u);
+                load_k_tile_global<T>(K + off, left, kst + s * T::K_TILE, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_KFULL + s));
+                if (g >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(g / T::NVT - 1) & 1u);
+                if constexpr (T::V_STAGED) {
+                    // Stage s was last read two tiles ago; every producer thread passed the barrier
+                    // below for the tile since, after its transpose of that one.
+                    uint8_t* vst = smem + T::OFF_V + s * T::V_TILE;
+                    load_v_tile_global<T>(V + off, left, vst, ptid);
+                    named_barrier<kBarProducer, 128>();
+                    transpose_v_tile<T, false>(vst, T::BN, vt + b * T::VT_BYTES, ptid);
+                } else {
+                    transpose_v_tile<T, true>(V + off, left, vt + b * T::VT_BYTES, ptid);
+                }
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_VFULL + b));
+            } else {
+                const int kb = g % T::NKB, vb = g % T::NVB;
+                if (g >= T::NKB) mbar_wait(bar(T::BAR_KEMPTY + kb), (uint32_t)(g / T::NKB - 1) & 1u);
+                load_decode_tile_global<T>(K + off, 0, left, kst + kb * T::K_TILE, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_KFULL + kb));
+                if (g >= T::NVB) mbar_wait(bar(T::BAR_VEMPTY + vb), (uint32_t)(g / T::NVB - 1) & 1u);
+                load_decode_tile_global<T>(V + off, 0, left, vt + vb * T::VB_BYTES, ptid);
+                fence_proxy_async();
+                mbar_arrive(bar(T::BAR_VFULL + vb));
+            }
+            off += (size_t)T::BN * T::D;
+            left -= T::BN;
+            if (left <= 0 && ++i < nunits) {
+                off = (size_t)unit_tile<T>(i, plan, S).bh * S * T::D;
+                left = S;
+            }
+        }
+    }
+}
+
+}  // namespace sdpa_sm90
