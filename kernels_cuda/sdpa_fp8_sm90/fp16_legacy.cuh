@@ -79,6 +79,7 @@ struct Traits {
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
     static constexpr int CHUNKS = BN * D / 16;          // 16-byte uint8 chunks per K or V tile
     static constexpr int CHUNKS_PER_THREAD = CHUNKS / 128;
+    static constexpr int DECODE_BATCH = CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // 16-byte chunks in flight per thread
     static_assert(CHUNKS % 128 == 0, "decode work divides over the producer warpgroup");
     static_assert(BN % 64 == 0 && BN <= 256, "a multiple of 64 keys (4 partial softmax reductions), one TMA box");
 };

@@ -51,16 +51,16 @@ enum class Precision { kFp16 = 0, kFp8 = 1 };
 inline const char* kernel_name(Precision p) { return p == Precision::kFp8 ? "wgmma_fp8_sm90" : "wgmma_sm90"; }
 inline const char* precision_name(Precision p) { return p == Precision::kFp8 ? "fp8" : "fp16"; }
 
-// NCWG: consumer warpgroups; 3 = the unsplit head-dim-64 kernel of 192 rows per block.  BN: keys per K/V
-// tile, the fp8 tier's at head dim 128 (128 or 192); the fp16 tier's is 128.  SDPA_SM90_FP16_LEGACY=1: the
-// fp16 tier's former kernel (fp16_legacy.cuh: two consumer warpgroups only, NCWG and BN ignored).
+// NCWG: consumer warpgroups; 3 = the fp8 tier's unsplit head-dim-64 kernel of 192 rows per block.  BN: keys
+// per K/V tile, the fp8 tier's at head dim 128 (128 or 192).  The fp16 tier has two consumer warpgroups and
+// 128-key tiles (traits.cuh says why): NCWG and BN are ignored there.  SDPA_SM90_FP16_LEGACY=1: the fp16
+// tier's former kernel (fp16_legacy.cuh).
 template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
 using KernelTraits = std::conditional_t<
     FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>,
-    std::conditional_t<SDPA_SM90_FP16_LEGACY != 0, Traits<D, ASYNC, ABL, SPLIT>,
-                       std::conditional_t<NCWG == 3, Fp16Traits3<D, ASYNC, ABL>, Fp16Traits<D, ASYNC, ABL, SPLIT>>>>;
-// Whether a tier has a three-consumer-warpgroup kernel (at head dim 64; not the legacy fp16 kernel), and
-// whether its kernels run on the shared skeleton (persistent blocks, the tile plan: every one but the legacy).
+    std::conditional_t<SDPA_SM90_FP16_LEGACY != 0, Traits<D, ASYNC, ABL, SPLIT>, Fp16Traits<D, ASYNC, ABL, SPLIT>>>;
+// Whether a tier has a three-consumer-warpgroup kernel (the fp8 tier's, at head dim 64), and whether its
+// kernels run on the shared skeleton (persistent blocks, the tile plan: every one but the legacy fp16 kernel).
 template <bool FP8>
 constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NCWG == 3;
 template <bool FP8>

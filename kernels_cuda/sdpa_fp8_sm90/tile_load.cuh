@@ -29,6 +29,10 @@ struct DecodeMap {
         lo = panel + swz128(r, (c16 & 3) * 2);
         hi = panel + swz128(r, (c16 & 3) * 2 + 1);
     }
+    // The second chunk's offset: chunk 2c + 1 is chunk 2c with bit 0 flipped, under any swizzle row, so
+    // hi = lo ^ 16 (the skeleton's kernels take it so, one register less for the three-warpgroup producer;
+    // the legacy kernel keeps its two).
+    __device__ __forceinline__ uint32_t second() const { return T::LEGACY ? hi : lo ^ 16u; }
 };
 
 __device__ __forceinline__ void decode16(uint4 w, uint4& lo, uint4& hi) {
@@ -45,7 +49,7 @@ __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16
     const uint8_t* src = u8 + ptid * 16;
     // All loads of a batch first: the compiler may not move a shared load above a shared store
     // (they might alias), so a load-decode-store loop would wait out every load's latency.
-    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;
+    constexpr int BATCH = T::DECODE_BATCH;
     static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
 #pragma unroll
     for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {
@@ -57,7 +61,7 @@ __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16
             uint4 lo, hi;
             decode16(w[i], lo, hi);
             *reinterpret_cast<uint4*>(t16 + map.lo + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = lo;
-            *reinterpret_cast<uint4*>(t16 + map.hi + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = hi;
+            *reinterpret_cast<uint4*>(t16 + map.second() + (i0 + i) * DecodeMap<T>::ROW_STEP * 128) = hi;
         }
     }
 }
@@ -67,7 +71,7 @@ __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16
 template <class T>
 __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restrict__ g, int n0, int S, uint8_t* t16,
                                                         int ptid) {
-    constexpr int BATCH = T::CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // loads in flight per thread (more spill at 64 registers)
+    constexpr int BATCH = T::DECODE_BATCH;  // loads in flight per thread
     static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
     constexpr int ROW_STEP = DecodeMap<T>::ROW_STEP;
     const DecodeMap<T> map(ptid);
@@ -86,7 +90,7 @@ __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restric
             uint4 lo, hi;
             decode16(w[i], lo, hi);
             *reinterpret_cast<uint4*>(t16 + map.lo + (i0 + i) * ROW_STEP * 128) = lo;
-            *reinterpret_cast<uint4*>(t16 + map.hi + (i0 + i) * ROW_STEP * 128) = hi;
+            *reinterpret_cast<uint4*>(t16 + map.second() + (i0 + i) * ROW_STEP * 128) = hi;
         }
     }
 }

@@ -20,7 +20,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 
 // The fp16 tier on the shared skeleton (2026-11-26): fp16 operands, K and V decoded from E4M3 by the
 // producer into fp16 tiles in shared memory, fp16 wgmma (k16) with fp32 accumulators; persistent blocks,
-// the tile plan and three consumer warpgroups at head dim 64 as in the fp8 tier.
+// the next unit's L2 prefetch and the split configuration as in the fp8 tier; two consumer warpgroups.
 //
 // Tile sizes, from registers and shared memory (per consumer thread: the m64nN f32 accumulator of a
 // warpgroup is N/2 registers; the fp16 A fragment of P is BN/16 x 4 registers; Q and K are read from
@@ -34,13 +34,16 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 //   head dim 64, two consumer warpgroups: BN 128 (192 was measured 1-10% slower at every listed shape
 //     but (4,32,4096,64) on the legacy kernel: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
 //     P 32 = 128; shared memory 2 Q (2 x 16 KiB) + K/V (4 x 16 KiB) + 4 uint8 stages (4 x 16 KiB) = 160 KiB.
-//   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads, 128 registers each at launch):
-//     consumers 152, producer 56 (56 + 3 x 152 = 512 = 4 x 128), the fp8 tier's split; S 64 + O 32 + P 32
-//     = 128 of the 152; shared memory 2 Q (2 x 24 KiB) + 64 + 64 KiB = 176 KiB.
+//   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads: 128 registers each at launch,
+//     56 + 3 x 152 or 32 + 3 x 160 after setmaxnreg) does not fit: S 64 + O 32 + P 32 = 128 (P is 32 fp16
+//     registers where the fp8 tier's is 16) and the loop's addresses and state leave ptxas short at 152
+//     (48 bytes of spills and its wgmma serialized, C7512); at 160 the consumers fit but the 32-register
+//     producer (the decode and the persistent loop's bookkeeping) spilled 16-120 bytes whatever the decode's
+//     batch (nvcc 13.0, 2026-11-26).  Shared memory would have fit (2 Q of 24 KiB + 64 + 64 KiB = 176 KiB).
+//     So the fp16 tier has no three-warpgroup kernel (KernelTraits maps the request to two).
 // The baseline (USE_CP_ASYNC=0) has no uint8 stages: its producer decodes straight from global memory.
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_>
-struct Fp16TraitsN {
-    static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
+struct Fp16Traits {
     static constexpr bool FP8 = false;     // fp16 operands (wgmma_sm90)
     static constexpr bool LEGACY = false;  // the shared skeleton (fp16_legacy.cuh: the former kernel)
     static constexpr int D = D_;
@@ -51,7 +54,7 @@ struct Fp16TraitsN {
     static constexpr bool SPLIT = SPLIT_;
     static constexpr bool PINGPONG = !SPLIT && SDPA_SM90_PINGPONG != 0;
     static constexpr int BN = 128;          // keys per K/V tile (above)
-    static constexpr int NCWG = NCWG_;      // consumer warpgroups, 64 query rows each
+    static constexpr int NCWG = 2;          // consumer warpgroups, 64 query rows each (above)
     static constexpr int BM = SPLIT ? 64 : 64 * NCWG;  // query rows per block
     static constexpr int THREADS = 128 * (1 + NCWG);   // warpgroup 0 = producer
     static constexpr int PANELS = D / 64;   // 64-column (128-byte) swizzle panels per row
@@ -59,8 +62,8 @@ struct Fp16TraitsN {
     static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
     static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    static constexpr int PRODUCER_REGS = NCWG == 3 ? 56 : 64;
-    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : 216;
+    static constexpr int PRODUCER_REGS = 64;
+    static constexpr int CONSUMER_REGS = 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     static constexpr bool Q_SMEM = false;   // (fp8 tier, 192-key tiles: Q's E4M3 codes in shared memory)
@@ -111,14 +114,8 @@ struct Fp16TraitsN {
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
     static constexpr int CHUNKS = BN * D / 16;  // 16-byte uint8 chunks per K or V tile
     static constexpr int CHUNKS_PER_THREAD = CHUNKS / 128;
+    static constexpr int DECODE_BATCH = CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // 16-byte chunks in flight per thread
     static_assert(CHUNKS % 128 == 0, "decode work divides over the producer warpgroup");
 };
-
-// Two consumer warpgroups (every head dim, unsplit and split).
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
-struct Fp16Traits : Fp16TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2> {};
-// Three consumer warpgroups (head dim 64, unsplit).
-template <int D_, bool ASYNC_, int ABL_>
-struct Fp16Traits3 : Fp16TraitsN<D_, ASYNC_, ABL_, false, 3> {};
 
 }  // namespace sdpa_sm90
