@@ -75,7 +75,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     # (unsplit, split) x 3 ablation modes, plus the head-dim-64 unsplit kernel with three consumer warpgroups
     # x 3 ablation modes; fp16 tier: (head dim 64, 128) x 2 block configurations x 3 ablation modes; both
     # tiers in every sm_90 build (the tier is chosen at run time), none in others
-    fp16 = [k for k in hopper if "INS_6TraitsI" in k.name]
+    fp16 = [k for k in hopper if "INS_10Fp16TraitsI" in k.name]
     assert len(fp16) == (12 if arch == "sm_90" else 0)
     assert len(hopper) - len(fp16) == (21 if arch == "sm_90" else 0)
     assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 if arch == "sm_90" else 0)

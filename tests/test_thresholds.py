@@ -8,8 +8,8 @@ import pytest
 from driver import thresholds
 from driver.errors import ConfigError
 
-# Real PTX entries of the build: the Hopper kernel (fp16 Traits and FP8 Fp8Traits) and the mma_sync one.
-HOPPER_F16 = "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_6TraitsILi64ELb1ELi0ELb0EEEEEv"
+# Real PTX entries of the build: the Hopper kernel (fp16 Fp16Traits and FP8 Fp8Traits) and the mma_sync one.
+HOPPER_F16 = "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp16TraitsILi64ELb1ELi0ELb0EEEEEv"
 HOPPER_FP8 = "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi128ELb1ELi0ELb0EEEEEvNS_8TileMapsE"
 MMA_SYNC = "_ZN8sdpa_fp819sdpa_fp8_fwd_kernelINS_3CfgILi64ELi64ELi4ELi1ELb1EEELi0EEEvPK6__half"
 
