@@ -1,6 +1,6 @@
 // Every compile-time switch of the Hopper SDPA kernels (kernels_cuda/sdpa_fp8_sm90/), each default defined
 // here once, with what it does and what it measured (README.md "Variants" has the table). Included by
-// traits.cuh, so every file of the folder sees the same values.
+// traits.cuh, softmax.cuh and tile_plan.cuh, so every file of the folder sees the same values.
 #pragma once
 
 // ---- the variant (both tiers): baseline or cpasync
@@ -8,8 +8,8 @@
 #define USE_CP_ASYNC 0
 #endif
 
-// ---- fp8 tier (tile_load.cuh TileMaps, fp8_load.cuh)
-// SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; the FP8 kernel, cpasync only): after its
+// ---- both tiers (tile_load.cuh TileMaps, producer.cuh; the fp16 tier since 2026-11-26, not measured there)
+// SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; cpasync only): after its
 // own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
 // block that will take its SM in the next wave (block index + SM count), so that block's first loads
 // hit L2 when the run starts with a cold L2 (cold timing: 49.5 us at (8,8,1024,64) against 42.8 hot,
@@ -30,20 +30,22 @@
 
 // ---- fp16 tier (kernel.cuh, fp16_legacy.cuh)
 // SDPA_SM90_FP16_LEGACY = 0 (default) or 1: which kernel the fp16 tier (wgmma_sm90) runs.
-//   0 = the shared skeleton (2026-11-26; traits.cuh Fp16Traits, producer.cuh, mainloop.cuh): the fp8 tier's
-//       persistent blocks, tile plan, three consumer warpgroups at head dim 64 (by SDPA_SM90_NCWG3_D64) and
-//       L2 prefetch of the next unit, on fp16 operands (K/V decoded by the producer, fp16 wgmma);
+//   0 = the shared skeleton (2026-11-26; traits.cuh Fp16Traits, producer.cuh, mainloop.cuh, tier_ops.cuh): the
+//       fp8 tier's persistent blocks (SDPA_SM90_PERSISTENT), K/V ring running across units and L2 prefetch
+//       of the next unit (SDPA_SM90_L2_PREFETCH_NEXT), on fp16 operands (K/V decoded by the producer, fp16
+//       wgmma); two consumer warpgroups, 128-key tiles (three do not fit: traits.cuh);
 //   1 = the former kernel (fp16_legacy.cuh): one block per unit, two consumer warpgroups, no L2 prefetch;
-//       its SASS is the fp16 kernel's before 2026-11-26.  Kept for one A/B on the GPU:
-//       experiments/2026-11-26-sdpa-fp16-unified (measurement pending), then to be removed.
-// Same outputs to fp16-tier accuracy (the same arithmetic per tile; the split configuration and every
-// rounding are the same, so the outputs are expected bit-identical but not required to be).
+//       its SASS is the fp16 kernel's before 2026-11-26 byte for byte (cuobjdump, both variants, nvcc 13.0).
+//       Kept for one A/B on the GPU: experiments/2026-11-26-sdpa-fp16-unified (measurement pending; then
+//       this switch and fp16_legacy.cuh are to be removed).
+// Same outputs to fp16-tier accuracy (the same arithmetic per tile in the same order, so the outputs are
+// expected bit-identical; the A/B checks it).
 #ifndef SDPA_SM90_FP16_LEGACY
 #define SDPA_SM90_FP16_LEGACY 0
 #endif
 
 // ---- fp8 tier (softmax.cuh, mainloop.cuh)
-// Polynomial exponentials in the FP8 kernel's softmax step (compile time; fp8_mainloop.cuh picks the
+// Polynomial exponentials in the FP8 kernel's softmax step (compile time; mainloop.cuh picks the
 // define by head dim; the fp16 kernel is untouched):
 //   SDPA_SM90_EXP2_POLY = n (0..16, head dim 64, default 0): in n of every 16 eight-column chunks
 //     of a row, the exponential is a degree-2 polynomial on the FMA/ALU pipes instead of MUFU.EX2
@@ -131,12 +133,13 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192,
               "SDPA_SM90_BN_D128: 0 (by S), 128 or 192");
 
-// ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
+// ---- both tiers (fp8_traits.cuh, traits.cuh, kernel.cuh; the fp16 tier since 2026-11-26, not measured there)
 // SDPA_SM90_PERSISTENT = 1 (default) or 0: the unsplit kernels run one block per SM (at most), each
 // taking the work units (the tiles of tile_plan.cuh) blockIdx.x, blockIdx.x + gridDim.x, ... in
 // turn.  The K/V ring runs on across units, so the producer brings the next unit's first tiles in
 // while the consumers finish the current one; Q is two buffers deep, the next unit's loaded during
-// the current one (Q empty: the epilogue, which stages O in the Q rows, is done with a buffer).  The
+// the current one (Q empty: the epilogue, which stages O in the Q rows, is done with a buffer; the fp16
+// tier at head dim 128 has room for one, loaded after the last unit's epilogue, prefetched to L2).  The
 // ping-pong turn passes straight from a unit's last P V to the next unit's first Q K^T.  0 = one
 // unit per block (the grid of every build before); the split configuration and the ablations are
 // always one unit per block.

@@ -5,16 +5,19 @@
 //   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
 //
 // One kernel template, instantiated per tier's traits (KernelTraits<FP8, ...>; the tier is a run-time
-// choice, select_config(precision, ...)). One block = 128 query rows of one (b, h) (64 in the split
-// configuration; the fp8 tier at head dim 64 also 192 with three consumer warpgroups, or 128 in a short
-// tile of that kernel: tile_plan.cuh), a producer warpgroup and two (or three) consumer warpgroups:
-//   fp16 tier (wgmma_sm90; traits.cuh, tile_load.cuh, mainloop.cuh): the producer brings K/V tiles of 128
-//     keys in (cpasync: tensor copy engine; baseline: synchronous global loads) and decodes them to fp16
-//     in shared memory, two buffers deep; the consumers run fp16 wgmma for Q K^T and P V with fp32
-//     accumulators, the online softmax in registers overlapped with the previous tile's P V; one block
-//     per work unit.
-//   fp8 tier (wgmma_fp8_sm90; fp8_traits.cuh, fp8_load.cuh, fp8_mainloop.cuh): K used as it lands, V
-//     transposed in shared memory, Q and P rounded to E4M3 in registers, E4M3 wgmma; persistent blocks.
+// choice, select_config(precision, ...)), and since 2026-11-26 one skeleton for both tiers: a producer
+// warpgroup (producer.cuh) and two or three consumer warpgroups (mainloop.cuh), persistent blocks taking
+// work units of 128 query rows of one (b, h) (64 in the split configuration; the fp8 tier at head dim 64
+// also 192 with three consumer warpgroups, or 128 in a short tile of that kernel: tile_plan.cuh).  What
+// differs between the tiers is a small policy:
+//   fp16 tier (wgmma_sm90; traits.cuh Fp16Traits, tier_ops.cuh, tile_load.cuh): the producer decodes the
+//     copy engine's uint8 K/V tiles into fp16 tiles in shared memory (baseline: from global loads), two
+//     buffers deep; Q K^T reads fp16 Q and K from shared memory (k16), P is packed to fp16, P V reads V
+//     MN-major; two consumer warpgroups, 128-key tiles.
+//   fp8 tier (wgmma_fp8_sm90; fp8_traits.cuh, tier_ops.cuh, fp8_load.cuh): K used as it lands, V transposed
+//     in shared memory, Q and P rounded to E4M3 in registers, E4M3 wgmma (k32); three consumer warpgroups
+//     at head dim 64 (by the grid), 192-key tiles at head dim 128 (by S).
+// SDPA_SM90_FP16_LEGACY=1 builds the fp16 tier's former kernel instead (fp16_legacy.cuh: one block per unit).
 // In each tier both variants (USE_CP_ASYNC) load the same tiles into the same layout and run the same
 // math, so their outputs are bit-identical.
 #pragma once
@@ -40,10 +43,10 @@
 
 // Which matrix products the Hopper kernel runs is a run-time choice: the precision tier (see README.md
 // "Tiers"). Every sm_90a build has both kernels:
-//   fp16 tier (default): wgmma_sm90, fp16 operands (K and V decoded E4M3 -> fp16 in shared memory;
-//                        traits.cuh, tile_load.cuh, mainloop.cuh): the seeds' contract;
+//   fp16 tier (default): wgmma_sm90, fp16 operands (K and V decoded E4M3 -> fp16 in shared memory): the
+//                        seeds' contract;
 //   fp8 tier:            wgmma_fp8_sm90, E4M3 operands (Q and P rounded to E4M3, K used as loaded, V
-//                        transposed in shared memory; fp8_*.cuh).
+//                        transposed in shared memory).
 namespace sdpa_sm90 {
 
 enum class Precision { kFp16 = 0, kFp8 = 1 };
@@ -255,8 +258,9 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
     return true;
 }
 
-// The tier's kernel and its configuration (the policies above apply to the FP8 tier; the fp16 kernel
-// has two consumer warpgroups, 128-key tiles and full tiles only).
+// The tier's kernel and its configuration: the one tile selection of both tiers (the policies above that
+// concern three consumer warpgroups and 192-key tiles apply to the fp8 tier; the fp16 kernel has two
+// consumer warpgroups, 128-key tiles and so full tiles only, persistent as the fp8 tier's).
 inline bool select_config(Precision precision, int BH, int S, int D, int num_sms, int split_override, int ablate,
                           LaunchInfo* li, const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
                           int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128) {
