@@ -27,7 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from driver.reference import sdpa as ref  # noqa: E402  (numpy only)
+from driver.reference import sdpa as ref  # numpy only
 
 SHAPES = "1x8x512x64,3x5x777x64,2x16x2048x64,4x32x4096x64,8x8x1024x64,2x16x2048x128,1x16x8192x128"
 MAX_REL_L2, MAX_ABS_REL = 5.86e-4, 1.76e-3  # thresholds.toml [[sdpa.bounds]] precision = "fp16"
