@@ -5,8 +5,9 @@ hot, with the runners' own timing, and check that their outputs agree to the fp1
                      [--iters 100] [--warmup 10] [--batch 20] [--ref-max-scores 268435456]
 
 NEW_RUNNER / LEGACY_RUNNER: two sdpa_fp8_cpasync (or _baseline) executables, e.g. the default build and one
-with -DSDPA_SM90_FP16_LEGACY=1.  Per shape (seed 0, normal inputs: driver/reference/sdpa.py make_inputs, the
-bench's inputs), each runner writes its output once, then is timed cold (--timing cold: each launch alone, L2
+with -DSDPA_SM90_FP16_LEGACY=1.  Per shape (seed 0: N(0, 1) Q, K, V, K and V stored as E4M3 with per-tensor
+scales, and the float64 reference: experiments/2026-11-23-sdpa-hopper/check_and_time.py's make_inputs and
+reference, numpy only), each runner writes its output once, then is timed cold (--timing cold: each launch alone, L2
 flushed) and hot (--timing hot: CUDA graph of --batch launches); the two runners alternate per shape and mode.
 Agreement: new against legacy, rel_l2 <= 5.86e-4 and max|new - legacy| / max|legacy| <= 1.76e-3 (the fp16
 tier's bounds, thresholds.toml [[sdpa.bounds]]; the kernels do the same arithmetic per tile, so bit-identical
@@ -26,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from driver.reference import sdpa as ref  # numpy only
+sys.path.insert(0, str(ROOT / "experiments" / "2026-11-23-sdpa-hopper"))
+from check_and_time import make_inputs, reference  # numpy; the lab keeps apart from the driver
 
 SHAPES = "1x8x512x64,3x5x777x64,2x16x2048x64,4x32x4096x64,8x8x1024x64,2x16x2048x128,1x16x8192x128"
 MAX_REL_L2, MAX_ABS_REL = 5.86e-4, 1.76e-3  # thresholds.toml [[sdpa.bounds]] precision = "fp16"
@@ -69,7 +70,7 @@ def main() -> int:
     with open(out_dir / "results.jsonl", "w") as log, tempfile.TemporaryDirectory() as tmp:
         for spec in a.shapes.split(","):
             shape = tuple(int(x) for x in spec.split("x"))
-            arrays = ref.make_inputs(shape, 0, "normal")
+            arrays = make_inputs(shape, 0)
             folder = Path(tmp)
             q, k, v, ks, vs = arrays
             files = {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
@@ -92,7 +93,7 @@ def main() -> int:
             ok = agree["nonfinite"] == 0 and agree["rel_l2"] <= MAX_REL_L2 and agree["max_abs_rel"] <= MAX_ABS_REL
             b, h, s, _ = shape
             if b * h * s * s <= a.ref_max_scores:
-                want = ref.reference(*arrays)
+                want = reference(*arrays)
                 for name in bins:
                     e = errors(outs[name], want)
                     rec[f"{name}_vs_float64"] = e
