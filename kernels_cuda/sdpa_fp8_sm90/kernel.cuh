@@ -206,7 +206,8 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // ncwg_policy (SDPA_SM90_NCWG3_D64, config.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
-// Then, unsplit in the FP8 tier, the tile plan (tile_plan.cuh) by plan_policy (SDPA_SM90_TILE_PLAN).
+// Then, unsplit (both tiers but the legacy fp16 kernel), the tile plan (tile_plan.cuh) by plan_policy
+// (SDPA_SM90_TILE_PLAN: it chooses only for three consumer warpgroups; two keep full tiles).
 // Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
