@@ -213,11 +213,11 @@ def _write_limits() -> bool:
     from driver import archive, limits
 
     table = limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates()))
-    with archive.writing(f"the known limits into {limits.README_FILE}",
+    with archive.writing(f"the known limits into {limits.TABLE_FILE}",
                          "make it writable, or print the table with `python -m driver limits`"):
-        written = limits.write_readme(table)
+        written = limits.write_table(table)
     if written:
-        print(f"limits: known limits in {limits.README_FILE} refreshed from {paths.results_dir()}")
+        print(f"limits: known limits in {limits.TABLE_FILE} refreshed from {paths.results_dir()}")
     return written
 
 
@@ -226,7 +226,7 @@ def cmd_limits(ns: argparse.Namespace) -> int:
 
     if ns.write:
         if not _write_limits():
-            raise ConfigError(f"{limits.README_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
+            raise ConfigError(f"{limits.TABLE_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
         return 0
     print(limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates())), end="")

@@ -6,6 +6,8 @@ and whether other processes share the GPUs, so a number can be trusted or not.
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 from driver.errors import NoGPU
@@ -47,6 +49,39 @@ def _throttle_names(nv, mask: int | None) -> list[str]:
     return sorted({label for attr, label in names.items() if hasattr(nv, attr) and mask & getattr(nv, attr)})
 
 
+def visible_handles(nv) -> list:
+    """The NVML handles of the GPUs a CUDA process started from here sees, in CUDA's order: every GPU, or
+    those CUDA_VISIBLE_DEVICES names (indices or UUIDs, read as CUDA reads it: the list ends at the first
+    entry that names no GPU). NVML itself ignores the variable, so without this a run told to use 2 of 4
+    GPUs would plan for 4 and its executables would refuse."""
+    count = nv.nvmlDeviceGetCount()
+    every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return every
+    uuids = []
+    for h in every:
+        uuid = _safe(nv.nvmlDeviceGetUUID, h, default="")
+        uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
+    shown: list = []
+    for token in (t.strip() for t in env.split(",")):
+        if token.isdigit() and int(token) < count:
+            pick = int(token)
+        else:
+            named = [i for i, u in enumerate(uuids) if token and u and u.startswith(token if token.startswith("GPU-")
+                                                                                   else f"GPU-{token}")]
+            if len(named) != 1:
+                break
+            pick = named[0]
+        if every[pick] in shown:
+            break
+        shown.append(every[pick])
+    if not shown:
+        raise NoGPU(f"CUDA_VISIBLE_DEVICES={env!r} leaves none of this host's {count} GPU(s) visible",
+                    "unset it, or name GPUs by index (0,1) or UUID (nvidia-smi -L)")
+    return shown
+
+
 def _this_run_pids() -> set[int]:
     """The driver and every process it started (the long-lived workers, their ranks): not "other"."""
     me = psutil.Process()
@@ -61,13 +96,11 @@ def _this_run_pids() -> set[int]:
 def probe() -> DeviceInfo:
     nv = _nvml()
     try:
-        count = nv.nvmlDeviceGetCount()
-        if count == 0:
+        if nv.nvmlDeviceGetCount() == 0:
             raise NoGPU("NVML reports 0 GPUs")
         ours = _this_run_pids()
         gpus = []
-        for i in range(count):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
+        for i, h in enumerate(visible_handles(nv)):  # i: the CUDA device ordinal the executables use
             name = nv.nvmlDeviceGetName(h)
             procs = _safe(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
             power_mw = _safe(nv.nvmlDeviceGetPowerUsage, h)
@@ -94,7 +127,7 @@ def arch_of(gpu_index: int = 0) -> str:
     """`sm_90` for an H100/H200: the arch the bench builds and runs."""
     nv = _nvml()
     try:
-        major, minor = nv.nvmlDeviceGetCudaComputeCapability(nv.nvmlDeviceGetHandleByIndex(gpu_index))
+        major, minor = nv.nvmlDeviceGetCudaComputeCapability(visible_handles(nv)[gpu_index])
         return f"sm_{major}{minor}"
     finally:
         _safe(nv.nvmlShutdown)

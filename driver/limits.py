@@ -11,8 +11,8 @@ not contain the last change to the gate's kernel sources or the dispatch windows
 suite's targets in driver/targets.py), or whose checkout has uncommitted changes to them, is stale, and says
 what changed; where there is no git history to ask (a bundle, a shallow clone) the row says so.
 
-`python -m driver limits` prints the table; `--write` (and `python -m driver index`) puts it into README.md
-between the two markers, so the README's known limits follow the newest archived runs.
+`python -m driver limits` prints the table; `--write` (and `python -m driver index`) puts it into docs/LIMITS.md
+between the two markers (the README links there), so the known limits follow the newest archived runs.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from driver.records import Record, RunArchive
 from driver.reference.sdpa import DISTRIBUTIONS
 from driver.thresholds import Thresholds
 
-README_FILE = paths.ROOT / "README.md"
+TABLE_FILE = paths.ROOT / "docs" / "LIMITS.md"  # the README links to it (one screen, issue of 2026-11-26)
 BEGIN = "<!-- limits:begin (written by `python -m driver limits --write` from bench_results/; edits here are overwritten) -->"
 END = "<!-- limits:end -->"
 
@@ -316,7 +316,7 @@ class History:
 
 def _where(s: GateState) -> str:
     day, time = s.created_utc[:10], s.created_utc[11:16]
-    return f"[{s.run_id}](bench_results/{s.run_id}/COMPARE.md), {day} {time} UTC, {s.git_sha[:8]}"
+    return f"[{s.run_id}](../bench_results/{s.run_id}/COMPARE.md), {day} {time} UTC, {s.git_sha[:8]}"
 
 
 def markdown(states: list[GateState], history: History | None = None) -> str:
@@ -364,16 +364,16 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
 def section(readme: Path | None = None) -> str | None:
     """What lies between the markers now; None when the file or the markers are missing."""
     try:
-        text = (readme or README_FILE).read_text()
+        text = (readme or TABLE_FILE).read_text()
     except OSError:
         return None
     start, end = text.find(BEGIN), text.find(END)
     return text[start + len(BEGIN) + 1: end] if 0 <= start < end else None
 
 
-def write_readme(table: str, readme: Path | None = None) -> bool:
+def write_table(table: str, readme: Path | None = None) -> bool:
     """Replace what lies between the markers; False (and nothing written) when the file has no markers."""
-    readme = readme or README_FILE
+    readme = readme or TABLE_FILE
     try:
         text = readme.read_text()
     except OSError:
@@ -387,7 +387,7 @@ def write_readme(table: str, readme: Path | None = None) -> bool:
         try:
             tmp.write_text(new)
             os.replace(tmp, readme)
-        except BaseException:  # no half-written copy left beside the README
+        except BaseException:  # no half-written copy left beside the page
             tmp.unlink(missing_ok=True)
             raise
     return True

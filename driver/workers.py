@@ -247,6 +247,18 @@ class Pool:
             if w.proc is None:
                 w.start()
 
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait until every started worker said it is ready, so that no start-up (a torch import, a process
+        group, CUDA contexts) overlaps what is timed next. A worker that fails to start is left to its first
+        case, which starts it again once and fails with the reason (as without this wait)."""
+        deadline = time.perf_counter() + timeout_s
+        for w in self.workers.values():
+            if w.proc is not None and not w.ready:
+                try:
+                    w._wait_ready(deadline, f"start-up of worker {w.name}")
+                except KernelFailed:
+                    pass
+
     def run(self, case: Served | Sequence[str], model: type[M], *, what: str, timeout_s: float) -> list[M]:
         """One case on its worker; a plain command line (or any case under --no-workers) as its own process."""
         if not isinstance(case, Served) or self.one_shot or not case.serve:

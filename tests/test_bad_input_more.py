@@ -122,7 +122,7 @@ def test_known_limits_that_cannot_be_written_leave_no_temporary_copy(tmp_path, m
 
     monkeypatch.setattr(os, "replace", denied)
     with pytest.raises(PermissionError):
-        limits.write_readme("| new |\n", readme)
+        limits.write_table("| new |\n", readme)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"] and "old" in readme.read_text()
 
 

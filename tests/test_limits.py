@@ -1,4 +1,4 @@
-"""Known limits: the newest archived gate states, split per gate, and the README table they write."""
+"""Known limits: the newest archived gate states, split per gate, and the table they write (docs/LIMITS.md)."""
 
 import os
 import shutil
@@ -69,19 +69,19 @@ def test_newest_run_wins_per_gate_and_unmeasured_peers_are_kept(tmp_path):
     assert states["torch_sdpa"].status == "not_measured" and states["torch_sdpa"].run_id == old.run_id
     table = limits.markdown(list(states.values()))
     assert "| 2xH200 | sdpa mission cold: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | - | - | - | peer not measured |" in table
-    assert f"[{old.run_id}](bench_results/{old.run_id}/COMPARE.md), 2026-11-22 10:00 UTC, bbbbbbbb" in table
+    assert f"[{old.run_id}](../bench_results/{old.run_id}/COMPARE.md), 2026-11-22 10:00 UTC, bbbbbbbb" in table
     assert "Met in their newest run: 2xH200 sdpa mission cold cpasync vs baseline 1.20x (floor 1.10x" in table
 
 
 def test_write_readme_replaces_only_between_the_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n## Known limits\n\n{limits.BEGIN}\nold table\n{limits.END}\n\nafter\n")
-    assert limits.write_readme("new table\n", readme)
+    assert limits.write_table("new table\n", readme)
     assert readme.read_text() == f"# x\n\n## Known limits\n\n{limits.BEGIN}\nnew table\n{limits.END}\n\nafter\n"
     assert limits.section(readme) == "new table\n"
     plain = tmp_path / "PLAIN.md"
     plain.write_text("no markers\n")
-    assert not limits.write_readme("new table\n", plain)
+    assert not limits.write_table("new table\n", plain)
     assert plain.read_text() == "no markers\n"
 
 
@@ -112,7 +112,7 @@ def test_readme_known_limits_are_the_newest_archived_states():
         pytest.skip(f"which runs are stale cannot be told here: {problem}")
     expected = limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
     assert limits.section() == expected, (
-        "README.md's known limits are not the newest archived gate states: run `python -m driver index`")
+        "docs/LIMITS.md's known limits are not the newest archived gate states: run `python -m driver index`")
 
 
 def test_limits_cli_prints_the_table():
@@ -123,7 +123,7 @@ def test_limits_cli_prints_the_table():
 def test_limits_write_refuses_a_readme_without_markers(tmp_path, monkeypatch, capsys):
     plain = tmp_path / "README.md"
     plain.write_text("no markers\n")
-    monkeypatch.setattr(limits, "README_FILE", plain)
+    monkeypatch.setattr(limits, "TABLE_FILE", plain)
     assert cli.main(["limits", "--write"]) == 2
     assert "has no limits markers" in capsys.readouterr().err
     assert plain.read_text() == "no markers\n"
@@ -302,7 +302,7 @@ def test_stale_rows_say_so_in_the_table(repo):
     ar = fail.model_copy(update={"suite": "allreduce", "config": "float32/2gpu/262144B", "impl": "ours",
                                  "kernel": "1stage_push", "peer": "nccl"})
     table = limits.markdown([fail, met, ar], limits.History(repo))
-    assert f"| fail | [r1](bench_results/r1/COMPARE.md), 2026-11-23 08:50 UTC, {run[:8]} | stale: the SDPA kernel " \
+    assert f"| fail | [r1](../bench_results/r1/COMPARE.md), 2026-11-23 08:50 UTC, {run[:8]} | stale: the SDPA kernel " \
            f"sources changed since {run[:8]} |" in table
     assert table.count("| current |") == 1  # the allreduce row: its sources did not change
     assert f"(floor 1.00x, 2026-11-23, {run[:8]}; stale)" in table

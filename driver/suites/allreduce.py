@@ -4,6 +4,7 @@ link ceiling it reached (`link_frac`)."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from pathlib import Path
 
@@ -157,21 +158,30 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         if why:
             result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
     impls = 2 + sum(peers.missing(name) is None for name in peers.of_suite("allreduce"))
-    with Pool(one_shot=not opts.workers) as pool:
-        # The first group's workers start (a torch import, a process group, CUDA contexts: ~10 s) while
-        # the link ceiling's process imports torch and copies: the copy may overlap their set-up (contexts,
-        # NCCL's connections), never a collective; no collective is timed before both are done.
-        first = _commands(opts, exe_dir, opts.dtypes[0], counts[0])
-        pool.prestart(sorted({c.server for c in first.values() if c.serve}))
+    with contextlib.ExitStack() as stack:
+        # Every GPU count's workers start at once, side by side (a torch import, a process group, CUDA contexts:
+        # 10-17 s each on 4x H200), while the link ceiling's process imports torch and copies: the copy may
+        # overlap their set-up, never a collective. Then every one of them is waited for: no collective is
+        # timed while any worker still starts. An idle worker holds its GPUs without running anything (the
+        # torch ranks wait on the host: torch_allreduce._control_group), and each count's workers leave once
+        # that count is done.
+        pools = {n: stack.enter_context(Pool(one_shot=not opts.workers)) for n in counts}
+        for ngpus in counts:
+            for dtype in opts.dtypes:
+                cmds = _commands(opts, exe_dir, dtype, ngpus)
+                pools[ngpus].prestart(sorted({c.server for c in cmds.values() if c.serve}))
         ceilings, ceiling_skips = measure_ceiling(opts)
         result.ceilings_gbps |= ceilings
         result.skipped += ceiling_skips
+        with phases.timed("startup (wait)"):
+            for pool in pools.values():
+                pool.wait_ready(opts.timeout_s)
         plan(len(counts) * len(opts.dtypes) * (opts.rounds + 1) * len(opts.modes("allreduce")) * impls)
         for ngpus in counts:
             for dtype in opts.dtypes:
                 records, skipped = _group(opts, exe_dir, dev, gates, git_sha, dtype, ngpus, result.ceilings_gbps,
-                                          pool)
+                                          pools[ngpus])
                 result.records += records
                 result.skipped += [s for s in skipped if s not in result.skipped]
-            pool.close()  # this GPU count's workers leave before the next count's start
+            pools[ngpus].close()  # this GPU count's workers leave before the next count is timed
     return result

@@ -313,36 +313,74 @@ def _run_shape(
     def dropped(impl: str) -> bool:
         return any(k[0] == impl for k in peer_failures)
 
-    # ---- checks: every distribution and seed, ours in each tier and the peers, one launch each on warm workers
-    for dist in sorted(dists, key=lambda d: d != TIMED_DISTRIBUTION):
-        for seed in opts.seeds:
-            files, _folder = cases.files(shape_name, seed, dist)
-            for impl, tier in [*ours, *theirs]:
-                if tier in not_offered or dropped(impl):
-                    continue
-                what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} (check)"
-                progress(what, step=True)
-                args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)),
-                        *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier)]
-                try:
-                    with phases.timed("checks"):
+    # ---- checks: every distribution and seed, ours in each tier and the peers, one launch each on warm workers.
+    # Nothing is timed here, so each implementation's worker takes its cases on a thread of its own, side by side
+    # with the others' (the GPU and the file I/O overlap); the first error of ours stops every thread.
+    check_order = [(dist, seed) for dist in sorted(dists, key=lambda d: d != TIMED_DISTRIBUTION) for seed in opts.seeds]
+    for dist, seed in check_order:  # every output path fixed before any thread runs (out_of is not thread-safe)
+        for impl, tier in [*ours, *theirs]:
+            out_of(impl, tier, dist, seed)
+    stop = threading.Event()
+    first_of_tier = {tier: threading.Lock() for tier in tiers}  # our runners ask a tier's first case one at a time
+    refused: dict[str, TierNotOffered] = {}  # so that a refusal (exit 5) is asked once and stands for the run
+
+    def check_cases(impl: str, tiers_of: list[str]) -> list[tuple[str, str, int, SdpaLine | BaseException]]:
+        """Every check of one implementation (one worker: both tiers of a runner share it), in order; (tier,
+        dist, seed, line) each, or the error that ended a tier's cases."""
+        done: list[tuple[str, str, int, SdpaLine | BaseException]] = []
+        for tier in tiers_of:
+            for n, (dist, seed) in enumerate(check_order):
+                if stop.is_set():
+                    return done
+                gate = first_of_tier[tier] if impl in VARIANTS and n == 0 else contextlib.nullcontext()
+                with gate:
+                    if tier in refused:
+                        done.append((tier, dist, seed, refused[tier]))
+                        break
+                    files, _folder = cases.files(shape_name, seed, dist)
+                    what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} (check)"
+                    progress(what, step=True)
+                    args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)),
+                            *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier)]
+                    try:
                         (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
-                except TierNotOffered as exc:
-                    if impl not in VARIANTS:
-                        raise
-                    not_offered[tier] = f"the runner refused the {tier} tier: {exc.message}"
-                    progress(f"{tier} tier not offered here: {exc.message}")
-                    continue
-                except (KernelFailed, ConfigError) as exc:
-                    if impl in VARIANTS:
-                        raise
-                    peer_failures[(impl, "cold")] = exc.one_line()  # its checks run cold
-                    progress(f"peer {impl} dropped: {exc.one_line()}")
-                    continue
-                if impl in VARIANTS:
-                    check_precision(what, tier, line.precision)
-                lines[(impl, tier, dist, seed)] = line
-                check_later(impl, tier, dist, seed)
+                        if impl in VARIANTS:
+                            check_precision(what, tier, line.precision)
+                    except TierNotOffered as exc:
+                        if impl in VARIANTS:
+                            refused[tier] = exc
+                        done.append((tier, dist, seed, exc))
+                        break
+                    except (KernelFailed, ConfigError) as exc:
+                        if impl in VARIANTS:
+                            stop.set()
+                        done.append((tier, dist, seed, exc))
+                        break
+                done.append((tier, dist, seed, line))
+        return done
+
+    by_impl: dict[str, list[str]] = {}
+    for impl, tier in [*ours, *theirs]:
+        if tier not in not_offered and not dropped(impl):
+            by_impl.setdefault(impl, []).append(tier)
+    with phases.timed("checks"), ThreadPoolExecutor(max(len(by_impl), 1), thread_name_prefix="sdpa-case") as threads:
+        futures = {impl: threads.submit(check_cases, impl, tiers_of) for impl, tiers_of in by_impl.items()}
+        outcomes = [(impl, *got) for impl, fut in futures.items() for got in fut.result()]
+    for impl, tier, dist, seed, outcome in outcomes:  # ours before the peers: an error of ours raises first
+        if isinstance(outcome, TierNotOffered):
+            if impl not in VARIANTS:
+                raise outcome
+            if tier not in not_offered:
+                not_offered[tier] = f"the runner refused the {tier} tier: {outcome.message}"
+                progress(f"{tier} tier not offered here: {outcome.message}")
+        elif isinstance(outcome, BaseException):
+            if impl in VARIANTS:
+                raise outcome
+            peer_failures[(impl, "cold")] = outcome.one_line()  # its checks run cold
+            progress(f"peer {impl} dropped: {outcome.one_line()}")
+        else:
+            lines[(impl, tier, dist, seed)] = outcome
+            check_later(impl, tier, dist, seed)
     ours = [(impl, tier) for impl, tier in ours if tier not in not_offered]
     # ---- verdicts of ours on the timed inputs, before anything is timed: only variants correct there on every
     # seed are timed; the other distributions' errors come in meanwhile
