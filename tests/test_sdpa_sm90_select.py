@@ -225,7 +225,7 @@ def test_persistent_grid(fp8, tmp_path_factory):
 def test_fp16_tier_is_persistent(fp8, tmp_path_factory):
     """The fp16 tier runs on the fp8 tier's skeleton since 2026-11-26: its unsplit kernels are persistent too
     (min(units, SMs) blocks, units grid apart; full tiles of 128 rows, two consumer warpgroups), its split ones
-    one block per unit; a build with SDPA_SM90_FP16_LEGACY=1 (the former kernel) has one block per unit."""
+    one block per unit; a build without persistence (SDPA_SM90_PERSISTENT=0) has one block per unit in both tiers."""
     shapes = [(b, h, s, d) for d in (64, 128) for (b, h) in ((1, 1), (2, 10), (4, 33)) for s in (1, 193, 777, 2048)]
     cases = [(s, sms, split, 1) for s in shapes for sms in (132, 66) for split in (0, 1, 2)]
     got = fp8(cases, 1, fp8=False)
@@ -234,8 +234,8 @@ def test_fp16_tier_is_persistent(fp8, tmp_path_factory):
     assert all(r["grid"] == min(r["units"], c[1]) if r["persistent"] else r["grid"] == r["units"]
                for c, r in zip(cases, got))
     assert any(r["grid"] < r["units"] for r in got)
-    legacy = _compile(tmp_path_factory, "fp16_legacy", "SDPA_SM90_FP16_LEGACY=1")
-    old = legacy(cases, 1, fp8=False)
+    nonpersistent = _compile(tmp_path_factory, "fp16_nonpersistent", "SDPA_SM90_PERSISTENT=0")
+    old = nonpersistent(cases, 1, fp8=False)
     assert all(not r["persistent"] and r["grid"] == r["units"] and r["cover"] for r in old)
     assert [_pick(r) for r in old] == [_pick(r) for r in got]  # the same configuration, another grid
 

@@ -21,27 +21,11 @@
 #define SDPA_SM90_L2_PREFETCH_NEXT 1
 #endif
 
-// ---- both tiers (mainloop.cuh, fp16_legacy.cuh)
+// ---- both tiers (mainloop.cuh)
 // Inter-warpgroup ping-pong (FlashAttention-3): the two consumer warpgroups take turns issuing
 // their matrix products, so that one's softmax runs while the other's products do.
 #ifndef SDPA_SM90_PINGPONG
 #define SDPA_SM90_PINGPONG 1
-#endif
-
-// ---- fp16 tier (kernel.cuh, fp16_legacy.cuh)
-// SDPA_SM90_FP16_LEGACY = 0 (default) or 1: which kernel the fp16 tier (wgmma_sm90) runs.
-//   0 = the shared skeleton (2026-11-26; traits.cuh Fp16Traits, producer.cuh, mainloop.cuh, tier_ops.cuh): the
-//       fp8 tier's persistent blocks (SDPA_SM90_PERSISTENT), K/V ring running across units and L2 prefetch
-//       of the next unit (SDPA_SM90_L2_PREFETCH_NEXT), on fp16 operands (K/V decoded by the producer, fp16
-//       wgmma); two consumer warpgroups, 128-key tiles (three do not fit: traits.cuh);
-//   1 = the former kernel (fp16_legacy.cuh): one block per unit, two consumer warpgroups, no L2 prefetch;
-//       its SASS is the fp16 kernel's before 2026-11-26 byte for byte (cuobjdump, both variants, nvcc 13.0).
-//       Kept for one A/B on the GPU: experiments/2026-11-26-sdpa-fp16-unified (measurement pending; then
-//       this switch and fp16_legacy.cuh are to be removed).
-// Same outputs to fp16-tier accuracy (the same arithmetic per tile in the same order, so the outputs are
-// expected bit-identical; the A/B checks it).
-#ifndef SDPA_SM90_FP16_LEGACY
-#define SDPA_SM90_FP16_LEGACY 0
 #endif
 
 // ---- fp8 tier (softmax.cuh, mainloop.cuh)

@@ -33,7 +33,6 @@ struct Fp8TraitsN {
     static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
     static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2), "keys per tile: 128, or 192 at head dim 128");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
-    static constexpr bool LEGACY = false;
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;
     static constexpr int ABL = ABL_;

@@ -17,7 +17,6 @@
 //   fp8 tier (wgmma_fp8_sm90; fp8_traits.cuh, tier_ops.cuh, fp8_load.cuh): K used as it lands, V transposed
 //     in shared memory, Q and P rounded to E4M3 in registers, E4M3 wgmma (k32); three consumer warpgroups
 //     at head dim 64 (by the grid), 192-key tiles at head dim 128 (by S).
-// SDPA_SM90_FP16_LEGACY=1 builds the fp16 tier's former kernel instead (fp16_legacy.cuh: one block per unit).
 // In each tier both variants (USE_CP_ASYNC) load the same tiles into the same layout and run the same
 // math, so their outputs are bit-identical.
 #pragma once
@@ -32,7 +31,6 @@
 #include <type_traits>
 
 #include "epilogue.cuh"
-#include "fp16_legacy.cuh"
 #include "fp8_traits.cuh"
 #include "mainloop.cuh"
 #include "producer.cuh"
@@ -56,18 +54,14 @@ inline const char* precision_name(Precision p) { return p == Precision::kFp8 ? "
 
 // NCWG: consumer warpgroups; 3 = the fp8 tier's unsplit head-dim-64 kernel of 192 rows per block.  BN: keys
 // per K/V tile, the fp8 tier's at head dim 128 (128 or 192).  The fp16 tier has two consumer warpgroups and
-// 128-key tiles (traits.cuh says why): NCWG and BN are ignored there.  SDPA_SM90_FP16_LEGACY=1: the fp16
-// tier's former kernel (fp16_legacy.cuh).
+// 128-key tiles (traits.cuh says why): NCWG and BN are ignored there.
 template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
 using KernelTraits = std::conditional_t<
     FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>,
-    std::conditional_t<SDPA_SM90_FP16_LEGACY != 0, Traits<D, ASYNC, ABL, SPLIT>, Fp16Traits<D, ASYNC, ABL, SPLIT>>>;
-// Whether a tier has a three-consumer-warpgroup kernel (the fp8 tier's, at head dim 64), and whether its
-// kernels run on the shared skeleton (persistent blocks, the tile plan: every one but the legacy fp16 kernel).
+    Fp16Traits<D, ASYNC, ABL, SPLIT>>;
+// Whether a tier has a three-consumer-warpgroup kernel (the fp8 tier's, at head dim 64).
 template <bool FP8>
 constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NCWG == 3;
-template <bool FP8>
-constexpr bool kSkeleton = !KernelTraits<FP8, 64, kAsync, kAblNone, false>::LEGACY;
 
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
@@ -98,8 +92,6 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
                 mbar_init(bar(T::BAR_VFULL + b), 128);
                 mbar_init(bar(T::BAR_VEMPTY + b), T::CONSUMER_WARPS);
             }
-        } else if constexpr (T::LEGACY) {
-            init_barriers_legacy<T>(bars);
         } else {
             // fp16 tier: the copy engine's stages (one arrival + bytes), the decoded buffers (128 producer
             // threads; one arrival per consumer warp when released).
@@ -131,16 +123,12 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 
     // Block coordinates are computed inside each role, after the register reallocation, so
     // that nothing is live across it.
-    if constexpr (!T::LEGACY) {
-        if (threadIdx.x < 128) {
-            regs_dealloc<T::PRODUCER_REGS>();
-            producer<T>(smem, bars, &maps, plan, K, V, S);
-        } else {
-            regs_alloc<T::CONSUMER_REGS>();
-            consumer<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
-        }
+    if (threadIdx.x < 128) {
+        regs_dealloc<T::PRODUCER_REGS>();
+        producer<T>(smem, bars, &maps, plan, K, V, S);
     } else {
-        block_legacy<T>(smem, bars, &maps, plan, Q, K, V, O, S, scale_log2, out_scale);
+        regs_alloc<T::CONSUMER_REGS>();
+        consumer<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
     }
 #endif
 }
@@ -186,7 +174,7 @@ inline LaunchInfo info_for(int BH, int S) {
     li.ncwg = T::NCWG;
     li.ablate = ABL;
     li.precision = FP8 ? Precision::kFp8 : Precision::kFp16;
-    if constexpr (!T::LEGACY) li.persistent = T::PERSIST;
+    li.persistent = T::PERSIST;
     return li;
 }
 
@@ -206,7 +194,7 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // ncwg_policy (SDPA_SM90_NCWG3_D64, config.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
-// Then, unsplit (both tiers but the legacy fp16 kernel), the tile plan (tile_plan.cuh) by plan_policy
+// Then, unsplit (both tiers), the tile plan (tile_plan.cuh) by plan_policy
 // (SDPA_SM90_TILE_PLAN: it chooses only for three consumer warpgroups; two keep full tiles).
 // Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
@@ -253,7 +241,7 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
         else *li = split ? info_for<FP8, 128, true>(BH, S, ablate) : info_for<FP8, 128, false>(BH, S, ablate);
     }
     li->num_sms = num_sms;
-    if (kSkeleton<FP8> && li->split == 1)
+    if (li->split == 1)
         li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy);
     li->grid = grid_for(*li);  // units <= the split grid, checked above
     return true;
@@ -280,7 +268,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
     const bool fp8 = li.precision == Precision::kFp8;
-    maps->next_stride = (fp8 || !SDPA_SM90_FP16_LEGACY) && SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
+    maps->next_stride = SDPA_SM90_L2_PREFETCH_NEXT ? li.num_sms : 0;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &qr);

@@ -22,17 +22,15 @@ template <class T>
 struct DecodeMap {
     static constexpr int ROW_STEP = 128 / (T::D / 16);
     static_assert(ROW_STEP % 8 == 0, "the swizzle must repeat every i");
-    uint32_t lo, hi;  // byte offsets of the two fp16 chunks for i = 0
+    uint32_t lo;  // byte offset of the first fp16 chunk for i = 0 (the second: second())
     __device__ __forceinline__ explicit DecodeMap(int ptid) {
         const int c16 = ptid % (T::D / 16), r = ptid / (T::D / 16);
         const uint32_t panel = (uint32_t)(c16 >> 2) * (T::BN * 128);
         lo = panel + swz128(r, (c16 & 3) * 2);
-        hi = panel + swz128(r, (c16 & 3) * 2 + 1);
     }
     // The second chunk's offset: chunk 2c + 1 is chunk 2c with bit 0 flipped, under any swizzle row, so
-    // hi = lo ^ 16 (the skeleton's kernels take it so, one register less for the three-warpgroup producer;
-    // the legacy kernel keeps its two).
-    __device__ __forceinline__ uint32_t second() const { return T::LEGACY ? hi : lo ^ 16u; }
+    // it is lo ^ 16 (one register less for the producer than keeping both offsets).
+    __device__ __forceinline__ uint32_t second() const { return lo ^ 16u; }
 };
 
 __device__ __forceinline__ void decode16(uint4 w, uint4& lo, uint4& hi) {

@@ -32,7 +32,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 //     (2 x 32 KiB) = 192 KiB, so one Q buffer (32 KiB; 227 KiB per block): the next unit's Q is loaded
 //     once the consumers' epilogue released the buffer (its L2 prefetch earlier hides most of the wait).
 //   head dim 64, two consumer warpgroups: BN 128 (192 was measured 1-10% slower at every listed shape
-//     but (4,32,4096,64) on the legacy kernel: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
+//     but (4,32,4096,64) on the fp16 tier's kernel before 2026-11-26: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
 //     P 32 = 128; shared memory 2 Q (2 x 16 KiB) + K/V (4 x 16 KiB) + 4 uint8 stages (4 x 16 KiB) = 160 KiB.
 //   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads: 128 registers each at launch,
 //     56 + 3 x 152 or 32 + 3 x 160 after setmaxnreg) does not fit: S 64 + O 32 + P 32 = 128 (P is 32 fp16
@@ -45,7 +45,6 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Fp16Traits {
     static constexpr bool FP8 = false;     // fp16 operands (wgmma_sm90)
-    static constexpr bool LEGACY = false;  // the shared skeleton (fp16_legacy.cuh: the former kernel)
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;  // TMA pipeline (cpasync) or synchronous loads (baseline)
     static constexpr int ABL = ABL_;
