@@ -16,12 +16,20 @@
 #                          1stage wins at every measured size; 4/8xH100:
 #                          crossover at 512 KiB); to be replaced by our
 #                          measured sweep.
+#   Every size window has a per-GPU-count form, NAME_{2,4,8}GPU, which the
+#   measured sweep writes (`python -m driver sweep --ngpus N --write` rewrites
+#   only N's) and which wins over the shared NAME for that count where
+#   defined; the shared NAME (or its default) serves a count without one.
 #   AR_CPASYNC_MIN_BYTES   1stage_cpasync for MIN <= bytes <= MAX (takes
 #   AR_CPASYNC_MAX_BYTES   precedence over the 1stage/2stage rule). Default:
 #                          empty window (MIN=1 > MAX=0): PROVISIONAL, no
 #                          measured gain yet; to be replaced by measured sweep.
+#                          Per count: AR_CPASYNC_{MIN,MAX}_BYTES_{2,4,8}GPU
+#                          (each wins over its shared define on its own).
 #   AR_CPASYNC_STAGES      pipeline depth used by auto selection (2, 3 or 4;
-#                          default 3).
+#                          default 3). Per count: AR_CPASYNC_STAGES_{2,4,8}GPU
+#                          (the sweep's best stage count inside that count's
+#                          window).
 #   AR_MAX_BLOCKS          grid cap (default 216, upstream's sm_90 value);
 #                          additionally capped at 2 blocks per SM.
 #   AR_BLOCK_THREADS       threads per block, 1stage/2stage (default 256).
@@ -74,7 +82,9 @@
 #                          0 < bytes <= this, every GPU count (takes
 #                          precedence over every other rule). Default when
 #                          not defined: 1 MiB on 2 GPUs, none on 4 and 8
-#                          (not measured there). 2x H200, fp32, device
+#                          (not measured there). Per count:
+#                          AR_PUSH_MAX_BYTES_{2,4,8}GPU (0: no push window
+#                          for that count). 2x H200, fp32, device
 #                          timing, 200 iterations, two rounds, upstream in
 #                          the same call (2026-11-22; experiments/
 #                          2026-11-22-push-kernel): push 5.73 /
@@ -87,14 +97,17 @@
 #                          region for (2 generations x ngpus x the message,
 #                          per rank): default 256 MiB; a forced 1stage_push
 #                          above it is refused with an error.
-#   AR_2STAGE_PUSH_MIN_BYTES_2GPU / AR_2STAGE_PUSH_MAX_BYTES_2GPU,
-#   AR_PUSHFLAG_MIN_BYTES_2GPU / AR_PUSHFLAG_MAX_BYTES_2GPU,
-#   AR_BULK_MIN_BYTES_2GPU / AR_BULK_MAX_BYTES_2GPU
-#                          size windows (2 GPUs only) of the store-based
-#                          two-shot, the flagged one-shot push and the
-#                          cp.async.bulk pipeline; checked in that order after
-#                          1stage_push and before cp.async. Default: empty
-#                          (MIN=1 > MAX=0). The device-timed sweep on 2x H200
+#   AR_2STAGE_PUSH_MIN_BYTES_{2,4,8}GPU / AR_2STAGE_PUSH_MAX_BYTES_{2,4,8}GPU,
+#   AR_PUSHFLAG_MIN_BYTES_{2,4,8}GPU / AR_PUSHFLAG_MAX_BYTES_{2,4,8}GPU,
+#   AR_BULK_MIN_BYTES_{2,4,8}GPU / AR_BULK_MAX_BYTES_{2,4,8}GPU
+#                          size windows (per GPU count only; no shared form)
+#                          of the store-based two-shot, the flagged one-shot
+#                          push and the cp.async.bulk pipeline; checked in
+#                          that order after 1stage_push and before cp.async.
+#                          Default: empty (MIN=1 > MAX=0) for every count
+#                          (before 2026-11-26 only the _2GPU ones existed and
+#                          4 and 8 GPUs never took these kernels; an empty
+#                          default keeps that). The device-timed sweep on 2x H200
 #                          (2026-11-23, fp32/bf16/fp16, 8 KiB-256 MiB, at
 #                          fefa9a2, bench_results/20261123T103555Z-fefa9a24-2xH200)
 #                          gives 1stage_pushflag 64-256 MiB (256 MiB 752.6 us
@@ -171,6 +184,17 @@ comptime AR_1STAGE_MAX_BYTES_8GPU = get_defined_int["AR_1STAGE_MAX_BYTES_8GPU", 
 comptime AR_CPASYNC_MIN_BYTES = get_defined_int["AR_CPASYNC_MIN_BYTES", 1]()
 comptime AR_CPASYNC_MAX_BYTES = get_defined_int["AR_CPASYNC_MAX_BYTES", 0]()
 comptime AR_CPASYNC_STAGES = get_defined_int["AR_CPASYNC_STAGES", 3]()
+# Per-GPU-count cp.async window and stage count (sweep --write); -1 = not
+# measured: the shared define above (or its default) applies.
+comptime AR_CPASYNC_MIN_BYTES_2GPU = get_defined_int["AR_CPASYNC_MIN_BYTES_2GPU", -1]()
+comptime AR_CPASYNC_MIN_BYTES_4GPU = get_defined_int["AR_CPASYNC_MIN_BYTES_4GPU", -1]()
+comptime AR_CPASYNC_MIN_BYTES_8GPU = get_defined_int["AR_CPASYNC_MIN_BYTES_8GPU", -1]()
+comptime AR_CPASYNC_MAX_BYTES_2GPU = get_defined_int["AR_CPASYNC_MAX_BYTES_2GPU", -1]()
+comptime AR_CPASYNC_MAX_BYTES_4GPU = get_defined_int["AR_CPASYNC_MAX_BYTES_4GPU", -1]()
+comptime AR_CPASYNC_MAX_BYTES_8GPU = get_defined_int["AR_CPASYNC_MAX_BYTES_8GPU", -1]()
+comptime AR_CPASYNC_STAGES_2GPU = get_defined_int["AR_CPASYNC_STAGES_2GPU", -1]()
+comptime AR_CPASYNC_STAGES_4GPU = get_defined_int["AR_CPASYNC_STAGES_4GPU", -1]()
+comptime AR_CPASYNC_STAGES_8GPU = get_defined_int["AR_CPASYNC_STAGES_8GPU", -1]()
 comptime AR_MAX_BLOCKS = get_defined_int["AR_MAX_BLOCKS", 216]()
 comptime AR_BLOCK_THREADS = get_defined_int["AR_BLOCK_THREADS", 256]()
 comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
@@ -182,14 +206,31 @@ comptime AR_END_ORDERING = get_defined_int["AR_END_ORDERING", ORDER_RELAXED]()
 comptime AR_PUSH_MAX_BYTES_DEFINED = is_defined["AR_PUSH_MAX_BYTES"]()
 comptime AR_PUSH_MAX_BYTES = get_defined_int["AR_PUSH_MAX_BYTES", 0]()
 comptime AR_PUSH_MAX_BYTES_2GPU_DEFAULT = 1 * MIB
+# Per-GPU-count push windows (sweep --write); -1 = not measured: the shared
+# define above (or its per-count default) applies.
+comptime AR_PUSH_MAX_BYTES_2GPU = get_defined_int["AR_PUSH_MAX_BYTES_2GPU", -1]()
+comptime AR_PUSH_MAX_BYTES_4GPU = get_defined_int["AR_PUSH_MAX_BYTES_4GPU", -1]()
+comptime AR_PUSH_MAX_BYTES_8GPU = get_defined_int["AR_PUSH_MAX_BYTES_8GPU", -1]()
 comptime AR_PUSH_REGION_MAX_BYTES = get_defined_int["AR_PUSH_REGION_MAX_BYTES", 256 * MIB]()
 comptime AR_LEAN_BARRIERS = get_defined_int["AR_LEAN_BARRIERS", 1]() != 0
 comptime AR_2STAGE_PUSH_MIN_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MIN_BYTES_2GPU", 1]()
 comptime AR_2STAGE_PUSH_MAX_BYTES_2GPU = get_defined_int["AR_2STAGE_PUSH_MAX_BYTES_2GPU", 0]()
+comptime AR_2STAGE_PUSH_MIN_BYTES_4GPU = get_defined_int["AR_2STAGE_PUSH_MIN_BYTES_4GPU", 1]()
+comptime AR_2STAGE_PUSH_MAX_BYTES_4GPU = get_defined_int["AR_2STAGE_PUSH_MAX_BYTES_4GPU", 0]()
+comptime AR_2STAGE_PUSH_MIN_BYTES_8GPU = get_defined_int["AR_2STAGE_PUSH_MIN_BYTES_8GPU", 1]()
+comptime AR_2STAGE_PUSH_MAX_BYTES_8GPU = get_defined_int["AR_2STAGE_PUSH_MAX_BYTES_8GPU", 0]()
 comptime AR_PUSHFLAG_MIN_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MIN_BYTES_2GPU", 1]()
 comptime AR_PUSHFLAG_MAX_BYTES_2GPU = get_defined_int["AR_PUSHFLAG_MAX_BYTES_2GPU", 0]()
+comptime AR_PUSHFLAG_MIN_BYTES_4GPU = get_defined_int["AR_PUSHFLAG_MIN_BYTES_4GPU", 1]()
+comptime AR_PUSHFLAG_MAX_BYTES_4GPU = get_defined_int["AR_PUSHFLAG_MAX_BYTES_4GPU", 0]()
+comptime AR_PUSHFLAG_MIN_BYTES_8GPU = get_defined_int["AR_PUSHFLAG_MIN_BYTES_8GPU", 1]()
+comptime AR_PUSHFLAG_MAX_BYTES_8GPU = get_defined_int["AR_PUSHFLAG_MAX_BYTES_8GPU", 0]()
 comptime AR_BULK_MIN_BYTES_2GPU = get_defined_int["AR_BULK_MIN_BYTES_2GPU", 1]()
 comptime AR_BULK_MAX_BYTES_2GPU = get_defined_int["AR_BULK_MAX_BYTES_2GPU", 0]()
+comptime AR_BULK_MIN_BYTES_4GPU = get_defined_int["AR_BULK_MIN_BYTES_4GPU", 1]()
+comptime AR_BULK_MAX_BYTES_4GPU = get_defined_int["AR_BULK_MAX_BYTES_4GPU", 0]()
+comptime AR_BULK_MIN_BYTES_8GPU = get_defined_int["AR_BULK_MIN_BYTES_8GPU", 1]()
+comptime AR_BULK_MAX_BYTES_8GPU = get_defined_int["AR_BULK_MAX_BYTES_8GPU", 0]()
 comptime AR_BULK_STAGES = get_defined_int["AR_BULK_STAGES", 4]()
 comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
@@ -210,11 +251,19 @@ launch bounds, unroll 4 took 128 registers (one block per SM, 865 us); 256-threa
 
 
 
+def _stages_ok(stages: Int) -> Bool:
+    """A per-GPU-count stage count: -1 (not given) or 2, 3 or 4."""
+    return stages == -1 or (stages >= 2 and stages <= 4)
+
+
 @always_inline
 def _check_defines():
     comptime assert AR_CPASYNC_STAGES >= 2 and AR_CPASYNC_STAGES <= 4, (
         "AR_CPASYNC_STAGES must be 2, 3 or 4"
     )
+    comptime assert _stages_ok(AR_CPASYNC_STAGES_2GPU) and _stages_ok(AR_CPASYNC_STAGES_4GPU) and _stages_ok(
+        AR_CPASYNC_STAGES_8GPU
+    ), "AR_CPASYNC_STAGES_{2,4,8}GPU must be 2, 3 or 4"
     comptime assert AR_MAX_BLOCKS >= 1 and AR_MAX_BLOCKS <= MAX_BLOCKS, (
         "AR_MAX_BLOCKS must be in [1, 1024]"
     )
@@ -241,9 +290,12 @@ def _check_defines():
     comptime assert AR_END_ORDERING >= ORDER_RELAXED and AR_END_ORDERING <= ORDER_RELEASE_ACQUIRE, (
         "AR_END_ORDERING must be 0, 1 or 2"
     )
-    comptime assert AR_PUSHFLAG_MAX_BYTES_2GPU <= AR_PUSH_REGION_MAX_BYTES, (
-        "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
+    comptime assert max(AR_PUSH_MAX_BYTES_2GPU, AR_PUSH_MAX_BYTES_4GPU, AR_PUSH_MAX_BYTES_8GPU) <= AR_PUSH_REGION_MAX_BYTES, (
+        "AR_PUSH_MAX_BYTES_{2,4,8}GPU must not exceed AR_PUSH_REGION_MAX_BYTES"
     )
+    comptime assert max(AR_PUSHFLAG_MAX_BYTES_2GPU, AR_PUSHFLAG_MAX_BYTES_4GPU, AR_PUSHFLAG_MAX_BYTES_8GPU) <= (
+        AR_PUSH_REGION_MAX_BYTES
+    ), "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
 
 
@@ -306,32 +358,76 @@ def one_stage_max_bytes(ngpus: Int) -> Int:
     return AR_1STAGE_MAX_BYTES
 
 
+@always_inline
+def _of_count(ngpus: Int, v2: Int, v4: Int, v8: Int) -> Int:
+    """The per-GPU-count define of `ngpus` (-1: none for this count)."""
+    if ngpus == 2:
+        return v2
+    if ngpus == 4:
+        return v4
+    if ngpus == 8:
+        return v8
+    return -1
+
+
 def push_max_bytes(ngpus: Int) -> Int:
+    var own = _of_count(ngpus, AR_PUSH_MAX_BYTES_2GPU, AR_PUSH_MAX_BYTES_4GPU, AR_PUSH_MAX_BYTES_8GPU)
+    if own >= 0:
+        return own
     comptime if AR_PUSH_MAX_BYTES_DEFINED:
         return AR_PUSH_MAX_BYTES
     return AR_PUSH_MAX_BYTES_2GPU_DEFAULT if ngpus == 2 else 0
 
 
+def cpasync_min_bytes(ngpus: Int) -> Int:
+    var own = _of_count(ngpus, AR_CPASYNC_MIN_BYTES_2GPU, AR_CPASYNC_MIN_BYTES_4GPU, AR_CPASYNC_MIN_BYTES_8GPU)
+    return own if own >= 0 else AR_CPASYNC_MIN_BYTES
+
+
+def cpasync_max_bytes(ngpus: Int) -> Int:
+    var own = _of_count(ngpus, AR_CPASYNC_MAX_BYTES_2GPU, AR_CPASYNC_MAX_BYTES_4GPU, AR_CPASYNC_MAX_BYTES_8GPU)
+    return own if own >= 0 else AR_CPASYNC_MAX_BYTES
+
+
+def cpasync_stages(ngpus: Int) -> Int:
+    var own = _of_count(ngpus, AR_CPASYNC_STAGES_2GPU, AR_CPASYNC_STAGES_4GPU, AR_CPASYNC_STAGES_8GPU)
+    return own if own >= 0 else AR_CPASYNC_STAGES
+
+
+@always_inline
+def _in_window(num_bytes: Int, ngpus: Int, lo2: Int, hi2: Int, lo4: Int, hi4: Int, lo8: Int, hi8: Int) -> Bool:
+    """Whether `num_bytes` lies in this GPU count's window [lo, hi] (none for an unsupported count)."""
+    if ngpus != 2 and ngpus != 4 and ngpus != 8:
+        return False
+    return num_bytes >= _of_count(ngpus, lo2, lo4, lo8) and num_bytes <= _of_count(ngpus, hi2, hi4, hi8)
+
+
 def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
     """The runtime choice among the kernels that exist. `dtype` is accepted so
-    windows can become dtype-specific; all three dtypes use 16-byte vectors."""
+    windows can become dtype-specific; all three dtypes use 16-byte vectors.
+    Every window is the one of `ngpus` (its _{2,4,8}GPU define, else the
+    shared define, else the default)."""
     _ = dtype
     _check_defines()
     if num_bytes > 0 and num_bytes <= push_max_bytes(ngpus):
         return KERNEL_ID_PUSH
-    if ngpus == 2:
-        if num_bytes >= AR_2STAGE_PUSH_MIN_BYTES_2GPU and num_bytes <= AR_2STAGE_PUSH_MAX_BYTES_2GPU:
-            return KERNEL_ID_2STAGE_PUSH
-        if num_bytes >= AR_PUSHFLAG_MIN_BYTES_2GPU and num_bytes <= AR_PUSHFLAG_MAX_BYTES_2GPU:
-            return KERNEL_ID_PUSHFLAG
-        if BULK_AVAILABLE and num_bytes >= AR_BULK_MIN_BYTES_2GPU and num_bytes <= AR_BULK_MAX_BYTES_2GPU:
-            return KERNEL_ID_BULK
-    if (
-        CPASYNC_AVAILABLE
-        and num_bytes >= AR_CPASYNC_MIN_BYTES
-        and num_bytes <= AR_CPASYNC_MAX_BYTES
-    ):
-        return cpasync_kernel_id[AR_CPASYNC_STAGES]()
+    if _in_window(num_bytes, ngpus, AR_2STAGE_PUSH_MIN_BYTES_2GPU, AR_2STAGE_PUSH_MAX_BYTES_2GPU,
+                  AR_2STAGE_PUSH_MIN_BYTES_4GPU, AR_2STAGE_PUSH_MAX_BYTES_4GPU,
+                  AR_2STAGE_PUSH_MIN_BYTES_8GPU, AR_2STAGE_PUSH_MAX_BYTES_8GPU):
+        return KERNEL_ID_2STAGE_PUSH
+    if _in_window(num_bytes, ngpus, AR_PUSHFLAG_MIN_BYTES_2GPU, AR_PUSHFLAG_MAX_BYTES_2GPU,
+                  AR_PUSHFLAG_MIN_BYTES_4GPU, AR_PUSHFLAG_MAX_BYTES_4GPU,
+                  AR_PUSHFLAG_MIN_BYTES_8GPU, AR_PUSHFLAG_MAX_BYTES_8GPU):
+        return KERNEL_ID_PUSHFLAG
+    if BULK_AVAILABLE and _in_window(num_bytes, ngpus, AR_BULK_MIN_BYTES_2GPU, AR_BULK_MAX_BYTES_2GPU,
+                                     AR_BULK_MIN_BYTES_4GPU, AR_BULK_MAX_BYTES_4GPU,
+                                     AR_BULK_MIN_BYTES_8GPU, AR_BULK_MAX_BYTES_8GPU):
+        return KERNEL_ID_BULK
+    if CPASYNC_AVAILABLE and num_bytes >= cpasync_min_bytes(ngpus) and num_bytes <= cpasync_max_bytes(ngpus):
+        var stages = cpasync_stages(ngpus)
+        comptime for s in range(2, 5):
+            if stages == s:
+                return cpasync_kernel_id[s]()
     if num_bytes <= one_stage_max_bytes(ngpus):
         return KERNEL_ID_1STAGE
     return KERNEL_ID_2STAGE

@@ -6,6 +6,7 @@
 from std.testing import assert_equal, assert_true, assert_false
 from allreduce.dispatch import (
     select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
+    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages,
 )
 from allreduce.kernels import (
     KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
@@ -57,6 +58,13 @@ def test_names_and_selection() raises:
     assert_equal(kernel_name(k), "1stage")
     var k8 = select_kernel(16 * 1024 * 1024, 8, DType.float32)
     assert_equal(kernel_name(k8), "2stage" if one_stage_max_bytes(8) < 16 * 1024 * 1024 else "1stage")
+    # no per-GPU-count define given: every count takes the shared default (push 1 MiB on 2 GPUs only,
+    # empty cp.async window, 3 stages)
+    assert_equal(push_max_bytes(2), 1024 * 1024)
+    assert_equal(push_max_bytes(4), 0)
+    for n in [2, 4, 8]:
+        assert_true(cpasync_min_bytes(n) > cpasync_max_bytes(n))
+        assert_equal(cpasync_stages(n), 3)
 
 
 def test_new_kernels() raises:
