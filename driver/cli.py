@@ -164,9 +164,9 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
         raise ConfigError(f"--from {folder}: no such run folder", "pass a folder under bench_results/")
     text, md = sweep.from_run(folder)
     print(md)
-    if ns.write:
-        paths.write_atomic(targets.DISPATCH_WINDOWS_FILE, text)
-        print(f"wrote {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)}")
+    if ns.write:  # the run's GPU counts only; every other count's windows are kept
+        written = sweep.write_windows(text)
+        print(f"wrote {written.relative_to(paths.ROOT) if written.is_relative_to(paths.ROOT) else written}")
     return 0
 
 
@@ -349,11 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("sweep", help="time every allreduce kernel at every size and find the dispatch windows")
     _add_run_args(w, iters=100, dtypes="float32", sizes="8K,16K,...,1G")
     w.add_argument("--write", action="store_true",
-                   help=f"write the measured windows to {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)} "
-                        "(without it they are only archived with the run)")
+                   help=f"merge the measured windows into {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)}: "
+                        "the swept GPU counts' are replaced, every other count's kept (without it they are only "
+                        "archived with the run)")
     w.add_argument("--from", dest="from_run", metavar="RUN", default=None,
                    help="no GPU: re-derive the windows from an archived sweep run folder with today's rules "
-                        "(prints its table and defines; --write writes them)")
+                        "(prints its table and defines; --write merges them as above)")
     w.set_defaults(func=cmd_sweep)
 
     u = sub.add_parser("bundle", help="make a self-contained folder a GPU host runs without Mojo or nvcc")

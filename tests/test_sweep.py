@@ -36,7 +36,7 @@ def test_crossovers_on_measured_timings():
     for (_, _, size), row in table.items():
         if size <= limit:  # 1stage kept only where it is within the noise of 2stage
             assert row["1stage"] <= row["2stage"] * 1.02
-    lo, hi = defines["AR_CPASYNC_MIN_BYTES"], defines["AR_CPASYNC_MAX_BYTES"]
+    lo, hi = defines["AR_CPASYNC_MIN_BYTES_2GPU"], defines["AR_CPASYNC_MAX_BYTES_2GPU"]
     for (_, _, size), row in table.items():
         best_cp = min(v for k, v in row.items() if "cpasync" in k)
         if lo <= size <= hi:
@@ -52,9 +52,9 @@ def test_crossover_rules_on_edges():
              (2, "float32", 32768): row(9, 8, 4), (2, "float32", 65536): row(12, 9, 11)}
     d = sweep.crossovers(table, noise=0.02)
     assert d["AR_1STAGE_MAX_BYTES_2GPU"] == 16384
-    assert (d["AR_CPASYNC_MIN_BYTES"], d["AR_CPASYNC_MAX_BYTES"], d["AR_CPASYNC_STAGES"]) == (16384, 32768, 2)
+    assert (d["AR_CPASYNC_MIN_BYTES_2GPU"], d["AR_CPASYNC_MAX_BYTES_2GPU"], d["AR_CPASYNC_STAGES_2GPU"]) == (16384, 32768, 2)
     none = sweep.crossovers({(2, "float32", 8192): row(5, 9, 6)}, noise=0.02)
-    assert none["AR_CPASYNC_MIN_BYTES"] > none["AR_CPASYNC_MAX_BYTES"]  # empty window
+    assert none["AR_CPASYNC_MIN_BYTES_2GPU"] > none["AR_CPASYNC_MAX_BYTES_2GPU"]  # empty window
     md = sweep.markdown(table, d, "note")
     assert "-DAR_1STAGE_MAX_BYTES_2GPU=16384" in md and "| 16K |" in md
 
@@ -69,19 +69,19 @@ def test_push_window_starts_at_the_smallest_size_and_ends_at_the_first_loss():
     d = sweep.crossovers(wins_then_loses, noise=0.02)
     # 9.9 vs 10 is inside the 2% noise, but push is still the faster of the two: the window it won at 8K-16K
     # keeps 32K rather than handing it to the slower 1stage, and goes on to 64K.
-    assert d["AR_PUSH_MAX_BYTES"] == 65536
+    assert d["AR_PUSH_MAX_BYTES_2GPU"] == 65536
     # Slower than the fallback at 32K (10.1 vs 10): the window ends at 16K even though push wins again at 64K.
     slower = {(2, dt, s): row(10, p) for dt in ("float32", "bfloat16") for s, p in zip(sizes, (7, 8, 10.1, 8))}
-    assert sweep.crossovers(slower, noise=0.02)["AR_PUSH_MAX_BYTES"] == 16384
+    assert sweep.crossovers(slower, noise=0.02)["AR_PUSH_MAX_BYTES_2GPU"] == 16384
     # Faster than 1stage but beaten by another kernel by more than the noise: the window ends there too.
     beaten = {k: dict(v) for k, v in wins_then_loses.items()}
     for dt in ("float32", "bfloat16"):
         beaten[(2, dt, 32768)]["1stage_cpasync_s2"] = 9.0
-    assert sweep.crossovers(beaten, noise=0.02)["AR_PUSH_MAX_BYTES"] == 16384
+    assert sweep.crossovers(beaten, noise=0.02)["AR_PUSH_MAX_BYTES_2GPU"] == 16384
     one_dtype_loses = dict(wins_then_loses) | {(2, "bfloat16", 8192): row(10, 11)}
-    assert sweep.crossovers(one_dtype_loses, noise=0.02)["AR_PUSH_MAX_BYTES"] == 0
+    assert sweep.crossovers(one_dtype_loses, noise=0.02)["AR_PUSH_MAX_BYTES_2GPU"] == 0
     no_push = {k: {n: t for n, t in v.items() if n != "1stage_push"} for k, v in wins_then_loses.items()}
-    assert "AR_PUSH_MAX_BYTES" not in sweep.crossovers(no_push, noise=0.02)
+    assert not any(k.startswith("AR_PUSH_MAX_BYTES") for k in sweep.crossovers(no_push, noise=0.02))
 
 
 def test_new_kernel_windows_need_a_win_over_every_kernel_in_every_dtype():
@@ -105,7 +105,7 @@ def test_new_kernel_windows_need_a_win_over_every_kernel_in_every_dtype():
     assert (d["AR_2STAGE_PUSH_MIN_BYTES_2GPU"], d["AR_2STAGE_PUSH_MAX_BYTES_2GPU"]) == (4 * mib, 4 * mib)
     # the cp.async window must beat the new kernels too
     t2 = {(2, "float32", mib): row(50.0, 40.0, 60.0) | {"1stage_cpasync_s2": 45.0}}
-    assert sweep.crossovers(t2, noise=0.02)["AR_CPASYNC_MIN_BYTES"] == 1
+    assert sweep.crossovers(t2, noise=0.02)["AR_CPASYNC_MIN_BYTES_2GPU"] == 1
     md = sweep.markdown(t, d, "note")
     assert "2stage_push ratio" in md and "| 4M |" in md
 
@@ -121,12 +121,13 @@ def test_windows_are_re_derived_from_an_archived_sweep_without_a_gpu():
     assert saved["defines"]["AR_PUSH_MAX_BYTES"] == 512 * 1024
     text, md = sweep.from_run(SWEEP_RUN)
     derived = json.loads(text)
-    assert derived["defines"]["AR_PUSH_MAX_BYTES"] == 1 << 20
+    assert derived["defines"]["AR_PUSH_MAX_BYTES_2GPU"] == 1 << 20
     assert derived["defines"]["AR_1STAGE_MAX_BYTES_2GPU"] == 256 << 20
     # 1stage_pushflag is the fastest from 32 MiB up but never by the 5% margin in every dtype (bf16 at
     # 256 MiB: 766.56 vs 805.76 us is 4.9%): no window
     assert derived["defines"]["AR_PUSHFLAG_MIN_BYTES_2GPU"] > derived["defines"]["AR_PUSHFLAG_MAX_BYTES_2GPU"]
-    assert derived["margin"] == saved["margin"] and "| 256M |" in md
+    assert derived["gpu_counts"]["2"]["margin"] == saved["margin"] and "| 256M |" in md
+    assert list(derived["gpu_counts"]) == ["2"] and all(k.endswith("_2GPU") for k in derived["defines"])
 
 
 # The sweep of the same kind after 1stage_pushflag got its launch bounds (fefa9a2, 2026-11-23 10:35 UTC).
@@ -138,11 +139,118 @@ def test_the_committed_windows_are_what_the_newest_sweep_justifies():
     derived = json.loads(text)["defines"]
     # pushflag wins 64-256 MiB by more than 5% in every dtype (256 MiB 752.6 vs 806.5 us); push to 1 MiB
     assert (derived["AR_PUSHFLAG_MIN_BYTES_2GPU"], derived["AR_PUSHFLAG_MAX_BYTES_2GPU"]) == (64 << 20, 256 << 20)
-    assert derived["AR_PUSH_MAX_BYTES"] == 1 << 20
-    # what the source tree builds with is exactly what that run justifies
-    assert json.loads(DISPATCH_FILE.read_text())["defines"] == derived
+    assert derived["AR_PUSH_MAX_BYTES_2GPU"] == 1 << 20
+    # what the source tree builds with on 2 GPUs is exactly what that run justifies (the committed file is from
+    # before the windows were per count: its push and cp.async windows are shared defines)
+    committed = json.loads(DISPATCH_FILE.read_text())["defines"]
+    assert sweep.for_count(committed, 2) == sweep.for_count(derived, 2)
+    # and `sweep --from` that run `--write` changes no GPU count's windows
+    merged = json.loads(sweep.merge_windows(DISPATCH_FILE.read_text(), text))["defines"]
+    for ngpus in (2, 4, 8):
+        assert sweep.for_count(merged, ngpus) == sweep.for_count(committed, ngpus), ngpus
 
 
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="not a sweep run"):
         sweep.from_run(Path(__file__).resolve().parents[1] / "bench_results" / "20261123T073635Z-b3ccd16e-2xH200")
+
+
+def _row(one: float, two: float, push: float, flag: float = 99.0, cp: float = 99.0) -> dict[str, float]:
+    """Every kernel the sweep times; 2stage_push and 1stage_bulk never win."""
+    return {"1stage": one, "2stage": two, "1stage_push": push, "2stage_push": 99.0, "1stage_pushflag": flag,
+            "1stage_bulk": 99.0, "1stage_cpasync_s2": cp + 1, "1stage_cpasync_s3": cp + 2, "1stage_cpasync_s4": cp}
+
+
+KIB = 1024
+SIZES = (8 * KIB, 64 * KIB, 512 * KIB, 4096 * KIB)
+DTYPES = ("float32", "bfloat16", "float16")
+# 2 GPUs: push wins to 64K, 1stage to 4M (2stage never), pushflag at 4M. 4 GPUs: push only at 8K, cp.async (s4)
+# at 64K, 2stage from 512K.
+TWO = {(2, d, s): r for d in DTYPES for s, r in zip(SIZES, (_row(10, 12, 6), _row(11, 13, 7), _row(14, 16, 15),
+                                                           _row(30, 33, 40, flag=20)))}
+FOUR = {(4, d, s): r for d in DTYPES for s, r in zip(SIZES, (_row(10, 12, 7), _row(11, 12, 13, cp=8),
+                                                            _row(18, 14, 30), _row(60, 40, 90)))}
+
+
+def test_every_window_is_per_gpu_count_from_that_counts_rows():
+    d = sweep.crossovers(TWO | FOUR, noise=0.05)
+    assert all(sweep.count_of(k) in (2, 4) for k in d)  # nothing shared
+    two, four = sweep.for_count(d, 2), sweep.for_count(d, 4)
+    assert (two["AR_PUSH_MAX_BYTES"], four["AR_PUSH_MAX_BYTES"]) == (64 * KIB, 8 * KIB)
+    assert (two["AR_1STAGE_MAX_BYTES"], four["AR_1STAGE_MAX_BYTES"]) == (4096 * KIB, 64 * KIB)
+    assert (two["AR_PUSHFLAG_MIN_BYTES"], two["AR_PUSHFLAG_MAX_BYTES"]) == (4096 * KIB, 4096 * KIB)
+    assert four["AR_PUSHFLAG_MIN_BYTES"] > four["AR_PUSHFLAG_MAX_BYTES"]
+    assert two["AR_CPASYNC_MIN_BYTES"] > two["AR_CPASYNC_MAX_BYTES"] and "AR_CPASYNC_STAGES" not in two
+    assert (four["AR_CPASYNC_MIN_BYTES"], four["AR_CPASYNC_MAX_BYTES"], four["AR_CPASYNC_STAGES"]) == (
+        64 * KIB, 64 * KIB, 4)
+    # a count's windows do not depend on what else the sweep measured
+    assert sweep.crossovers(FOUR, noise=0.05) == {k: v for k, v in d.items() if k.endswith("_4GPU")}
+    assert sweep.crossovers(TWO, noise=0.05) == {k: v for k, v in d.items() if k.endswith("_2GPU")}
+    md = sweep.markdown(TWO | FOUR, d, "note")
+    two_md, four_md = md.split("### 2 GPUs")[1].split("### 4 GPUs")
+    assert "| 1stage_push | up to 64K |" in two_md and "| 1stage_pushflag | 4M-4M |" in two_md
+    assert "| 1stage_push | up to 8K |" in four_md and "| 1stage_cpasync_s4 | 64K-64K |" in four_md
+    assert "-DAR_PUSH_MAX_BYTES_4GPU=8192" in four_md and "_2GPU" not in four_md
+
+
+PROV4 = sweep.Provenance(measured_on="4xH200", git_sha="4" * 40, margin=0.05, sizes_bytes=list(SIZES), note="x4")
+
+
+def test_a_4gpu_sweep_write_keeps_every_other_counts_windows(tmp_path, monkeypatch):
+    committed_text = DISPATCH_FILE.read_text()
+    committed = json.loads(committed_text)
+    windows = tmp_path / "dispatch_windows.json"
+    windows.write_text(committed_text)
+    monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
+    four = sweep.crossovers(FOUR, noise=0.05)
+    sweep.write_windows(sweep.windows_json(four, {4: PROV4}))
+    merged = json.loads(windows.read_text())
+    d = merged["defines"]
+    # the 2-GPU defines and the shared ones (what 8 GPUs dispatch on) are the committed ones, value for value
+    assert {k: v for k, v in d.items() if sweep.count_of(k) != 4} == committed["defines"]
+    assert {k: v for k, v in d.items() if sweep.count_of(k) == 4} == four
+    for ngpus in (2, 8):
+        assert sweep.for_count(d, ngpus) == sweep.for_count(committed["defines"], ngpus)
+    assert sweep.for_count(d, 4)["AR_PUSH_MAX_BYTES"] == 8 * KIB  # its own push window wins over the shared 1 MiB
+    # where each count's windows came from: the committed file's sweeps for 2 GPUs and the shared defines
+    _, counts, shared = sweep.read_windows(committed_text)
+    assert merged["gpu_counts"]["4"] == PROV4.model_dump()
+    assert merged["gpu_counts"]["2"] == counts[2].model_dump() and merged.get("shared") == (
+        shared.model_dump() if shared else None)
+    # a later 2-GPU sweep replaces the 2-GPU defines (a stale stage count included) and keeps the 4-GPU ones
+    stale = dict(d, AR_CPASYNC_STAGES_2GPU=2)
+    windows.write_text(sweep.windows_json(stale, {2: PROV4, 4: PROV4}))
+    prov2 = PROV4.model_copy(update={"measured_on": "2xH200"})
+    sweep.write_windows(sweep.windows_json(sweep.crossovers(TWO, noise=0.05), {2: prov2}))
+    again = json.loads(windows.read_text())
+    assert {k: v for k, v in again["defines"].items() if sweep.count_of(k) == 2} == sweep.crossovers(TWO, noise=0.05)
+    assert {k: v for k, v in again["defines"].items() if sweep.count_of(k) == 4} == four
+    assert again["gpu_counts"]["2"]["measured_on"] == "2xH200" and again["gpu_counts"]["4"] == PROV4.model_dump()
+    assert "shared" not in again  # no shared define left in that file
+
+
+def test_sweep_from_a_run_write_merges(tmp_path, monkeypatch, capsys):
+    from driver import cli
+
+    windows = tmp_path / "dispatch_windows.json"
+    four = sweep.crossovers(FOUR, noise=0.05)
+    windows.write_text(sweep.merge_windows(DISPATCH_FILE.read_text(), sweep.windows_json(four, {4: PROV4})))
+    monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
+    assert cli.main(["sweep", "--from", str(CURRENT_SWEEP_RUN), "--write"]) == 0
+    assert "### 2 GPUs" in capsys.readouterr().out
+    d = json.loads(windows.read_text())["defines"]
+    assert {k: v for k, v in d.items() if sweep.count_of(k) == 4} == four  # the 4-GPU windows survive
+    derived = json.loads(sweep.from_run(CURRENT_SWEEP_RUN)[0])["defines"]
+    assert {k: v for k, v in d.items() if sweep.count_of(k) == 2} == derived
+
+
+def test_a_windows_file_from_before_the_per_count_windows_is_read():
+    # that sweep's file: one sweep's measured_on, git_sha, margin, ... at the top, shared push and cp.async windows
+    legacy = (CURRENT_SWEEP_RUN / "dispatch_windows.json").read_text()
+    defines, counts, shared = sweep.read_windows(legacy)
+    assert "AR_PUSH_MAX_BYTES" in defines and "AR_1STAGE_MAX_BYTES_2GPU" in defines
+    assert set(counts) == {2} and shared is not None and shared == counts[2]
+    assert shared.measured_on == "2xH200" and shared.margin == 0.05 and shared.git_sha.startswith("fefa9a24")
+    merged = json.loads(sweep.merge_windows(legacy, sweep.windows_json(sweep.crossovers(FOUR, 0.05), {4: PROV4})))
+    assert set(merged["gpu_counts"]) == {"2", "4"} and merged["shared"] == shared.model_dump()
+    assert sweep.count_of("AR_PUSH_MAX_BYTES") is None and sweep.count_of("AR_PUSH_MAX_BYTES_8GPU") == 8

@@ -3,15 +3,20 @@
 `python -m driver sweep` times every kernel (1stage, 2stage, 1stage_push, 2stage_push,
 1stage_pushflag, 1stage_bulk and 1stage_cpasync with 2, 3, 4 stages) interleaved at
 each size, per GPU count and dtype, then finds the crossovers as the compile-time defines the Mojo
-build reads, archives the sweep that justified them (DISPATCH.md, dispatch_windows.json in the run
-folder) and, with `--write` only, writes them to kernels_mojo/dispatch_windows.json.
+build reads, one set per GPU count (AR_..._<n>GPU, from that count's rows only), archives the sweep
+that justified them (DISPATCH.md, dispatch_windows.json in the run folder) and, with `--write` only,
+merges them into kernels_mojo/dispatch_windows.json: the measured counts' defines are replaced, every
+other count's kept.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 from driver import paths
 from driver.config import ALLREDUCE_KERNEL_NAMES, SUPPORTED_NGPUS, format_size, kernel_flags
@@ -27,46 +32,87 @@ from driver.verify import allreduce_errors
 from driver.workers import Pool, served
 
 TARGETS = "allreduce"
-# Kernels with a 2-GPU window of their own (select_kernel checks them in this order, after 1stage_push and
-# before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_2GPU / AR_<stem>_MAX_BYTES_2GPU.
+# Kernels with a size window of their own (select_kernel checks them in this order, after 1stage_push and
+# before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_<n>GPU / AR_<stem>_MAX_BYTES_<n>GPU.
 WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PUSHFLAG", "1stage_bulk": "BULK"}
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag",)  # its scratch, too, exists only up to that size
 DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
+_COUNT_SUFFIX = re.compile(r"_(\d+)GPU$")
 
 Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us
 
 
-def crossovers(table: Table, noise: float) -> dict[str, int]:
-    """The defines the measurements justify.
+def count_of(define: str) -> int | None:
+    """The GPU count a define is for (AR_PUSH_MAX_BYTES_4GPU -> 4); None for a shared one (AR_PUSH_MAX_BYTES)."""
+    m = _COUNT_SUFFIX.search(define)
+    return int(m.group(1)) if m else None
 
-    1stage up to the largest size at which, for every dtype and every size up to
-    it, 1stage is not slower than 2stage beyond the noise (per GPU count). The
-    cp.async window: the longest run of sizes at which the best stage count beats
-    both other kernels by more than the noise for every GPU count and dtype
-    measured; empty when it wins nowhere. The push window (where the sweep timed
-    1stage_push): from the smallest size up to the last size at which push beats
-    every other kernel by more than the noise for every GPU count and dtype; 0
-    when it does not win at the smallest size. Each WINDOWED kernel (2 GPUs only): the longest run
-    of sizes at which it beats every other kernel by more than the noise for every dtype; empty
-    (MIN=1 > MAX=0) when it wins nowhere.
+
+def for_count(defines: dict[str, int], ngpus: int) -> dict[str, int]:
+    """The windows `ngpus` GPUs dispatch on under these defines, named without the count: each its own
+    _<n>GPU define where given, else the shared one (a name in neither is dispatch.mojo's default)."""
+    shared = {k: v for k, v in defines.items() if count_of(k) is None}
+    return shared | {k.removesuffix(f"_{ngpus}GPU"): v for k, v in defines.items() if count_of(k) == ngpus}
+
+
+def crossovers(table: Table, noise: float) -> dict[str, int]:
+    """The defines the measurements justify, every one per GPU count (_<n>GPU) from that count's rows only,
+    so that a sweep at one count says nothing about another's windows.
+
+    For each GPU count: 1stage up to the largest size at which, for every dtype and every size up to it,
+    1stage is not slower than 2stage beyond the noise. The cp.async window: the longest run of sizes at
+    which the best stage count beats every other kernel by more than the noise for every dtype, with the
+    stage count that won most often there; empty when it wins nowhere. The push window (where the sweep
+    timed 1stage_push): from the smallest size up to the last size at which push beats every other kernel by
+    more than the noise for every dtype; 0 when it does not win at the smallest size. Each WINDOWED kernel:
+    the longest run of sizes at which it beats every other kernel by more than the noise for every dtype;
+    empty (MIN=1 > MAX=0) when it wins nowhere.
     """
     defines: dict[str, int] = {}
     for ngpus in sorted({k[0] for k in table}):
-        sizes = sorted({k[2] for k in table if k[0] == ngpus})
-        dtypes = sorted({k[1] for k in table if k[0] == ngpus})
-        limit = 0
-        for size in sizes:
-            if all(table[(ngpus, d, size)]["1stage"] <= table[(ngpus, d, size)]["2stage"] * (1 + noise) for d in dtypes):
-                limit = size
-            else:
-                break
-        defines[f"AR_1STAGE_MAX_BYTES_{ngpus}GPU"] = limit
-    # Every GPU count's and dtype's row at each size, smallest size first.
+        defines |= _count_windows({k: row for k, row in table.items() if k[0] == ngpus}, ngpus, noise)
+    return defines
+
+
+def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
+    """crossovers() for the rows of one GPU count."""
+    sfx = f"_{ngpus}GPU"
+    # Every dtype's row at each size, smallest size first.
     by_size: dict[int, list[dict[str, float]]] = {}
     for key in sorted(table, key=lambda k: k[2]):
         by_size.setdefault(key[2], []).append(table[key])
+    measured = list(by_size)
+    defines: dict[str, int] = {}
+    limit = 0
+    for size, rows in by_size.items():
+        if all(row["1stage"] <= row["2stage"] * (1 + noise) for row in rows):
+            limit = size
+        else:
+            break
+    defines[f"AR_1STAGE_MAX_BYTES{sfx}"] = limit
+    if all(PUSH in row for row in table.values()):
+        push_limit = 0
+        for size, rows in by_size.items():
+            if size > PUSH_REGION_MAX_BYTES:
+                break
+            if all(row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
+                push_limit = size  # a clear win
+            elif push_limit and all(_holds(row, PUSH, noise) for row in rows):
+                push_limit = size  # the window it won extends while push stays faster than the fallback
+            else:
+                break
+        defines[f"AR_PUSH_MAX_BYTES{sfx}"] = push_limit
+    for kernel, stem in WINDOWED.items():
+        if not all(kernel in row for row in table.values()):
+            continue  # a sweep that did not time it sets no window for it
+        won = [size for size, rows in by_size.items()
+               if not (kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES)
+               and all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows)]
+        best_run = _longest_run(won, measured)
+        lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
+        defines |= {f"AR_{stem}_MIN_BYTES{sfx}": lo, f"AR_{stem}_MAX_BYTES{sfx}": hi}
     winning: list[int] = []
     stages: Counter[int] = Counter()
     for size, rows in by_size.items():
@@ -80,38 +126,12 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
         if rows and len(wins) == len(rows):
             winning.append(size)
             stages.update(wins)
-    if table and all(PUSH in row for row in table.values()):
-        push_limit = 0
-        for size, rows in by_size.items():
-            if size > PUSH_REGION_MAX_BYTES:
-                break
-            if all(row[PUSH] < min(t for k, t in row.items() if k != PUSH) * (1 - noise) for row in rows):
-                push_limit = size  # a clear win
-            elif push_limit and all(_holds(row, PUSH, noise) for row in rows):
-                push_limit = size  # the window it won extends while push stays faster than the fallback
-            else:
-                break
-        defines["AR_PUSH_MAX_BYTES"] = push_limit
-    two = {k: row for k, row in table.items() if k[0] == 2}
-    for kernel, stem in WINDOWED.items():
-        if not two or not all(kernel in row for row in two.values()):
-            continue  # a sweep that did not time it sets no window for it
-        won = []
-        for size in sorted({k[2] for k in two}):
-            rows2 = [row for k, row in two.items() if k[2] == size]
-            if kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES:
-                continue
-            if all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows2):
-                won.append(size)
-        best_run = _longest_run(won, [k[2] for k in two])
-        lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
-        defines |= {f"AR_{stem}_MIN_BYTES_2GPU": lo, f"AR_{stem}_MAX_BYTES_2GPU": hi}
-    run = _longest_run(winning, list(by_size))
+    run = _longest_run(winning, measured)
     if run:
-        defines |= {"AR_CPASYNC_MIN_BYTES": run[0], "AR_CPASYNC_MAX_BYTES": run[-1],
-                    "AR_CPASYNC_STAGES": stages.most_common(1)[0][0]}
+        defines |= {f"AR_CPASYNC_MIN_BYTES{sfx}": run[0], f"AR_CPASYNC_MAX_BYTES{sfx}": run[-1],
+                    f"AR_CPASYNC_STAGES{sfx}": stages.most_common(1)[0][0]}
     else:
-        defines |= {"AR_CPASYNC_MIN_BYTES": 1, "AR_CPASYNC_MAX_BYTES": 0}
+        defines |= {f"AR_CPASYNC_MIN_BYTES{sfx}": 1, f"AR_CPASYNC_MAX_BYTES{sfx}": 0}
     return defines
 
 
@@ -153,8 +173,41 @@ def markdown(table: Table, defines: dict[str, int], run_note: str) -> str:
             lines.append(f"| {format_size(size)} | " + " | ".join(f"{row[k]:.2f}" for k in timed) +
                          f" | {min(row, key=row.get)} | {ratios} |")
         lines.append("")
-    lines += ["## Defines written", "", "```", *(f"-D{k}={v}" for k, v in sorted(defines.items())), "```", ""]
+    lines += ["## Windows written, per GPU count", "",
+              ("Each count's windows come from that count's rows only. `--write` replaces these counts' defines in "
+               "kernels_mojo/dispatch_windows.json and keeps every other count's (and the shared defines, which "
+               "serve a count that has none of its own)."), ""]
+    for ngpus in sorted({n for n in map(count_of, defines) if n is not None}):
+        own = {k: v for k, v in defines.items() if count_of(k) == ngpus}
+        lines += [f"### {ngpus} GPUs", "", "| kernel | window |", "|---|---|",
+                  *(f"| {kernel} | {window} |" for kernel, window in _windows_in_words(for_count(own, ngpus))), "",
+                  "```", *(f"-D{k}={v}" for k, v in sorted(own.items())), "```", ""]
+    shared = {k: v for k, v in defines.items() if count_of(k) is None}
+    if shared:
+        lines += ["### Every GPU count (shared)", "", "```", *(f"-D{k}={v}" for k, v in sorted(shared.items())),
+                  "```", ""]
     return "\n".join(lines)
+
+
+def _windows_in_words(w: dict[str, int]) -> list[tuple[str, str]]:
+    """One count's windows (for_count's names) as select_kernel checks them, for DISPATCH.md."""
+    def span(lo: int, hi: int) -> str:
+        return "none" if lo > hi else f"{format_size(lo)}-{format_size(hi)}"
+
+    out = []
+    if "AR_PUSH_MAX_BYTES" in w:
+        out.append((PUSH, f"up to {format_size(w['AR_PUSH_MAX_BYTES'])}" if w["AR_PUSH_MAX_BYTES"] > 0 else "none"))
+    for kernel, stem in WINDOWED.items():
+        if f"AR_{stem}_MIN_BYTES" in w:
+            out.append((kernel, span(w[f"AR_{stem}_MIN_BYTES"], w[f"AR_{stem}_MAX_BYTES"])))
+    if "AR_CPASYNC_MIN_BYTES" in w:
+        stages = f"1stage_cpasync_s{w['AR_CPASYNC_STAGES']}" if "AR_CPASYNC_STAGES" in w else "1stage_cpasync"
+        out.append((stages, span(w["AR_CPASYNC_MIN_BYTES"], w["AR_CPASYNC_MAX_BYTES"])))
+    if "AR_1STAGE_MAX_BYTES" in w:
+        one = w["AR_1STAGE_MAX_BYTES"]
+        out.append(("1stage / 2stage", f"1stage up to {format_size(one)}, 2stage above" if one > 0
+                    else "2stage at every size"))
+    return out
 
 
 # The first key of every dispatch_windows.json (JSON has no comments; readers take "defines" only).
@@ -163,10 +216,81 @@ WINDOWS_COMMENT = ("Generated by driver/suites/sweep.py (`python -m driver sweep
                    "see DISPATCH.md in the run folder.")
 
 
-def windows_json(defines: dict[str, int], measured_on: str, git_sha: str, margin: float, sizes: list[int],
-                 note: str) -> str:
-    return json.dumps({"$comment": WINDOWS_COMMENT, "defines": defines, "measured_on": measured_on, "git_sha": git_sha,
-                       "margin": margin, "sizes_bytes": sizes, "note": note}, indent=1) + "\n"
+class Provenance(BaseModel):
+    """Which sweep justified a set of windows: the device kind it ran on, the commit, the margin a kernel had
+    to win by, the sizes it timed and a note (where its DISPATCH.md is)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    measured_on: str
+    git_sha: str
+    margin: float
+    sizes_bytes: list[int]
+    note: str
+
+
+_PROVENANCE_KEYS = tuple(Provenance.model_fields)
+
+
+def windows_json(defines: dict[str, int], gpu_counts: dict[int, Provenance], shared: Provenance | None = None) -> str:
+    """A dispatch_windows.json: the defines, and per GPU count the sweep its _<n>GPU defines come from
+    (`shared`: the sweep the defines without a count come from, where there are any)."""
+    data: dict = {"$comment": WINDOWS_COMMENT, "defines": defines,
+                  "gpu_counts": {str(n): p.model_dump() for n, p in sorted(gpu_counts.items())}}
+    if shared is not None:
+        data["shared"] = shared.model_dump()
+    return json.dumps(data, indent=1) + "\n"
+
+
+def read_windows(text: str) -> tuple[dict[str, int], dict[int, Provenance], Provenance | None]:
+    """(defines, provenance per GPU count, provenance of the shared defines) of a dispatch_windows.json.
+    A file from before the windows were per count (one sweep's measured_on, git_sha, ... at the top) gives
+    that sweep for each count it has _<n>GPU defines for and for its shared defines."""
+    data = json.loads(text)
+    defines = {str(k): int(v) for k, v in data.get("defines", {}).items()}
+    if "gpu_counts" in data:
+        counts = {int(n): Provenance.model_validate(p) for n, p in data["gpu_counts"].items()}
+        return defines, counts, Provenance.model_validate(data["shared"]) if "shared" in data else None
+    if not all(k in data for k in _PROVENANCE_KEYS):
+        return defines, {}, None
+    legacy = Provenance.model_validate({k: data[k] for k in _PROVENANCE_KEYS})
+    counts = {n: legacy for n in sorted({count_of(k) for k in defines} - {None})}
+    return defines, counts, legacy if any(count_of(k) is None for k in defines) else None
+
+
+def merge_windows(existing: str | None, measured: str) -> str:
+    """`measured` (one sweep's dispatch_windows.json) merged into `existing` (the tree's, None when there is
+    none): the defines of every GPU count the sweep measured are replaced by the sweep's, those of every other
+    count and the shared ones kept, with where each came from."""
+    new_defines, new_counts, _ = read_windows(measured)
+    if existing is None:
+        return windows_json(new_defines, new_counts)
+    old_defines, old_counts, old_shared = read_windows(existing)
+    kept = {k: v for k, v in old_defines.items() if count_of(k) not in new_counts}
+    defines = dict(sorted((kept | new_defines).items(), key=lambda kv: _order(kv[0])))
+    counts = {n: p for n, p in old_counts.items() if n not in new_counts} | new_counts
+    shared = old_shared if any(count_of(k) is None for k in defines) else None
+    return windows_json(defines, counts, shared)
+
+
+_DEFINE_ORDER = ("AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES", *(f"AR_{stem}_" for stem in WINDOWED.values()),
+                 "AR_CPASYNC_")
+
+
+def _order(define: str) -> tuple[int, int, int, str]:
+    """Shared defines first, then each GPU count's, each in the order select_kernel checks them, MIN before MAX."""
+    kind = next((i for i, p in enumerate(_DEFINE_ORDER) if define.startswith(p)), len(_DEFINE_ORDER))
+    return count_of(define) or 0, kind, 0 if "_MIN_" in define else 1 if "_MAX_" in define else 2, define
+
+
+def write_windows(measured: str) -> Path:
+    """Merge one sweep's windows into kernels_mojo/dispatch_windows.json (merge_windows); returns the path."""
+    existing = DISPATCH_WINDOWS_FILE.read_text() if DISPATCH_WINDOWS_FILE.is_file() else None
+    paths.write_atomic(DISPATCH_WINDOWS_FILE, merge_windows(existing, measured))
+    return DISPATCH_WINDOWS_FILE
+
+
+def _sweep_provenance(defines: dict[str, int], prov: Provenance) -> dict[int, Provenance]:
+    return {n: prov for n in sorted({count_of(k) for k in defines} - {None})}
 
 
 def from_run(folder: Path) -> tuple[str, str]:
@@ -181,7 +305,11 @@ def from_run(folder: Path) -> tuple[str, str]:
     if not saved.is_file():
         raise ConfigError(f"{folder} holds no dispatch_windows.json: not a sweep run",
                           "pass the folder of a `python -m driver sweep` run in bench_results/")
-    margin = float(json.loads(saved.read_text())["margin"])
+    _, saved_counts, saved_shared = read_windows(saved.read_text())
+    margins = {p.margin for p in [*saved_counts.values(), *([saved_shared] if saved_shared else [])]}
+    if len(margins) != 1:
+        raise ConfigError(f"{saved} names no single margin ({sorted(margins)})", "re-run the sweep")
+    (margin,) = margins
     table: Table = {}
     for rec in run.records:
         parts = rec.config.split("/")
@@ -194,9 +322,9 @@ def from_run(folder: Path) -> tuple[str, str]:
         raise ConfigError(f"{folder} has no timed, correct sweep records", "re-run the sweep")
     defines = crossovers(table, margin)
     note = (f"derived by `python -m driver sweep --from {folder.name}` from that archived sweep; see its DISPATCH.md")
-    sizes = sorted({k[2] for k in table})
-    text = windows_json(defines, run.device.kind, run.git_sha,
-                        margin, sizes, note)
+    prov = Provenance(measured_on=run.device.kind, git_sha=run.git_sha, margin=margin,
+                      sizes_bytes=sorted({k[2] for k in table}), note=note)
+    text = windows_json(defines, _sweep_provenance(defines, prov))
     md = markdown(table, defines, f"Re-derived from {folder.name} (measured at {run.git_sha[:8]}); a kernel must "
                   f"win by more than {margin:.0%}.")
     return text, md
@@ -250,13 +378,15 @@ def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, gi
     # A kernel must win by more than the round-to-round spread we accept, not just the floor.
     margin = max(gates.noise.min_rel_noise, gates.noise.target_spread)
     defines = crossovers(table, margin)
-    text = windows_json(defines, dev.kind, git_sha, margin, list(sizes),
-                        "written by `python -m driver sweep --write`; see DISPATCH.md in the run folder")
+    prov = Provenance(measured_on=dev.kind, git_sha=git_sha, margin=margin, sizes_bytes=list(sizes),
+                      note=("written by `python -m driver sweep`; the table that justifies it is DISPATCH.md in "
+                            f"this sweep's run folder, bench_results/<UTC time>-{git_sha[:8]}-{dev.kind}"))
+    text = windows_json(defines, _sweep_provenance(defines, prov))
     result.extra_files["dispatch_windows.json"] = text.encode()
     result.extra_files["DISPATCH.md"] = markdown(
         table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
     if opts.write_windows and all(r.passed for r in result.records):  # never windows from wrong results
-        paths.write_atomic(DISPATCH_WINDOWS_FILE, text)
+        write_windows(text)  # this sweep's GPU counts only; every other count's windows are kept
     elif opts.write_windows:
         result.skipped.append(Skip(suite="allreduce", impl="sweep",
                                    reason=f"{DISPATCH_WINDOWS_FILE.name} not written: some kernel had wrong results"))
