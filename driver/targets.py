@@ -7,6 +7,7 @@ them into executables and which instructions each kernel's PTX must (not) hold.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -70,11 +71,28 @@ class Target:
         return sorted(found)
 
 
+DISPATCH_MOJO = paths.ROOT / "kernels_mojo" / "allreduce" / "dispatch.mojo"
+
+
+def dispatch_define_names() -> frozenset[str]:
+    """The -D names dispatch.mojo reads (`get_defined_int["NAME", ...]`, `is_defined["NAME"]`)."""
+    return frozenset(re.findall(r'(?:get_defined_int|is_defined)\[\s*"(\w+)"', DISPATCH_MOJO.read_text()))
+
+
 def _dispatch_defines() -> dict[str, str]:
+    """dispatch_windows.json's defines, every one passed to the allreduce builds as -D (the per-GPU-count
+    AR_..._<n>GPU ones and the shared ones alike). A name dispatch.mojo does not read is refused: Mojo would
+    ignore it, and the build would silently dispatch on a default."""
     if not DISPATCH_WINDOWS_FILE.is_file():
         return {}
     data = json.loads(DISPATCH_WINDOWS_FILE.read_text())
-    return {str(k): str(v) for k, v in data.get("defines", {}).items()}
+    defines = {str(k): str(v) for k, v in data.get("defines", {}).items()}
+    if DISPATCH_MOJO.is_file():
+        unknown = sorted(set(defines) - dispatch_define_names())
+        if unknown:
+            raise ConfigError(f"{DISPATCH_WINDOWS_FILE.name} names defines dispatch.mojo does not read: "
+                              f"{', '.join(unknown)}", "re-derive it (python -m driver sweep --from RUN --write)")
+    return defines
 
 
 CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")

@@ -16,6 +16,7 @@ import pytest
 
 from driver import build, paths, targets, thresholds, toolchain
 from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, SUPPORTED_NGPUS
+from driver.errors import ConfigError
 
 GATES = thresholds.load().build
 DISPATCH_MOJO = paths.ROOT / "kernels_mojo" / "allreduce" / "dispatch.mojo"
@@ -57,22 +58,42 @@ def mojo_defaults() -> dict[str, int]:
 
 
 def expected_kernel(d: dict[str, int], ngpus: int, nbytes: int, *, push_defined: bool, one_stage_defined: bool) -> str:
-    """The rule select_kernel documents: the push window first, then (2 GPUs only) the windows of
-    2stage_push, 1stage_pushflag and 1stage_bulk in that order, then the cp.async window, then 1stage up
-    to the (per-GPU-count, else global, else per-count default) crossover, 2stage above."""
-    push_max = d["AR_PUSH_MAX_BYTES"] if push_defined else (d["AR_PUSH_MAX_BYTES_2GPU_DEFAULT"] if ngpus == 2 else 0)
+    """The rule select_kernel documents, every window the one of `ngpus`: its _<n>GPU define where given
+    (-1 in `d`: not given), else the shared define, else the default. The push window first, then the windows
+    of 2stage_push, 1stage_pushflag and 1stage_bulk in that order, then the cp.async window, then 1stage up
+    to the crossover, 2stage above."""
+    def own_or(name: str, shared: int) -> int:
+        v = d[f"{name}_{ngpus}GPU"]
+        return v if v >= 0 else shared
+
+    push_max = own_or("AR_PUSH_MAX_BYTES", d["AR_PUSH_MAX_BYTES"] if push_defined else (
+        d["AR_PUSH_MAX_BYTES_2GPU_DEFAULT"] if ngpus == 2 else 0))
     if 0 < nbytes <= push_max:
         return "1stage_push"
-    if ngpus == 2:
-        for name, key in (("2stage_push", "2STAGE_PUSH"), ("1stage_pushflag", "PUSHFLAG"), ("1stage_bulk", "BULK")):
-            if d[f"AR_{key}_MIN_BYTES_2GPU"] <= nbytes <= d[f"AR_{key}_MAX_BYTES_2GPU"]:
-                return name
-    if d["AR_CPASYNC_MIN_BYTES"] <= nbytes <= d["AR_CPASYNC_MAX_BYTES"]:
-        return f"1stage_cpasync_s{d['AR_CPASYNC_STAGES']}"
-    limit = d[f"AR_1STAGE_MAX_BYTES_{ngpus}GPU"]
-    if limit < 0:
-        limit = d["AR_1STAGE_MAX_BYTES"] if one_stage_defined or ngpus != 2 else d["AR_1STAGE_MAX_BYTES_2GPU_DEFAULT"]
+    for name, key in (("2stage_push", "2STAGE_PUSH"), ("1stage_pushflag", "PUSHFLAG"), ("1stage_bulk", "BULK")):
+        if d[f"AR_{key}_MIN_BYTES_{ngpus}GPU"] <= nbytes <= d[f"AR_{key}_MAX_BYTES_{ngpus}GPU"]:
+            return name
+    if own_or("AR_CPASYNC_MIN_BYTES", d["AR_CPASYNC_MIN_BYTES"]) <= nbytes <= own_or("AR_CPASYNC_MAX_BYTES",
+                                                                                     d["AR_CPASYNC_MAX_BYTES"]):
+        return f"1stage_cpasync_s{own_or('AR_CPASYNC_STAGES', d['AR_CPASYNC_STAGES'])}"
+    limit = own_or("AR_1STAGE_MAX_BYTES", d["AR_1STAGE_MAX_BYTES"] if one_stage_defined or ngpus != 2
+                   else d["AR_1STAGE_MAX_BYTES_2GPU_DEFAULT"])
     return "1stage" if nbytes <= limit else "2stage"
+
+
+def _build(out_dir, *defines: str):
+    """dispatch_table built into `out_dir` with these -D NAME=VALUE defines (and no others)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    exe = out_dir / "dispatch_table"
+    cmd = [toolchain.find_mojo().path, "build", "-I", "kernels_mojo", "--target-accelerator", "sm_90",
+           *(x for d in defines for x in ("-D", d)), "kernels_mojo/bin/dispatch_table.mojo", "-o", str(exe)]
+    subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, timeout=600, check=True)
+    return exe
+
+
+def _build_table(out_dir, *defines: str) -> dict[tuple[int, str, int], str]:
+    """dispatch_table built with these defines, run on the CPU."""
+    return _table(_build(out_dir, *defines))
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +108,32 @@ def test_mojo_defaults_are_read_from_the_source():
     assert d["GIB"] == 1 << 30 and d["AR_CPASYNC_MIN_BYTES"] > d["AR_CPASYNC_MAX_BYTES"]  # empty window
     assert d["AR_1STAGE_MAX_BYTES_2GPU"] == d["AR_1STAGE_MAX_BYTES_4GPU"] == -1  # -1: not measured
     assert {"AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES_2GPU_DEFAULT", "AR_CPASYNC_STAGES"} <= d.keys()
+    for n in SUPPORTED_NGPUS:  # every window has a per-count form; the shared ones are -1 (not given) by default
+        assert d[f"AR_PUSH_MAX_BYTES_{n}GPU"] == d[f"AR_CPASYNC_STAGES_{n}GPU"] == d[f"AR_CPASYNC_MIN_BYTES_{n}GPU"] == -1
+        assert all(d[f"AR_{k}_MIN_BYTES_{n}GPU"] > d[f"AR_{k}_MAX_BYTES_{n}GPU"] for k in ("2STAGE_PUSH", "PUSHFLAG", "BULK"))
+
+
+def test_every_define_the_sweep_writes_is_one_dispatch_mojo_reads():
+    from driver.suites import sweep
+
+    def row(cp: float) -> dict[str, float]:  # every kernel timed; cp.async wins where cp is small
+        return {k: (cp if k == "1stage_cpasync_s3" else 10.0 + i) for i, k in enumerate(ALLREDUCE_KERNEL_NAMES)}
+
+    table = {(n, dt, size): row(1.0 if size == 1 << 20 else 50.0) for n in SUPPORTED_NGPUS for dt in DTYPES
+             for size in (1 << 16, 1 << 20)}
+    written = sweep.crossovers(table, noise=0.05)
+    assert {sweep.count_of(k) for k in written} == set(SUPPORTED_NGPUS)
+    assert all(f"AR_CPASYNC_STAGES_{n}GPU" in written for n in SUPPORTED_NGPUS)
+    assert set(written) <= targets.dispatch_define_names()
+    assert set(json.loads(targets.DISPATCH_WINDOWS_FILE.read_text())["defines"]) <= targets.dispatch_define_names()
+
+
+def test_a_windows_file_naming_an_unknown_define_is_refused(tmp_path, monkeypatch):
+    bad = tmp_path / "dispatch_windows.json"
+    bad.write_text(json.dumps({"defines": {"AR_PUSH_MAX_BYTES_3GPU": 0}}))
+    monkeypatch.setattr(targets, "DISPATCH_WINDOWS_FILE", bad)
+    with pytest.raises(ConfigError, match="AR_PUSH_MAX_BYTES_3GPU"):
+        targets.select("dispatch_table")
 
 
 @pytest.mark.mojo
@@ -143,13 +190,8 @@ def test_every_registry_kernel_is_one_the_executable_takes():
 @pytest.mark.mojo
 def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
     """The seeds' bug: a window set at compile time must change what runs."""
-    mojo = toolchain.find_mojo().path
-    exe = tmp_path / "dispatch_table"
-    cmd = [mojo, "build", "-I", "kernels_mojo", "--target-accelerator", "sm_90", "-D", "AR_CPASYNC_MIN_BYTES=1048576",
-           "-D", "AR_CPASYNC_MAX_BYTES=4194304", "-D", "AR_CPASYNC_STAGES=2", "-D", "AR_1STAGE_MAX_BYTES=65536", "-D", "AR_PUSH_MAX_BYTES=0",
-           "kernels_mojo/bin/dispatch_table.mojo", "-o", str(exe)]
-    subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, timeout=600, check=True)
-    table = _table(exe)
+    table = _build_table(tmp_path, "AR_CPASYNC_MIN_BYTES=1048576", "AR_CPASYNC_MAX_BYTES=4194304",
+                         "AR_CPASYNC_STAGES=2", "AR_1STAGE_MAX_BYTES=65536", "AR_PUSH_MAX_BYTES=0")
     for (ngpus, _dtype, nbytes), kernel in table.items():
         if 1 << 20 <= nbytes <= 4 << 20:
             assert kernel == "1stage_cpasync_s2"
@@ -161,16 +203,73 @@ def test_a_cp_async_window_define_reaches_the_runtime_choice(tmp_path):
 
 @pytest.mark.mojo
 def test_a_per_gpu_count_crossover_applies_to_that_count_only(tmp_path):
-    mojo = toolchain.find_mojo().path
-    exe = tmp_path / "dispatch_table"
-    cmd = [mojo, "build", "-I", "kernels_mojo", "--target-accelerator", "sm_90", "-D", "AR_1STAGE_MAX_BYTES_2GPU=1048576",
-           "-D", "AR_PUSH_MAX_BYTES=0", "kernels_mojo/bin/dispatch_table.mojo", "-o", str(exe)]
-    subprocess.run(cmd, cwd=paths.ROOT, capture_output=True, timeout=600, check=True)
-    for (ngpus, _dtype, nbytes), kernel in _table(exe).items():
+    for (ngpus, _dtype, nbytes), kernel in _build_table(tmp_path, "AR_1STAGE_MAX_BYTES_2GPU=1048576",
+                                                        "AR_PUSH_MAX_BYTES=0").items():
         if ngpus == 2:
             assert kernel == ("1stage" if nbytes <= 1 << 20 else "2stage")
         else:  # untouched: dispatch.mojo's default for 4 and 8 GPUs
             assert kernel == ("1stage" if nbytes <= mojo_defaults()["AR_1STAGE_MAX_BYTES"] else "2stage")
+
+
+PER_COUNT_4GPU = {  # a 4-GPU sweep's windows, every kind, beside shared ones that 2 and 8 GPUs keep using
+    "AR_PUSH_MAX_BYTES_4GPU": 64 << 10, "AR_2STAGE_PUSH_MIN_BYTES_4GPU": 256 << 10, "AR_2STAGE_PUSH_MAX_BYTES_4GPU": 512 << 10,
+    "AR_PUSHFLAG_MIN_BYTES_4GPU": 64 << 20, "AR_PUSHFLAG_MAX_BYTES_4GPU": 128 << 20,
+    "AR_BULK_MIN_BYTES_4GPU": 8 << 20, "AR_BULK_MAX_BYTES_4GPU": 16 << 20,
+    "AR_CPASYNC_MIN_BYTES_4GPU": 1 << 20, "AR_CPASYNC_MAX_BYTES_4GPU": 4 << 20, "AR_CPASYNC_STAGES_4GPU": 4,
+    "AR_1STAGE_MAX_BYTES_4GPU": 32 << 10,
+}
+
+
+@pytest.mark.mojo
+def test_per_gpu_count_windows_apply_to_that_count_only(tmp_path):
+    shared = {"AR_PUSH_MAX_BYTES": 1 << 20, "AR_CPASYNC_MIN_BYTES": 2 << 20, "AR_CPASYNC_MAX_BYTES": 2 << 20}
+    defines = shared | PER_COUNT_4GPU
+    table = _build_table(tmp_path, *(f"{k}={v}" for k, v in defines.items()))
+    d = mojo_defaults() | defines
+    for (ngpus, _dtype, nbytes), kernel in table.items():
+        assert kernel == expected_kernel(d, ngpus, nbytes, push_defined=True, one_stage_defined=False), (ngpus, nbytes)
+    four = {nbytes: k for (n, dt, nbytes), k in table.items() if n == 4 and dt == "float32"}
+    two = {nbytes: k for (n, dt, nbytes), k in table.items() if n == 2 and dt == "float32"}
+    assert (four[64 << 10], four[128 << 10], four[256 << 10]) == ("1stage_push", "2stage", "2stage_push")
+    assert (four[2 << 20], four[8 << 20], four[64 << 20]) == ("1stage_cpasync_s4", "1stage_bulk", "1stage_pushflag")
+    assert (two[256 << 10], two[2 << 20], two[8 << 20]) == ("1stage_push", "1stage_cpasync_s3", "1stage")
+    assert {k: v for k, v in table.items() if k[0] == 8} == {
+        k: v for k, v in _build_table(tmp_path / "shared", *(f"{k}={v}" for k, v in shared.items())).items()
+        if k[0] == 8}
+
+
+@pytest.mark.mojo
+def test_the_windows_of_before_select_what_they_selected(tmp_path):
+    """tests/data/dispatch: the committed windows of 4ddc8c6 (shared push and cp.async windows, 2-GPU-only
+    ones) give today's dispatch_table the very table they gave then, line for line."""
+    data = paths.ROOT / "tests" / "data" / "dispatch"
+    defines = json.loads((data / "windows_4ddc8c6.json").read_text())["defines"]
+    exe = _build(tmp_path, *(f"{k}={v}" for k, v in defines.items()))
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines() == (data / "table_4ddc8c6.jsonl").read_text().splitlines()
+
+
+@pytest.mark.mojo
+def test_a_merged_4gpu_sweep_reaches_the_build_and_leaves_2_and_8_gpus_alone(tmp_path, monkeypatch, default_table):
+    """The driver's own path: a 4-GPU sweep's windows merged into the committed file (sweep --write), read by
+    driver/targets.py and passed to the dispatch_table build."""
+    from driver.suites import sweep
+
+    windows = tmp_path / "dispatch_windows.json"
+    windows.write_text(targets.DISPATCH_WINDOWS_FILE.read_text())
+    prov = sweep.Provenance(measured_on="4xH200", git_sha="0" * 40, margin=0.05, sizes_bytes=[], note="test")
+    monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
+    sweep.write_windows(sweep.windows_json(PER_COUNT_4GPU, {4: prov}))
+    monkeypatch.setattr(targets, "DISPATCH_WINDOWS_FILE", windows)
+    monkeypatch.setattr(paths, "build_dir", lambda: tmp_path / "build")
+    (t,) = targets.select("dispatch_table")
+    assert {k: str(v) for k, v in PER_COUNT_4GPU.items()}.items() <= t.defines.items()
+    build.build_all((t,), ("sm_90",), GATES)
+    table = _table(tmp_path / "build" / "sm_90" / "dispatch_table")
+    assert {k: v for k, v in table.items() if k[0] != 4} == {k: v for k, v in default_table.items() if k[0] != 4}
+    d = mojo_defaults() | {k: int(v) for k, v in t.defines.items()}
+    for (ngpus, _dtype, nbytes), kernel in table.items():
+        assert kernel == expected_kernel(d, ngpus, nbytes, push_defined=True, one_stage_defined=False), (ngpus, nbytes)
 
 
 @pytest.mark.mojo
