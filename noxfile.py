@@ -81,7 +81,7 @@ def stress(session: nox.Session) -> None:
 
 @nox.session
 def sweep(session: nox.Session) -> None:
-    """Time every allreduce kernel at every size; `-- --write` also writes kernels_mojo/dispatch_windows.json."""
+    """Time every allreduce kernel at every size; `-- --write` merges the swept GPU counts' windows into kernels_mojo/dispatch_windows.json."""
     _install(session)
     session.run("python", "-m", "driver", "sweep", *session.posargs)
 

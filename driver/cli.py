@@ -162,10 +162,10 @@ def cmd_sweep(ns: argparse.Namespace) -> int:
     folder = Path(ns.from_run)
     if not folder.is_dir():
         raise ConfigError(f"--from {folder}: no such run folder", "pass a folder under bench_results/")
-    text, md = sweep.from_run(folder)
+    windows, md = sweep.from_run(folder)
     print(md)
     if ns.write:  # the run's GPU counts only; every other count's windows are kept
-        written = sweep.write_windows(text)
+        written = sweep.write_windows(windows)
         print(f"wrote {written.relative_to(paths.ROOT) if written.is_relative_to(paths.ROOT) else written}")
     return 0
 

@@ -259,7 +259,7 @@ def test_a_merged_4gpu_sweep_reaches_the_build_and_leaves_2_and_8_gpus_alone(tmp
     windows.write_text(targets.DISPATCH_WINDOWS_FILE.read_text())
     prov = sweep.Provenance(measured_on="4xH200", git_sha="0" * 40, margin=0.05, sizes_bytes=[], note="test")
     monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
-    sweep.write_windows(sweep.windows_json(PER_COUNT_4GPU, {4: prov}))
+    sweep.write_windows(sweep.windows_data(PER_COUNT_4GPU, {4: prov}))
     monkeypatch.setattr(targets, "DISPATCH_WINDOWS_FILE", windows)
     monkeypatch.setattr(paths, "build_dir", lambda: tmp_path / "build")
     (t,) = targets.select("dispatch_table")

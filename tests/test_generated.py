@@ -71,6 +71,6 @@ def test_every_generator_writes_the_line(tmp_path):
     for name, text in texts.items():
         assert MARK.search(_first_line(text)), name
     prov = sweep.Provenance(measured_on="2xH200", git_sha="0" * 40, margin=0.05, sizes_bytes=[], note="note")
-    assert MARK.search(_json_comment(sweep.windows_json({}, {2: prov})))
-    assert MARK.search(_json_comment(sweep.merge_windows(None, sweep.windows_json({}, {2: prov}))))
+    assert MARK.search(_json_comment(sweep.windows_json(sweep.windows_data({}, {2: prov}))))
+    assert MARK.search(_json_comment(sweep.windows_json(sweep.merge_windows(None, sweep.windows_data({}, {2: prov})))))
     assert MARK.search(bundle.GENERATED)  # the $comment of bundle.json

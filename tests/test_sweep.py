@@ -119,8 +119,7 @@ def test_windows_are_re_derived_from_an_archived_sweep_without_a_gpu():
     # fastest at: 1 MiB (push 11.46/11.68/11.68 us vs 1stage 11.81 in all three dtypes) went to 1stage.
     saved = json.loads((SWEEP_RUN / "dispatch_windows.json").read_text())
     assert saved["defines"]["AR_PUSH_MAX_BYTES"] == 512 * 1024
-    text, md = sweep.from_run(SWEEP_RUN)
-    derived = json.loads(text)
+    derived, md = sweep.from_run(SWEEP_RUN)
     assert derived["defines"]["AR_PUSH_MAX_BYTES_2GPU"] == 1 << 20
     assert derived["defines"]["AR_1STAGE_MAX_BYTES_2GPU"] == 256 << 20
     # 1stage_pushflag is the fastest from 32 MiB up but never by the 5% margin in every dtype (bf16 at
@@ -135,8 +134,8 @@ CURRENT_SWEEP_RUN = Path(__file__).resolve().parents[1] / "bench_results" / "202
 
 
 def test_the_committed_windows_are_what_the_newest_sweep_justifies():
-    text, _md = sweep.from_run(CURRENT_SWEEP_RUN)
-    derived = json.loads(text)["defines"]
+    windows, _md = sweep.from_run(CURRENT_SWEEP_RUN)
+    derived = windows["defines"]
     # pushflag wins 64-256 MiB by more than 5% in every dtype (256 MiB 752.6 vs 806.5 us); push to 1 MiB
     assert (derived["AR_PUSHFLAG_MIN_BYTES_2GPU"], derived["AR_PUSHFLAG_MAX_BYTES_2GPU"]) == (64 << 20, 256 << 20)
     assert derived["AR_PUSH_MAX_BYTES_2GPU"] == 1 << 20
@@ -145,7 +144,7 @@ def test_the_committed_windows_are_what_the_newest_sweep_justifies():
     committed = json.loads(DISPATCH_FILE.read_text())["defines"]
     assert sweep.for_count(committed, 2) == sweep.for_count(derived, 2)
     # and `sweep --from` that run `--write` changes no GPU count's windows
-    merged = json.loads(sweep.merge_windows(DISPATCH_FILE.read_text(), text))["defines"]
+    merged = sweep.merge_windows(json.loads(DISPATCH_FILE.read_text()), windows)["defines"]
     for ngpus in (2, 4, 8):
         assert sweep.for_count(merged, ngpus) == sweep.for_count(committed, ngpus), ngpus
 
@@ -203,7 +202,7 @@ def test_a_4gpu_sweep_write_keeps_every_other_counts_windows(tmp_path, monkeypat
     windows.write_text(committed_text)
     monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
     four = sweep.crossovers(FOUR, noise=0.05)
-    sweep.write_windows(sweep.windows_json(four, {4: PROV4}))
+    sweep.write_windows(sweep.windows_data(four, {4: PROV4}))
     merged = json.loads(windows.read_text())
     d = merged["defines"]
     # the 2-GPU defines and the shared ones (what 8 GPUs dispatch on) are the committed ones, value for value
@@ -213,15 +212,15 @@ def test_a_4gpu_sweep_write_keeps_every_other_counts_windows(tmp_path, monkeypat
         assert sweep.for_count(d, ngpus) == sweep.for_count(committed["defines"], ngpus)
     assert sweep.for_count(d, 4)["AR_PUSH_MAX_BYTES"] == 8 * KIB  # its own push window wins over the shared 1 MiB
     # where each count's windows came from: the committed file's sweeps for 2 GPUs and the shared defines
-    _, counts, shared = sweep.read_windows(committed_text)
+    _, counts, shared = sweep.read_windows(committed)
     assert merged["gpu_counts"]["4"] == PROV4.model_dump()
     assert merged["gpu_counts"]["2"] == counts[2].model_dump() and merged.get("shared") == (
         shared.model_dump() if shared else None)
     # a later 2-GPU sweep replaces the 2-GPU defines (a stale stage count included) and keeps the 4-GPU ones
     stale = dict(d, AR_CPASYNC_STAGES_2GPU=2)
-    windows.write_text(sweep.windows_json(stale, {2: PROV4, 4: PROV4}))
+    windows.write_text(sweep.windows_json(sweep.windows_data(stale, {2: PROV4, 4: PROV4})))
     prov2 = PROV4.model_copy(update={"measured_on": "2xH200"})
-    sweep.write_windows(sweep.windows_json(sweep.crossovers(TWO, noise=0.05), {2: prov2}))
+    sweep.write_windows(sweep.windows_data(sweep.crossovers(TWO, noise=0.05), {2: prov2}))
     again = json.loads(windows.read_text())
     assert {k: v for k, v in again["defines"].items() if sweep.count_of(k) == 2} == sweep.crossovers(TWO, noise=0.05)
     assert {k: v for k, v in again["defines"].items() if sweep.count_of(k) == 4} == four
@@ -234,23 +233,24 @@ def test_sweep_from_a_run_write_merges(tmp_path, monkeypatch, capsys):
 
     windows = tmp_path / "dispatch_windows.json"
     four = sweep.crossovers(FOUR, noise=0.05)
-    windows.write_text(sweep.merge_windows(DISPATCH_FILE.read_text(), sweep.windows_json(four, {4: PROV4})))
+    windows.write_text(sweep.windows_json(sweep.merge_windows(json.loads(DISPATCH_FILE.read_text()),
+                                                               sweep.windows_data(four, {4: PROV4}))))
     monkeypatch.setattr(sweep, "DISPATCH_WINDOWS_FILE", windows)
     assert cli.main(["sweep", "--from", str(CURRENT_SWEEP_RUN), "--write"]) == 0
     assert "### 2 GPUs" in capsys.readouterr().out
     d = json.loads(windows.read_text())["defines"]
     assert {k: v for k, v in d.items() if sweep.count_of(k) == 4} == four  # the 4-GPU windows survive
-    derived = json.loads(sweep.from_run(CURRENT_SWEEP_RUN)[0])["defines"]
+    derived = sweep.from_run(CURRENT_SWEEP_RUN)[0]["defines"]
     assert {k: v for k, v in d.items() if sweep.count_of(k) == 2} == derived
 
 
 def test_a_windows_file_from_before_the_per_count_windows_is_read():
     # that sweep's file: one sweep's measured_on, git_sha, margin, ... at the top, shared push and cp.async windows
-    legacy = (CURRENT_SWEEP_RUN / "dispatch_windows.json").read_text()
+    legacy = json.loads((CURRENT_SWEEP_RUN / "dispatch_windows.json").read_text())
     defines, counts, shared = sweep.read_windows(legacy)
     assert "AR_PUSH_MAX_BYTES" in defines and "AR_1STAGE_MAX_BYTES_2GPU" in defines
     assert set(counts) == {2} and shared is not None and shared == counts[2]
     assert shared.measured_on == "2xH200" and shared.margin == 0.05 and shared.git_sha.startswith("fefa9a24")
-    merged = json.loads(sweep.merge_windows(legacy, sweep.windows_json(sweep.crossovers(FOUR, 0.05), {4: PROV4})))
+    merged = sweep.merge_windows(legacy, sweep.windows_data(sweep.crossovers(FOUR, 0.05), {4: PROV4}))
     assert set(merged["gpu_counts"]) == {"2", "4"} and merged["shared"] == shared.model_dump()
     assert sweep.count_of("AR_PUSH_MAX_BYTES") is None and sweep.count_of("AR_PUSH_MAX_BYTES_8GPU") == 8

@@ -231,21 +231,25 @@ class Provenance(BaseModel):
 _PROVENANCE_KEYS = tuple(Provenance.model_fields)
 
 
-def windows_json(defines: dict[str, int], gpu_counts: dict[int, Provenance], shared: Provenance | None = None) -> str:
-    """A dispatch_windows.json: the defines, and per GPU count the sweep its _<n>GPU defines come from
+def windows_data(defines: dict[str, int], gpu_counts: dict[int, Provenance],
+                 shared: Provenance | None = None) -> dict:
+    """A dispatch_windows.json's content: the defines, and per GPU count the sweep its _<n>GPU defines come from
     (`shared`: the sweep the defines without a count come from, where there are any)."""
     data: dict = {"$comment": WINDOWS_COMMENT, "defines": defines,
                   "gpu_counts": {str(n): p.model_dump() for n, p in sorted(gpu_counts.items())}}
     if shared is not None:
         data["shared"] = shared.model_dump()
+    return data
+
+
+def windows_json(data: dict) -> str:
     return json.dumps(data, indent=1) + "\n"
 
 
-def read_windows(text: str) -> tuple[dict[str, int], dict[int, Provenance], Provenance | None]:
-    """(defines, provenance per GPU count, provenance of the shared defines) of a dispatch_windows.json.
+def read_windows(data: dict) -> tuple[dict[str, int], dict[int, Provenance], Provenance | None]:
+    """(defines, provenance per GPU count, provenance of the shared defines) of a dispatch_windows.json's content.
     A file from before the windows were per count (one sweep's measured_on, git_sha, ... at the top) gives
     that sweep for each count it has _<n>GPU defines for and for its shared defines."""
-    data = json.loads(text)
     defines = {str(k): int(v) for k, v in data.get("defines", {}).items()}
     if "gpu_counts" in data:
         counts = {int(n): Provenance.model_validate(p) for n, p in data["gpu_counts"].items()}
@@ -257,19 +261,19 @@ def read_windows(text: str) -> tuple[dict[str, int], dict[int, Provenance], Prov
     return defines, counts, legacy if any(count_of(k) is None for k in defines) else None
 
 
-def merge_windows(existing: str | None, measured: str) -> str:
+def merge_windows(existing: dict | None, measured: dict) -> dict:
     """`measured` (one sweep's dispatch_windows.json) merged into `existing` (the tree's, None when there is
     none): the defines of every GPU count the sweep measured are replaced by the sweep's, those of every other
     count and the shared ones kept, with where each came from."""
     new_defines, new_counts, _ = read_windows(measured)
     if existing is None:
-        return windows_json(new_defines, new_counts)
+        return windows_data(new_defines, new_counts)
     old_defines, old_counts, old_shared = read_windows(existing)
     kept = {k: v for k, v in old_defines.items() if count_of(k) not in new_counts}
     defines = dict(sorted((kept | new_defines).items(), key=lambda kv: _order(kv[0])))
     counts = {n: p for n, p in old_counts.items() if n not in new_counts} | new_counts
     shared = old_shared if any(count_of(k) is None for k in defines) else None
-    return windows_json(defines, counts, shared)
+    return windows_data(defines, counts, shared)
 
 
 _DEFINE_ORDER = ("AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES", *(f"AR_{stem}_" for stem in WINDOWED.values()),
@@ -282,10 +286,10 @@ def _order(define: str) -> tuple[int, int, int, str]:
     return count_of(define) or 0, kind, 0 if "_MIN_" in define else 1 if "_MAX_" in define else 2, define
 
 
-def write_windows(measured: str) -> Path:
+def write_windows(measured: dict) -> Path:
     """Merge one sweep's windows into kernels_mojo/dispatch_windows.json (merge_windows); returns the path."""
-    existing = DISPATCH_WINDOWS_FILE.read_text() if DISPATCH_WINDOWS_FILE.is_file() else None
-    paths.write_atomic(DISPATCH_WINDOWS_FILE, merge_windows(existing, measured))
+    existing = json.loads(DISPATCH_WINDOWS_FILE.read_text()) if DISPATCH_WINDOWS_FILE.is_file() else None
+    paths.write_atomic(DISPATCH_WINDOWS_FILE, windows_json(merge_windows(existing, measured)))
     return DISPATCH_WINDOWS_FILE
 
 
@@ -293,8 +297,8 @@ def _sweep_provenance(defines: dict[str, int], prov: Provenance) -> dict[int, Pr
     return {n: prov for n in sorted({count_of(k) for k in defines} - {None})}
 
 
-def from_run(folder: Path) -> tuple[str, str]:
-    """The windows today's rules find in an archived sweep (no GPU): (dispatch_windows.json text, DISPATCH.md).
+def from_run(folder: Path) -> tuple[dict, str]:
+    """The windows today's rules find in an archived sweep (no GPU): (dispatch_windows.json content, DISPATCH.md).
 
     The table is rebuilt from the run's records (timed, correct ones only, as the sweep itself keeps them), the
     margin is the one that sweep used."""
@@ -305,7 +309,7 @@ def from_run(folder: Path) -> tuple[str, str]:
     if not saved.is_file():
         raise ConfigError(f"{folder} holds no dispatch_windows.json: not a sweep run",
                           "pass the folder of a `python -m driver sweep` run in bench_results/")
-    _, saved_counts, saved_shared = read_windows(saved.read_text())
+    _, saved_counts, saved_shared = read_windows(json.loads(saved.read_text()))
     margins = {p.margin for p in [*saved_counts.values(), *([saved_shared] if saved_shared else [])]}
     if len(margins) != 1:
         raise ConfigError(f"{saved} names no single margin ({sorted(margins)})", "re-run the sweep")
@@ -324,10 +328,10 @@ def from_run(folder: Path) -> tuple[str, str]:
     note = (f"derived by `python -m driver sweep --from {folder.name}` from that archived sweep; see its DISPATCH.md")
     prov = Provenance(measured_on=run.device.kind, git_sha=run.git_sha, margin=margin,
                       sizes_bytes=sorted({k[2] for k in table}), note=note)
-    text = windows_json(defines, _sweep_provenance(defines, prov))
+    data = windows_data(defines, _sweep_provenance(defines, prov))
     md = markdown(table, defines, f"Re-derived from {folder.name} (measured at {run.git_sha[:8]}); a kernel must "
                   f"win by more than {margin:.0%}.")
-    return text, md
+    return data, md
 
 
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
@@ -381,12 +385,12 @@ def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, gi
     prov = Provenance(measured_on=dev.kind, git_sha=git_sha, margin=margin, sizes_bytes=list(sizes),
                       note=("written by `python -m driver sweep`; the table that justifies it is DISPATCH.md in "
                             f"this sweep's run folder, bench_results/<UTC time>-{git_sha[:8]}-{dev.kind}"))
-    text = windows_json(defines, _sweep_provenance(defines, prov))
-    result.extra_files["dispatch_windows.json"] = text.encode()
+    windows = windows_data(defines, _sweep_provenance(defines, prov))
+    result.extra_files["dispatch_windows.json"] = windows_json(windows).encode()
     result.extra_files["DISPATCH.md"] = markdown(
         table, defines, f"Measured on {dev.kind} at {git_sha[:8]}; a kernel must win by more than {margin:.0%}.").encode()
     if opts.write_windows and all(r.passed for r in result.records):  # never windows from wrong results
-        write_windows(text)  # this sweep's GPU counts only; every other count's windows are kept
+        write_windows(windows)  # this sweep's GPU counts only; every other count's windows are kept
     elif opts.write_windows:
         result.skipped.append(Skip(suite="allreduce", impl="sweep",
                                    reason=f"{DISPATCH_WINDOWS_FILE.name} not written: some kernel had wrong results"))
