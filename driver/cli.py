@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(func=cmd_bench)
 
     w = sub.add_parser("sweep", help="time every allreduce kernel at every size and find the dispatch windows")
-    _add_run_args(w, iters=100, dtypes="float32", sizes="8K,16K,...,1G")
+    _add_run_args(w, iters=100, dtypes="float32", sizes="8K,16K,...,256M")
     w.add_argument("--write", action="store_true",
                    help=f"merge the measured windows into {targets.DISPATCH_WINDOWS_FILE.relative_to(paths.ROOT)}: "
                         "the swept GPU counts' are replaced, every other count's kept (without it they are only "

@@ -254,3 +254,18 @@ def test_a_windows_file_from_before_the_per_count_windows_is_read():
     merged = sweep.merge_windows(legacy, sweep.windows_data(sweep.crossovers(FOUR, 0.05), {4: PROV4}))
     assert set(merged["gpu_counts"]) == {"2", "4"} and merged["shared"] == shared.model_dump()
     assert sweep.count_of("AR_PUSH_MAX_BYTES") is None and sweep.count_of("AR_PUSH_MAX_BYTES_8GPU") == 8
+
+
+def test_sweep_sizes_stop_at_the_push_region(tmp_path, monkeypatch):
+    """The sweep forces 1stage_push at every size and the executable has no push region above 256 MiB: the
+    default sizes end there, and a larger --sizes is refused before anything launches."""
+    from driver.config import format_size
+    from driver.options import RunOptions
+    from driver.records import DeviceInfo, GpuInfo
+
+    assert max(sweep.DEFAULT_SIZES) == sweep.PUSH_REGION_MAX_BYTES and min(sweep.DEFAULT_SIZES) == 8 << 10
+    dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=1) for i in range(2)])
+    monkeypatch.setattr(sweep, "measure_ceiling", lambda opts: pytest.fail("launched before refusing"))
+    opts = RunOptions(sizes_bytes=(1 << 20, 512 << 20), sizes_given=True)
+    with pytest.raises(ConfigError, match=format_size(512 << 20)):
+        sweep._run(opts, tmp_path, dev, None, "0" * 40, pool=None)

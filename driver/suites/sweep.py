@@ -38,7 +38,9 @@ WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PU
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag",)  # its scratch, too, exists only up to that size
-DEFAULT_SIZES = tuple(1 << p for p in range(13, 31))  # 8 KiB .. 1 GiB
+# 8 KiB .. 256 MiB: the sweep forces every kernel at every size, and the runner refuses a forced 1stage_push
+# (and 1stage_pushflag) above its push region (PUSH_REGION_MAX_BYTES), so no size above it can be swept.
+DEFAULT_SIZES = tuple(1 << p for p in range(13, 29))
 _COUNT_SUFFIX = re.compile(r"_(\d+)GPU$")
 
 Table = dict[tuple[int, str, int], dict[str, float]]  # (ngpus, dtype, bytes) -> kernel -> p50 us
@@ -345,6 +347,11 @@ def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, gi
     if not counts or max(counts) > present:
         raise NoGPU(f"the sweep needs {max(counts, default=2)} GPUs; this host has {present}")
     sizes = opts.sizes_bytes if opts.sizes_given else DEFAULT_SIZES
+    too_big = [s for s in sizes if s > PUSH_REGION_MAX_BYTES]
+    if too_big:
+        raise ConfigError(f"the sweep forces 1stage_push at every size, which takes at most "
+                          f"{format_size(PUSH_REGION_MAX_BYTES)}; --sizes has {format_size(max(too_big))}",
+                          f"sweep sizes up to {format_size(PUSH_REGION_MAX_BYTES)} (the default is 8K..256M)")
     modes = opts.modes("sweep")
     if len(modes) != 1:
         raise ConfigError(f"the sweep times in one mode, --timing gave {','.join(modes)}",
