@@ -186,7 +186,7 @@ class Cases:
     def _inputs(self, key: CaseKey, shape: tuple[int, int, int, int]):
         start = time.perf_counter()
         name, seed, dist = key
-        folder = self.folder / f"{name}-{dist}-seed{seed}"
+        folder = self.folder_of(name, seed, dist)
         folder.mkdir(parents=True, exist_ok=True)
         arrays = ref.make_inputs(shape, seed, dist)
         files = save_inputs(folder, arrays)
@@ -205,6 +205,10 @@ class Cases:
     def quiet(self):
         """Held while something is timed: no GPU reference runs meanwhile."""
         return self.gpu.quiet if self.gpu else contextlib.nullcontext()
+
+    def folder_of(self, name: str, seed: int, distribution: str) -> Path:
+        """Where a case's inputs (and the outputs written beside them) go: known before its inputs are made."""
+        return self.folder / f"{name}-{distribution}-seed{seed}"
 
     def files(self, name: str, seed: int, distribution: str) -> tuple[dict[str, Path], Path]:
         with phases.timed("inputs (wait)"):
@@ -291,11 +295,9 @@ def _run_shape(
     lines: dict[tuple[str, str, str, int], SdpaLine] = {}  # (impl, tier, dist, seed) -> its check's line
     pending: dict[tuple[str, str, str, int], list[Future]] = {}  # -> the errors of each checked output
     peer_failures: dict[tuple[str, str], str] = {}  # (peer, mode) -> why it was dropped
-    outs: dict[tuple[str, str, str, int], Path] = {}
 
     def out_of(impl: str, tier: str, dist: str, seed: int) -> Path:
-        return outs.setdefault((impl, tier, dist, seed),
-                               cases.files(shape_name, seed, dist)[1] / f"out_{impl}_{tier}.npy")
+        return cases.folder_of(shape_name, seed, dist) / f"out_{impl}_{tier}.npy"
 
     def check_later(impl: str, tier: str, dist: str, seed: int) -> None:
         """The output is read now (the next case overwrites it), its error computed on a thread."""
@@ -317,9 +319,6 @@ def _run_shape(
     # Nothing is timed here, so each implementation's worker takes its cases on a thread of its own, side by side
     # with the others' (the GPU and the file I/O overlap); the first error of ours stops every thread.
     check_order = [(dist, seed) for dist in sorted(dists, key=lambda d: d != TIMED_DISTRIBUTION) for seed in opts.seeds]
-    for dist, seed in check_order:  # every output path fixed before any thread runs (out_of is not thread-safe)
-        for impl, tier in [*ours, *theirs]:
-            out_of(impl, tier, dist, seed)
     stop = threading.Event()
     first_of_tier = {tier: threading.Lock() for tier in tiers}  # our runners ask a tier's first case one at a time
     refused: dict[str, TierNotOffered] = {}  # so that a refusal (exit 5) is asked once and stands for the run
