@@ -69,8 +69,9 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     stage count that won most often there; empty when it wins nowhere. The push window (where the sweep
     timed 1stage_push): from the smallest size up to the last size at which push beats every other kernel by
     more than the noise for every dtype; 0 when it does not win at the smallest size. Each WINDOWED kernel:
-    the longest run of sizes at which it beats every other kernel by more than the noise for every dtype;
-    empty (MIN=1 > MAX=0) when it wins nowhere.
+    the longest run of sizes at which it beats every other kernel by more than the noise for every dtype,
+    grown over the neighbouring sizes at which it still holds (fastest within the noise, and faster than
+    1stage/2stage) in every dtype; empty (MIN=1 > MAX=0) when it wins nowhere.
     """
     defines: dict[str, int] = {}
     for ngpus in sorted({k[0] for k in table}):
@@ -112,7 +113,7 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
         won = [size for size, rows in by_size.items()
                if not (kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES)
                and all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows)]
-        best_run = _longest_run(won, measured)
+        best_run = _extend_run(_longest_run(won, measured), measured, by_size, kernel, noise)
         lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
         defines |= {f"AR_{stem}_MIN_BYTES{sfx}": lo, f"AR_{stem}_MAX_BYTES{sfx}": hi}
     winning: list[int] = []
@@ -142,6 +143,29 @@ def _holds(row: dict[str, float], kernel: str, noise: float) -> bool:
     serves the size once its window ends) and no other kernel beats it by more than the noise."""
     fallback = min(row[k] for k in ("1stage", "2stage") if k in row)
     return row[kernel] < fallback and all(t >= row[kernel] * (1 - noise) for k, t in row.items() if k != kernel)
+
+
+def _extend_run(run: list[int], measured: list[int], by_size: dict[int, list[dict[str, float]]], kernel: str,
+                noise: float) -> list[int]:
+    """A window `kernel` won (`run`, consecutive measured sizes) grown over each neighbouring size at which it
+    `_holds` in every dtype, downwards and upwards, as the push window keeps the sizes next to the ones it won:
+    a size it stays the fastest at, within the noise, and faster than the 1stage/2stage that would otherwise
+    serve it, is not handed to a slower kernel."""
+    if not run:
+        return run
+    order = sorted(set(measured))
+    lo, hi = order.index(run[0]), order.index(run[-1])
+
+    def holds(size: int) -> bool:
+        if kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES:
+            return False
+        return all(_holds(row, kernel, noise) for row in by_size[size])
+
+    while lo > 0 and holds(order[lo - 1]):
+        lo -= 1
+    while hi + 1 < len(order) and holds(order[hi + 1]):
+        hi += 1
+    return order[lo:hi + 1]
 
 
 def _longest_run(sizes: list[int], measured: list[int]) -> list[int]:

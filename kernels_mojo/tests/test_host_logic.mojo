@@ -17,6 +17,7 @@ from benchlib.serve import end_line, json_escape, split_request, take_line
 from benchlib.stats import TimingStats, json_fixed3, json_number
 from benchlib.check import (
     CheckResult, fill_rank_inputs, check_rank_output, compare_runs, corrupt_element, sum_bound_factor, unit_roundoff,
+    lcg_jump,
 )
 from std.utils.numerics import nan
 
@@ -224,6 +225,65 @@ def test_check() raises:
                  " one-rounding tolerance; ", expect_mismatch, " differ between the two orders"))
 
 
+def test_chunked_host_work() raises:
+    """Fill, check and run-to-run compare in small chunks (parallel) give one pass's results: the same
+    inputs and references (the LCG jumped to each chunk's start), the same counts, and the lowest element
+    as the first finding even when a later chunk also finds one."""
+    comptime n = 1000
+    comptime ngpus = 4
+    assert_equal(lcg_jump(12345, 0), 12345)
+    var stepped: UInt64 = 12345
+    for _ in range(77):
+        stepped = stepped * 6364136223846793005 + 1442695040888963407
+    assert_equal(lcg_jump(12345, 77), stepped)
+    var refs = List[Float64](length=n, fill=0.0)
+    var sums = List[Float64](length=n, fill=0.0)
+    var refs_c = List[Float64](length=n, fill=0.0)
+    var sums_c = List[Float64](length=n, fill=0.0)
+    var rp = refs.unsafe_ptr().as_unsafe_any_origin()
+    var sp = sums.unsafe_ptr().as_unsafe_any_origin()
+    var rpc = refs_c.unsafe_ptr().as_unsafe_any_origin()
+    var spc = sums_c.unsafe_ptr().as_unsafe_any_origin()
+    var xs = List[List[BFloat16]]()
+    for r in range(ngpus):
+        xs.append(List[BFloat16](length=n, fill=0))
+        var xc = List[BFloat16](length=n, fill=0)
+        fill_rank_inputs[DType.bfloat16](xs[r].unsafe_ptr().as_unsafe_any_origin(), n, 3, r, rp, sp, True, chunk=n)
+        fill_rank_inputs[DType.bfloat16](xc.unsafe_ptr().as_unsafe_any_origin(), n, 3, r, rpc, spc, True, chunk=37)
+        for i in range(n):
+            assert_equal(xs[r][i].to_bits(), xc[i].to_bits())
+    for i in range(n):
+        assert_equal(refs[i], refs_c[i])
+        assert_equal(sums[i], sums_c[i])
+    var out = List[BFloat16](length=n, fill=0)
+    for i in range(n):
+        var acc = Float32(0)
+        for r in range(ngpus):
+            acc += xs[r][i].cast[DType.float32]()
+        out[i] = acc.cast[DType.bfloat16]()
+    var good = out.unsafe_ptr().as_unsafe_any_origin()
+    var bad = out.copy()
+    var badp = bad.unsafe_ptr().as_unsafe_any_origin()
+    _ = corrupt_element[DType.bfloat16](badp, 901, rp, sp, ngpus)  # chunk 24 of 37 elements
+    _ = corrupt_element[DType.bfloat16](badp, 40, rp, sp, ngpus)  # chunk 1
+    var whole = CheckResult()
+    var chunked = CheckResult()
+    check_rank_output[DType.bfloat16](whole, badp, 2, good, rp, sp, n, ngpus, chunk=n)
+    check_rank_output[DType.bfloat16](chunked, badp, 2, good, rp, sp, n, ngpus, chunk=37)
+    assert_equal(whole.out_of_bound, 2)
+    assert_equal(chunked.out_of_bound, 2)
+    assert_equal(chunked.oob_element, 40)
+    assert_equal(chunked.oob_rank, 2)
+    assert_equal(chunked.oob_value, whole.oob_value)
+    assert_equal(chunked.max_abs_err, whole.max_abs_err)
+    assert_equal(chunked.max_err_over_bound, whole.max_err_over_bound)
+    assert_equal(chunked.rank_mismatch, 2)
+    assert_equal(chunked.mismatch_element, 40)
+    var runs = CheckResult()
+    compare_runs[DType.bfloat16](runs, badp, good, n, chunk=37)
+    assert_equal(runs.run_to_run_mismatch, 2)
+
+
 def test_arg_list_and_codes() raises:
     var cfg = parse_arg_list(split_request("--sizes\t8K+28,16M\t--dtype\tbfloat16\t--ngpus\t4\t--kernel\t2stage"))
     assert_equal(len(cfg.sizes_bytes), 2)
@@ -281,4 +341,5 @@ def main() raises:
     test_new_kernels()
     test_stats()
     test_check()
+    test_chunked_host_work()
     print("test_host_logic: all passed")
