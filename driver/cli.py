@@ -81,7 +81,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     write = getattr(ns, "write", False)
     if write and paths.is_bundle():
         raise ConfigError("a bundle has no source tree to write the dispatch windows into",
-                          "run the sweep without --write; copy dispatch_windows.json from its run folder")
+                          "run the sweep without --write, copy its run folder into the source tree's bench_results/ "
+                          "and merge it there: python -m driver sweep --from bench_results/<run> --write")
     suite = getattr(ns, "suite", "all")
     sizes, dtypes = _given(ns.sizes, "--sizes"), config.parse_dtypes(ns.dtype)
     sizes_bytes = config.parse_sizes(sizes or "256K,16M")

@@ -258,3 +258,17 @@ def test_the_mojo_pin_comes_from_pyproject_only(tmp_path, monkeypatch):
     finally:
         toolchain.pins.cache_clear()
         toolchain.find_mojo.cache_clear()
+
+
+def test_sweep_write_from_a_bundle_is_refused_with_the_way_to_merge(monkeypatch, capsys, results_dir):
+    """A bundle has no kernels_mojo/ to write into: `sweep --write` there is refused before any build or launch,
+    and the hint is the merge that keeps the other GPU counts' windows (copying the run's own
+    dispatch_windows.json over the tree's would drop them)."""
+    from driver import cli, paths
+
+    monkeypatch.setattr(paths, "is_bundle", lambda: True)
+    assert cli.main(["sweep", "--ngpus", "4", "--write"]) == ConfigError.exit_code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no source tree" in err[0]
+    assert "sweep --from bench_results/<run> --write" in err[0]
+    assert not results_dir.exists() or not any(results_dir.iterdir())

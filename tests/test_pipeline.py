@@ -120,6 +120,10 @@ def test_sweep_writes_the_windows_only_when_asked(host, results_dir, tmp_path, m
     before = real.read_bytes()
     args = ["sweep", "--no-build", "--arch", "sm_90", "--sizes", "8K,16K", "--iters", "2", "--rounds", "1"]
     assert cli.main(args) == 0, capsys.readouterr().err
+    # progress: one step per kernel per round, so with one round and one dtype the last reads 9/9
+    kernels = len(sweep.ALLREDUCE_KERNEL_NAMES)
+    steps = [ln for ln in capsys.readouterr().err.splitlines() if "] [" in ln and " sweep " in ln]
+    assert len(steps) == kernels and f"[{kernels}/{kernels}, ETA " in steps[-1]
     assert not windows.exists() and real.read_bytes() == before
     (folder,) = archive.archived_runs(results_dir)
     assert json.loads((folder / "dispatch_windows.json").read_text())["defines"]

@@ -81,3 +81,50 @@ def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
     stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
                two_gpus, load(), "0" * 40)
     assert set(ran) == set(stress.ALLREDUCE_KERNEL_NAMES)
+
+
+def test_the_progress_plan_is_every_soak_process_soak_case_and_sanitizer_run(monkeypatch, tmp_path, capsys):
+    """The done / total of stress's progress lines: planned_steps is what the run goes through, one step per
+    allreduce soak process (--iters in chunks of LAUNCHES_PER_PROCESS), per SDPA soak case (every seed and
+    distribution once) and per sanitizer run; the last line reads total / total."""
+    from driver.options import RunOptions
+    from driver.records import DeviceInfo, GpuInfo
+    from driver.suites import common, stress
+    from driver.thresholds import load
+
+    def fake_sanitize(opts, tool, cmd, kernel, config, dev, sha):
+        common.progress(f"sanitize {tool} {kernel}", step=True)
+        return "sanitized"
+
+    def fake_soak_allreduce(opts, exe, dev, gates, sha, rng, ngpus, dtype, kernel, flags=None, pool=None):
+        for _ in range(soak.allreduce_soak_steps(opts)):
+            common.progress(f"soak {kernel}", step=True)
+        return "soak"
+
+    def fake_soak_sdpa(opts, exe_dir, dev, gates, sha, impl, shape_name, shape, pool=None, tier="fp16"):
+        for _ in range(soak.sdpa_soak_steps(opts)):
+            common.progress(f"soak {impl}", step=True)
+        return "soak"
+
+    monkeypatch.setattr(stress, "sanitize", fake_sanitize)
+    monkeypatch.setattr(stress, "soak_allreduce", fake_soak_allreduce)
+    monkeypatch.setattr(stress, "soak_sdpa", fake_soak_sdpa)
+    monkeypatch.setattr(stress, "allreduce_hang", lambda *args: "watchdog")
+    monkeypatch.setattr(stress, "sdpa_tiers", lambda opts, exe_dir, result: ("fp16", "fp8"))
+    monkeypatch.setattr(stress.sdpa, "write_inputs", lambda folder, shape, seed: {})
+    monkeypatch.setattr(stress.sdpa, "file_args", lambda files: [])
+    h100 = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    two = DeviceInfo(driver_version="580.159.04", gpus=[h100, h100.model_copy(update={"index": 1})])
+    from driver.reference.sdpa import DISTRIBUTIONS
+
+    opts = RunOptions(suites=("stress",), stress_parts=("allreduce", "sdpa", "sanitizers"), iters=600,
+                      dtypes=("float32", "bfloat16"), seeds=(0, 1), distributions=tuple(DISTRIBUTIONS))
+    common.plan(0, reset=True)
+    stress.run(opts, tmp_path, two, load(), "0" * 40)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "/" in ln and "] [" in ln]
+    total = stress.planned_steps(opts, (2,), ("fp16", "fp8"))
+    # 600 launches are 3 processes of at most 250; 7 distributions x 2 seeds are 7 cases
+    assert soak.allreduce_soak_steps(opts) == 3 and soak.sdpa_soak_steps(opts) == 7
+    assert len(lines) == total > 0
+    assert lines[0].split("] [")[1].startswith(f"1/{total}]")
+    assert lines[-1].split("] [")[1].startswith(f"{total}/{total}, ETA 0 s]")

@@ -25,7 +25,7 @@ from driver.gates import allreduce_correctness
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, Skip, Verdict
 from driver.suites.allreduce import EXE, SERVE_TIMED_MOJO, link_frac, measure_ceiling, timing_flags
-from driver.suites.common import SuiteResult, interleaved
+from driver.suites.common import SuiteResult, interleaved, plan
 from driver.targets import DISPATCH_WINDOWS_FILE
 from driver.thresholds import Thresholds
 from driver.verify import allreduce_errors
@@ -382,6 +382,8 @@ def _run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, gi
                           "pick one: --timing cold or --timing hot")
     (mode,) = modes
     result = SuiteResult()
+    # Every kernel, every round (an upper bound: a dtype's rounds stop early once they agree).
+    plan(len(counts) * len(opts.dtypes) * opts.rounds * len(ALLREDUCE_KERNEL_NAMES))
     ceilings, ceiling_skips = measure_ceiling(opts)
     result.ceilings_gbps |= ceilings
     result.skipped += ceiling_skips

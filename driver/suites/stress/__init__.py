@@ -40,10 +40,10 @@ from driver.options import RunOptions
 from driver.records import DeviceInfo, Skip
 from driver.suites import sdpa
 from driver.suites.allreduce import EXE
-from driver.suites.common import SuiteResult, not_measured
+from driver.suites.common import SuiteResult, not_measured, plan
 from driver.suites.stress import profile
 from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sanitize
-from driver.suites.stress.soak import MIXED_CONFIGS, soak_allreduce, soak_sdpa
+from driver.suites.stress.soak import MIXED_CONFIGS, allreduce_soak_steps, sdpa_soak_steps, soak_allreduce, soak_sdpa
 from driver.suites.stress.watchdog import allreduce_hang, sdpa_hang
 from driver.thresholds import Thresholds
 from driver.workers import Pool
@@ -64,12 +64,31 @@ def sdpa_tiers(opts: RunOptions, exe_dir: Path, result: SuiteResult) -> tuple[st
     return tuple(tiers)
 
 
+def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, ...]) -> int:
+    """The soak and sanitizer steps this run takes at least (each a line of progress, for done / total and
+    the ETA): every allreduce soak process and SDPA soak case, every sanitizer run. --minutes only adds
+    soak steps, so the total is then a lower bound."""
+    steps = 0
+    allreduce_configs = len(ALLREDUCE_KERNEL_NAMES) + len(MIXED_CONFIGS)
+    if "allreduce" in opts.stress_parts:
+        steps += len(counts) * len(opts.dtypes) * allreduce_configs * allreduce_soak_steps(opts)
+    if "sdpa" in opts.stress_parts:
+        steps += len(tiers) * len(sdpa.VARIANTS) * len(opts.shapes) * sdpa_soak_steps(opts)
+    if "sanitizers" in opts.stress_parts:
+        per_tool = len(SANITIZED_SHAPES) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
+        per_tool += len(ALLREDUCE_KERNEL_NAMES) if "allreduce" in opts.stress_parts and counts else 0
+        steps += len(SANITIZER_TOOLS) * per_tool
+    return steps
+
+
 def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str) -> SuiteResult:
     rng = random.Random(opts.seeds[0])
     result = SuiteResult()
     exe = exe_dir / EXE
     counts = opts.ngpus or tuple(n for n in SUPPORTED_NGPUS if n <= len(dev.gpus))
     too_small = f"needs at least 2 GPUs; this host has {len(dev.gpus)}"
+    tiers = sdpa_tiers(opts, exe_dir, result) if "sdpa" in opts.stress_parts else ()
+    plan(planned_steps(opts, counts, tiers))
     if "allreduce" in opts.stress_parts:
         for ngpus in counts:
             with Pool(one_shot=not opts.workers) as pool, phases.timed("soak allreduce"):  # one worker per count
@@ -86,7 +105,6 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         else:  # the allreduce soak cannot run here: say so, never pass by omission
             result.records += [not_measured(dev, git_sha, "soak", "allreduce", "2gpu", too_small),
                                not_measured(dev, git_sha, "watchdog", "1stage", "2gpu/1M/hang-rank-1", too_small)]
-    tiers = sdpa_tiers(opts, exe_dir, result) if "sdpa" in opts.stress_parts else ()
     if "sdpa" in opts.stress_parts:
         if not counts:  # no allreduce watchdog on this host: hang an SDPA runner instead
             result.records.append(sdpa_hang(opts, exe_dir, dev, gates, git_sha))

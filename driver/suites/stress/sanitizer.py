@@ -55,7 +55,7 @@ def sanitize(opts: RunOptions, tool: str, cmd: list[str], kernel: str, config: s
     here (the soak does that), so wrong and max_abs_err stay null."""
     sanitizer = shutil.which("compute-sanitizer")
     what = f"compute-sanitizer {tool} {kernel} {config}"
-    progress(what)
+    progress(what, step=True)
     if sanitizer is None:
         return not_measured(dev, sha, "sanitizer", kernel, f"{tool}/{config}", "compute-sanitizer not on PATH")
     res = run_process([sanitizer, "--tool", tool, "--error-exitcode", "99", *cmd], timeout_s=opts.timeout_s * 4,

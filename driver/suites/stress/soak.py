@@ -37,6 +37,12 @@ def random_sizes(rng: random.Random, dtype: str, count: int = 4) -> list[int]:
     return [n * e for n in elems]
 
 
+def allreduce_soak_steps(opts: RunOptions) -> int:
+    """Processes (progress steps) one allreduce soak config takes at least: --iters in chunks of at most
+    LAUNCHES_PER_PROCESS launches."""
+    return max(1, -(-opts.iters // LAUNCHES_PER_PROCESS))
+
+
 def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Thresholds, sha: str, rng: random.Random,
                    ngpus: int, dtype: str, kernel: str, flags: list[str] | None = None,
                    pool: Pool | None = None) -> ArchivedRecord:
@@ -46,7 +52,7 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
     mixed = flags is not None
     pool = pool or Pool(one_shot=True)
     sizes = random_sizes(rng, dtype)
-    chunks = max(1, -(-opts.iters // LAUNCHES_PER_PROCESS))
+    chunks = allreduce_soak_steps(opts)
     per_chunk = -(-opts.iters // chunks)
     lines: list[AllreduceLine] = []
     t0 = time.perf_counter()
@@ -58,7 +64,7 @@ def soak_allreduce(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
                 "--iters", "1", "--warmup", "0", "--seed", str(rng.randrange(1 << 30)),
                 *(flags if mixed else kernel_flags(kernel))]
         what = f"stress soak {kernel} {dtype} x{ngpus} ({c + 1}/{chunks}{'+' if c >= chunks else ''})"
-        progress(what)
+        progress(what, step=True)
         lines += pool.run(served([str(exe)], args), AllreduceLine, what=what, timeout_s=opts.timeout_s)
         c += 1
     errs = allreduce_errors(lines, dtype=dtype, ngpus=ngpus, what=f"stress soak {kernel} {dtype} x{ngpus}")
@@ -96,6 +102,11 @@ def soak_cases(seeds: tuple[int, ...], distributions: tuple[str, ...], count: in
     return [soak_case(seeds, distributions, i) for i in range(count)]
 
 
+def sdpa_soak_steps(opts: RunOptions) -> int:
+    """Cases (progress steps) one SDPA soak config takes at least: every seed and every distribution once."""
+    return max(len(opts.seeds), len(opts.distributions))
+
+
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
               shape_name: str, shape: tuple[int, int, int, int], pool: Pool | None = None,
               precision: str = "fp16") -> ArchivedRecord:
@@ -109,7 +120,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     runs: list[SdpaErrors] = []
     reasons: list[str] = []
     launches = mismatched = bad = 0
-    first = max(len(opts.seeds), len(opts.distributions))
+    first = sdpa_soak_steps(opts)
     per_case = -(-opts.iters // first)
     done = 0
     exe = exe_dir / sdpa.VARIANTS[impl]
@@ -123,7 +134,7 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
             args = [*sdpa.file_args(files), "--out", str(out), "--iters", "1", "--warmup", "0",
                     "--soak", str(per_case), "--streams", str(SDPA_SOAK_STREAMS), "--precision", precision]
             what = f"stress soak sdpa {impl} {precision} {shape_name} {dist} seed {seed}"
-            progress(what)
+            progress(what, step=True)
             (sl,) = pool.run(served([str(exe)], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
             sdpa.check_precision(what, precision, sl.precision)
             if sl.soak_launches != per_case:
