@@ -111,7 +111,7 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
         if not all(kernel in row for row in table.values()):
             continue  # a sweep that did not time it sets no window for it
         won = [size for size, rows in by_size.items()
-               if not (kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES)
+               if _may_serve(kernel, size)
                and all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows)]
         best_run = _extend_run(_longest_run(won, measured), measured, by_size, kernel, noise)
         lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
@@ -138,6 +138,12 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
     return defines
 
 
+def _may_serve(kernel: str, size: int) -> bool:
+    """Whether a window of `kernel` may include `size`: a kernel with whole-message scratch has it only up to
+    the push region."""
+    return not (kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES)
+
+
 def _holds(row: dict[str, float], kernel: str, noise: float) -> bool:
     """Whether `kernel` keeps a size next to the window it won: it is faster than 1stage and 2stage (what
     serves the size once its window ends) and no other kernel beats it by more than the noise."""
@@ -157,9 +163,7 @@ def _extend_run(run: list[int], measured: list[int], by_size: dict[int, list[dic
     lo, hi = order.index(run[0]), order.index(run[-1])
 
     def holds(size: int) -> bool:
-        if kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES:
-            return False
-        return all(_holds(row, kernel, noise) for row in by_size[size])
+        return _may_serve(kernel, size) and all(_holds(row, kernel, noise) for row in by_size[size])
 
     while lo > 0 and holds(order[lo - 1]):
         lo -= 1
