@@ -16,11 +16,15 @@
 // release to the end of its last copy and reduce; the slowest GPU counts; median of `iters` after 2.
 // busbw = 2 (n-1)/n S / t. Inputs are small integers, so every order of the sum is exact: every element of
 // every GPU's output is compared with the host's sum (`bad`), after the timed runs.
+// Variants (second run): `first_frac`, the share of the chunk in piece 0 (the rest split evenly), so that
+// the reduce left exposed at the end is small; `aligned`, where before each copy a GPU waits (cross-GPU event)
+// until the GPU that sent to the same destination in the step before has finished, so that rounds stay a
+// permutation instead of drifting into two senders per destination.
 // `rs_only` rows time the reduce-scatter copies alone (no reduce, no all-gather): the copy engines' rate per
 // GPU in rounds, (n-1)/n S / t.
 //
 // Build: nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a ce_allreduce.cu -o ce_allreduce
-// Run:   ./ce_allreduce [ngpus] > ce_allreduce_<n>gpu.jsonl
+// Run:   ./ce_allreduce [ngpus] > ce_allreduce2_<n>gpu.jsonl   (the first run's rows: ce_allreduce_<n>gpu.jsonl, ebf6ac8)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,19 +83,30 @@ struct Gpu {
 static volatile int* g_flag;
 static int g_sms;
 
-static void enqueue_rs(std::vector<Gpu>& g, int me, size_t chunk, size_t piece, int p) {
-    const int n = (int)g.size();
-    Gpu& m = g[me];
-    CK(cudaSetDevice(m.dev));
-    for (int r = 1; r < n; ++r) {
-        const int j = (me + r) % n;
-        CK(cudaMemcpyPeerAsync((char*)g[j].rx + me * chunk + p * piece, g[j].dev,
-                               (char*)m.in + j * chunk + p * piece, m.dev, piece, m.cs));
+struct Op {
+    bool ag;  // all-gather (else reduce-scatter)
+    int piece, round;
+};
+
+// The copy program every GPU runs on its copy stream, the same for all GPUs: RS(0), RS(1), AG(0), RS(2),
+// AG(1), ..., AG(P-1); each a run of rounds 1..n-1.
+static std::vector<Op> program(int n, int pieces, bool rs_only) {
+    std::vector<Op> ops;
+    auto add = [&](bool ag, int p) {
+        for (int r = 1; r < n; ++r) ops.push_back({ag, p, r});
+    };
+    for (int p = 0; p < pieces; ++p) {
+        add(false, p);
+        if (!rs_only && p > 0) add(true, p - 1);
     }
-    CK(cudaEventRecord(m.rs_ev[p], m.cs));
+    if (!rs_only) add(true, pieces - 1);
+    return ops;
 }
 
-static void enqueue_reduce(std::vector<Gpu>& g, int me, size_t chunk, size_t piece, int p) {
+constexpr int kMaxSteps = 2 * kMaxPieces * (kMaxGpus - 1);
+static cudaEvent_t g_step_ev[kMaxGpus][kMaxSteps];
+
+static void enqueue_reduce(std::vector<Gpu>& g, int me, size_t chunk, size_t off, size_t len, int p) {
     const int n = (int)g.size();
     Gpu& m = g[me];
     CK(cudaSetDevice(m.dev));
@@ -99,32 +114,34 @@ static void enqueue_reduce(std::vector<Gpu>& g, int me, size_t chunk, size_t pie
     for (int h = 0; h < n; ++h) {
         if (h != me) CK(cudaStreamWaitEvent(m.rs, g[h].rs_ev[p], 0));
         const char* base = h == me ? (const char*)m.in + me * chunk : (const char*)m.rx + h * chunk;
-        s.p[h] = (const float4*)(base + p * piece);
+        s.p[h] = (const float4*)(base + off);
     }
-    reduce_piece<<<2 * g_sms, 512, 0, m.rs>>>(s, (float4*)((char*)m.out + me * chunk + p * piece), n, piece / 16);
+    reduce_piece<<<2 * g_sms, 512, 0, m.rs>>>(s, (float4*)((char*)m.out + me * chunk + off), n, len / 16);
     CK(cudaGetLastError());
     CK(cudaEventRecord(m.red_ev[p], m.rs));
-}
-
-static void enqueue_ag(std::vector<Gpu>& g, int me, size_t chunk, size_t piece, int p) {
-    const int n = (int)g.size();
-    Gpu& m = g[me];
-    CK(cudaSetDevice(m.dev));
-    CK(cudaStreamWaitEvent(m.cs, m.red_ev[p], 0));
-    for (int r = 1; r < n; ++r) {
-        const int j = (me + r) % n;
-        CK(cudaMemcpyPeerAsync((char*)g[j].out + me * chunk + p * piece, g[j].dev,
-                               (char*)m.out + me * chunk + p * piece, m.dev, piece, m.cs));
-    }
 }
 
 struct Result {
     double us, host_us;
 };
 
-static Result measure(std::vector<Gpu>& g, size_t bytes, int pieces, bool rs_only, int iters) {
+struct Cfg {
+    int pieces;
+    double first_frac;  // share of piece 0; <= 0: even pieces
+    bool aligned, rs_only;
+};
+
+static Result measure(std::vector<Gpu>& g, size_t bytes, const Cfg& c, int iters) {
     const int n = (int)g.size();
-    const size_t chunk = bytes / n, piece = chunk / pieces;
+    const size_t chunk = bytes / n;
+    std::vector<size_t> off(c.pieces + 1);
+    const size_t first = c.first_frac > 0 && c.pieces > 1 ? (size_t)(chunk * c.first_frac) / 16 * 16 : 0;
+    for (int p = 0; p <= c.pieces; ++p) {
+        if (first == 0) off[p] = chunk / c.pieces * p / 16 * 16;
+        else off[p] = p == 0 ? 0 : first + (chunk - first) / (c.pieces - 1) * (p - 1) / 16 * 16;
+    }
+    off[c.pieces] = chunk;
+    const std::vector<Op> ops = program(n, c.pieces, c.rs_only);
     std::vector<double> us, host;
     for (int it = 0; it < iters + 2; ++it) {
         *g_flag = 0;
@@ -137,15 +154,30 @@ static Result measure(std::vector<Gpu>& g, size_t bytes, int pieces, bool rs_onl
             CK(cudaStreamWaitEvent(g[r].cs, g[r].start, 0));
             CK(cudaStreamWaitEvent(g[r].rs, g[r].start, 0));
         }
-        for (int p = 0; p < pieces; ++p) {
-            for (int r = 0; r < n; ++r) enqueue_rs(g, r, chunk, piece, p);
-            if (rs_only) continue;
-            for (int r = 0; r < n; ++r) enqueue_reduce(g, r, chunk, piece, p);
-            if (p > 0)
-                for (int r = 0; r < n; ++r) enqueue_ag(g, r, chunk, piece, p - 1);
+        for (size_t k = 0; k < ops.size(); ++k) {
+            const Op& o = ops[k];
+            const size_t po = off[o.piece], len = off[o.piece + 1] - off[o.piece];
+            for (int me = 0; me < n; ++me) {
+                Gpu& m = g[me];
+                CK(cudaSetDevice(m.dev));
+                if (o.ag && o.round == 1) CK(cudaStreamWaitEvent(m.cs, m.red_ev[o.piece], 0));
+                if (c.aligned && k > 0) {  // the previous sender to my destination has finished
+                    const int prev = (me + o.round - ops[k - 1].round + n) % n;
+                    if (prev != me) CK(cudaStreamWaitEvent(m.cs, g_step_ev[prev][k - 1], 0));
+                }
+                const int j = (me + o.round) % n;
+                if (o.ag)
+                    CK(cudaMemcpyPeerAsync((char*)g[j].out + me * chunk + po, g[j].dev, (char*)m.out + me * chunk + po,
+                                           m.dev, len, m.cs));
+                else
+                    CK(cudaMemcpyPeerAsync((char*)g[j].rx + me * chunk + po, g[j].dev, (char*)m.in + j * chunk + po,
+                                           m.dev, len, m.cs));
+                if (c.aligned) CK(cudaEventRecord(g_step_ev[me][k], m.cs));
+                if (!o.ag && o.round == n - 1) CK(cudaEventRecord(m.rs_ev[o.piece], m.cs));
+            }
+            if (!c.rs_only && !o.ag && o.round == n - 1)
+                for (int me = 0; me < n; ++me) enqueue_reduce(g, me, chunk, off[o.piece], len, o.piece);
         }
-        if (!rs_only)
-            for (int r = 0; r < n; ++r) enqueue_ag(g, r, chunk, piece, pieces - 1);
         for (int r = 0; r < n; ++r) {
             CK(cudaSetDevice(g[r].dev));
             CK(cudaEventRecord(g[r].cs_done, g[r].cs));
@@ -243,28 +275,35 @@ int main(int argc, char** argv) {
     }
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     printf("{\"ngpus\": %d, \"sms\": %d}\n", n, g_sms);
-    for (size_t bytes : {16ull << 20, 64ull << 20, 256ull << 20}) {
+    for (int r = 0; r < n; ++r) {
+        CK(cudaSetDevice(g[r].dev));
+        for (int k = 0; k < kMaxSteps; ++k) CK(cudaEventCreateWithFlags(&g_step_ev[r][k], cudaEventDisableTiming));
+    }
+    const std::vector<Cfg> cfgs = {
+        {1, 0, false, true},     {1, 0, true, true},      {4, 0, false, true},     {4, 0, true, true},
+        {1, 0, false, false},    {2, 0, false, false},    {2, 0, true, false},     {2, 0.75, false, false},
+        {2, 0.75, true, false},  {3, 0.5, false, false},  {3, 0.5, true, false},   {4, 0, true, false},
+        {4, 0.55, true, false},  {8, 0, true, false},
+    };
+    for (size_t bytes : {64ull << 20, 128ull << 20, 256ull << 20}) {
         fill(g, bytes);
-        for (int pieces : {1, 4}) {
-            const Result r = measure(g, bytes, pieces, true, 10);
-            printf("{\"ngpus\": %d, \"bytes\": %zu, \"mode\": \"rs_only\", \"pieces\": %d, \"us\": %.1f, "
-                   "\"gbps_per_gpu\": %.1f, \"host_enqueue_us\": %.0f}\n",
-                   n, bytes, pieces, r.us, (double)bytes * (n - 1) / n / (r.us * 1e-6) / 1e9, r.host_us);
-            fflush(stdout);
-        }
-        for (int pieces : {1, 2, 4, 8, 16, 32}) {
-            CK(cudaSetDevice(0));
-            const Result r = measure(g, bytes, pieces, false, 10);
-            const long bad = check(g, bytes);
-            printf("{\"ngpus\": %d, \"bytes\": %zu, \"mode\": \"allreduce\", \"pieces\": %d, \"us\": %.1f, "
-                   "\"busbw_gbps\": %.1f, \"host_enqueue_us\": %.0f, \"bad\": %ld}\n",
-                   n, bytes, pieces, r.us, 2.0 * (n - 1) / n * bytes / (r.us * 1e-6) / 1e9, r.host_us, bad);
-            fflush(stdout);
-            for (int q = 0; q < n; ++q) {  // the next row's check must see its own run's output
-                CK(cudaSetDevice(g[q].dev));
-                CK(cudaMemset(g[q].out, 0, bytes));
-                CK(cudaDeviceSynchronize());
+        for (const Cfg& c : cfgs) {
+            const Result r = measure(g, bytes, c, 10);
+            long bad = -1;
+            if (!c.rs_only) {
+                bad = check(g, bytes);
+                for (int q = 0; q < n; ++q) {  // the next row's check must see its own run's output
+                    CK(cudaSetDevice(g[q].dev));
+                    CK(cudaMemset(g[q].out, 0, bytes));
+                    CK(cudaDeviceSynchronize());
+                }
             }
+            const double moved = c.rs_only ? (double)(n - 1) / n * bytes : 2.0 * (n - 1) / n * bytes;
+            printf("{\"ngpus\": %d, \"bytes\": %zu, \"mode\": \"%s\", \"pieces\": %d, \"first_frac\": %.2f, "
+                   "\"aligned\": %s, \"us\": %.1f, \"%s\": %.1f, \"host_enqueue_us\": %.0f, \"bad\": %ld}\n",
+                   n, bytes, c.rs_only ? "rs_only" : "allreduce", c.pieces, c.first_frac, c.aligned ? "true" : "false",
+                   r.us, c.rs_only ? "gbps_per_gpu" : "busbw_gbps", moved / (r.us * 1e-6) / 1e9, r.host_us, bad);
+            fflush(stdout);
         }
     }
     return 0;
