@@ -19,7 +19,11 @@ CPASYNC_STAGES = (2, 3, 4)
 # The allreduce kernels, by the name the GPU confirms it ran (kernel_name in kernels_mojo/allreduce/
 # dispatch.mojo): the one list --kernel, the sweep, stress, the GPU tests and the dispatch test read.
 ALLREDUCE_KERNEL_NAMES = ("1stage", "2stage", "1stage_push", "2stage_push", "1stage_pushflag", "1stage_bulk",
-                          *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+                          "2stage_ce", *(f"1stage_cpasync_s{s}" for s in CPASYNC_STAGES))
+# Kernels with a size window of their own, in the order select_kernel (dispatch.mojo) checks them, and the stem
+# of their defines: AR_<stem>_MIN_BYTES_<n>GPU / AR_<stem>_MAX_BYTES_<n>GPU.
+WINDOWED_KERNELS: dict[str, str] = {"2stage_ce": "2STAGE_CE", "2stage_push": "2STAGE_PUSH",
+                                    "1stage_pushflag": "PUSHFLAG", "1stage_bulk": "BULK"}
 # What --kernel takes besides those: auto (the dispatch table) and 1stage_cpasync (the build's stage count).
 ALLREDUCE_KERNELS = ("auto", *dict.fromkeys(re.sub(r"_s\d+$", "", k) for k in ALLREDUCE_KERNEL_NAMES))
 SUITES = ("allreduce", "sdpa", "all")

@@ -1,7 +1,7 @@
 """Measured dispatch windows: every allreduce kernel forced at every size, crossovers found.
 
 `python -m driver sweep` times every kernel (1stage, 2stage, 1stage_push, 2stage_push,
-1stage_pushflag, 1stage_bulk and 1stage_cpasync with 2, 3, 4 stages) interleaved at
+1stage_pushflag, 1stage_bulk, 2stage_ce and 1stage_cpasync with 2, 3, 4 stages) interleaved at
 each size, per GPU count and dtype, then finds the crossovers as the compile-time defines the Mojo
 build reads, one set per GPU count (AR_..._<n>GPU, from that count's rows only), archives the sweep
 that justified them (DISPATCH.md, dispatch_windows.json in the run folder) and, with `--write` only,
@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from driver import paths
-from driver.config import ALLREDUCE_KERNEL_NAMES, SUPPORTED_NGPUS, format_size, kernel_flags
+from driver.config import ALLREDUCE_KERNEL_NAMES, SUPPORTED_NGPUS, WINDOWED_KERNELS, format_size, kernel_flags
 from driver.errors import ConfigError, NoGPU
 from driver.gates import allreduce_correctness
 from driver.options import RunOptions
@@ -34,7 +34,7 @@ from driver.workers import Pool, served
 TARGETS = "allreduce"
 # Kernels with a size window of their own (select_kernel checks them in this order, after 1stage_push and
 # before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_<n>GPU / AR_<stem>_MAX_BYTES_<n>GPU.
-WINDOWED: dict[str, str] = {"2stage_push": "2STAGE_PUSH", "1stage_pushflag": "PUSHFLAG", "1stage_bulk": "BULK"}
+WINDOWED = WINDOWED_KERNELS
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag",)  # its scratch, too, exists only up to that size

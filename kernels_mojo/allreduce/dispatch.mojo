@@ -116,6 +116,13 @@
 #                          (experiments/2026-11-23-allreduce-pushflag-bounds).
 #                          kernels_mojo/dispatch_windows.json holds what that
 #                          sweep justifies; `python -m driver sweep` rewrites it.
+#   AR_2STAGE_CE_MIN_BYTES_{2,4,8}GPU / AR_2STAGE_CE_MAX_BYTES_{2,4,8}GPU
+#                          size window of the copy-engine two-shot (checked
+#                          right after 1stage_push, before 2stage_push).
+#                          Default: empty for every count.
+#   AR_CE_PIECES           pieces per part in 2stage_ce (1..8; default 2: on
+#                          4x H200, 2 pieces were fastest at 256 MiB and each
+#                          extra copy costs ~10 us, experiments/2026-11-26-ce-allreduce).
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
 #                          default 4).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
@@ -134,6 +141,7 @@ from std.sys.defines import get_defined_int, is_defined
 from max.gpu.host.info import GPUInfo
 from max.gpu.host import (
     DeviceContext,
+    DeviceEvent,
     DeviceAttribute,
     FuncAttribute,
     get_gpu_target,
@@ -148,6 +156,8 @@ from .kernels import (
     KERNEL_ID_2STAGE_PUSH,
     KERNEL_ID_PUSHFLAG,
     KERNEL_ID_BULK,
+    KERNEL_ID_2STAGE_CE,
+    ar_ce_reduce_k,
     ar_2stage_push_k,
     ar_pushflag_k,
     ar_bulk_k,
@@ -232,6 +242,13 @@ comptime AR_BULK_MAX_BYTES_4GPU = get_defined_int["AR_BULK_MAX_BYTES_4GPU", 0]()
 comptime AR_BULK_MIN_BYTES_8GPU = get_defined_int["AR_BULK_MIN_BYTES_8GPU", 1]()
 comptime AR_BULK_MAX_BYTES_8GPU = get_defined_int["AR_BULK_MAX_BYTES_8GPU", 0]()
 comptime AR_BULK_STAGES = get_defined_int["AR_BULK_STAGES", 4]()
+comptime AR_2STAGE_CE_MIN_BYTES_2GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_2GPU", 1]()
+comptime AR_2STAGE_CE_MAX_BYTES_2GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_2GPU", 0]()
+comptime AR_2STAGE_CE_MIN_BYTES_4GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_4GPU", 1]()
+comptime AR_2STAGE_CE_MAX_BYTES_4GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_4GPU", 0]()
+comptime AR_2STAGE_CE_MIN_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_8GPU", 1]()
+comptime AR_2STAGE_CE_MAX_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_8GPU", 0]()
+comptime AR_CE_PIECES = get_defined_int["AR_CE_PIECES", 2]()
 comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
 """Packs per thread per chunk row in 2stage_push."""
@@ -297,6 +314,7 @@ def _check_defines():
         AR_PUSH_REGION_MAX_BYTES
     ), "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
+    comptime assert AR_CE_PIECES >= 1 and AR_CE_PIECES <= 8, "AR_CE_PIECES must be in [1, 8]"
 
 
 comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
@@ -321,6 +339,8 @@ def kernel_name(kernel_id: Int32) -> String:
         return "1stage_pushflag"
     if kernel_id == KERNEL_ID_BULK:
         return "1stage_bulk"
+    if kernel_id == KERNEL_ID_2STAGE_CE:
+        return "2stage_ce"
     if kernel_id >= KERNEL_ID_CPASYNC_BASE + 2 and kernel_id <= KERNEL_ID_CPASYNC_BASE + 4:
         return String("1stage_cpasync_s", kernel_id - KERNEL_ID_CPASYNC_BASE)
     if kernel_id == KERNEL_ID_NONE:
@@ -333,7 +353,7 @@ def kernel_name(kernel_id: Int32) -> String:
 def kernel_exists(kernel_id: Int32) -> Bool:
     if kernel_id == KERNEL_ID_1STAGE or kernel_id == KERNEL_ID_2STAGE or kernel_id == KERNEL_ID_PUSH:
         return True
-    if kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG:
+    if kernel_id == KERNEL_ID_2STAGE_PUSH or kernel_id == KERNEL_ID_PUSHFLAG or kernel_id == KERNEL_ID_2STAGE_CE:
         return True
     if kernel_id == KERNEL_ID_BULK:
         return BULK_AVAILABLE
@@ -411,6 +431,10 @@ def select_kernel(num_bytes: Int, ngpus: Int, dtype: DType) -> Int32:
     _check_defines()
     if num_bytes > 0 and num_bytes <= push_max_bytes(ngpus):
         return KERNEL_ID_PUSH
+    if _in_window(num_bytes, ngpus, AR_2STAGE_CE_MIN_BYTES_2GPU, AR_2STAGE_CE_MAX_BYTES_2GPU,
+                  AR_2STAGE_CE_MIN_BYTES_4GPU, AR_2STAGE_CE_MAX_BYTES_4GPU,
+                  AR_2STAGE_CE_MIN_BYTES_8GPU, AR_2STAGE_CE_MAX_BYTES_8GPU):
+        return KERNEL_ID_2STAGE_CE
     if _in_window(num_bytes, ngpus, AR_2STAGE_PUSH_MIN_BYTES_2GPU, AR_2STAGE_PUSH_MAX_BYTES_2GPU,
                   AR_2STAGE_PUSH_MIN_BYTES_4GPU, AR_2STAGE_PUSH_MAX_BYTES_4GPU,
                   AR_2STAGE_PUSH_MIN_BYTES_8GPU, AR_2STAGE_PUSH_MAX_BYTES_8GPU):
@@ -546,6 +570,8 @@ def launch_kernel[
         raise Error(why)
     if num_elements == 0:
         return
+    if kernel_id == KERNEL_ID_2STAGE_CE:
+        raise Error("2stage_ce is enqueued for all ranks at once (launch_2stage_ce), not one rank at a time")
     var n = Int64(num_elements)
     var r = Int32(rank)
     var skip = Int32(1) if debug_skip_barrier else Int32(0)
@@ -670,6 +696,105 @@ def launch_kernel[
                     )
                     return
         raise Error(String("no launch path for kernel id ", kernel_id))
+
+
+@always_inline
+def _ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int) -> Int:
+    """First element of piece p of rank j's part in 2stage_ce (part: elements per part, a multiple of the
+    vector width v); piece AR_CE_PIECES is the part's end. Pieces are whole vectors but the last."""
+    var lo = min(num_elements, j * part)
+    var hi = min(num_elements, (j + 1) * part)
+    var piece = ((hi - lo + v - 1) // v + AR_CE_PIECES - 1) // AR_CE_PIECES * v
+    return min(hi, lo + p * piece)
+
+
+@always_inline  # see launch_kernel: no by-value Array across a call
+def launch_2stage_ce[
+    dtype: DType, ngpus: Int
+](
+    ctxs: List[DeviceContext],
+    copy_ctxs: List[DeviceContext],
+    inputs: Array[ElemPtr[dtype], ngpus],
+    outputs: Array[ElemPtr[dtype], ngpus],
+    scratch: Array[ElemPtr[dtype], ngpus],
+    kernel_id_outs: Array[KernelIdPtr, ngpus],
+    num_elements: Int,
+    grid_cap: Int,
+) raises:
+    """Enqueue one 2stage_ce allreduce on every rank (kernels.mojo: ar_ce_reduce_k): `ctxs[r]` is rank r's
+    compute stream (the caller's), `copy_ctxs[r]` a second stream of the same GPU that issues its copies.
+    Everything is ordered by CUDA events, several of them waited for on another GPU; each is recorded before
+    any wait for it is enqueued, which is why all ranks are enqueued here together, piece by piece, and
+    never one rank at a time (a wait on an event not yet recorded does not wait).
+    - A rank copies into a peer only after the peer's compute stream reached this call (`start`), so the
+      peer's earlier work on its scratch and output is done.
+    - Rank r's compute stream ends this call only after every rank's copy stream is done (`done`): every
+      peer's all-gather into r's output has landed, and r's own copies have finished reading its input."""
+    _check_defines()
+    var why = refusal(KERNEL_ID_2STAGE_CE, num_elements * size_of[dtype]())
+    if why:
+        raise Error(why)
+    if num_elements == 0:
+        return
+    comptime V = vector_width[dtype]()
+    comptime P = AR_CE_PIECES
+    comptime reduce_k = ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]
+    var n = num_elements
+    var part = ((n + V - 1) // V + ngpus - 1) // ngpus * V
+    var start = List[DeviceEvent]()
+    var done = List[DeviceEvent]()
+    var copied = List[DeviceEvent]()  # [r * P + p]: rank r's reduce-scatter copies of piece p are done
+    var reduced = List[DeviceEvent]()  # [r * P + p]: rank r's reduce of piece p is done
+    for r in range(ngpus):
+        start.append(ctxs[r].create_event())
+        done.append(copy_ctxs[r].create_event())
+        for _ in range(P):
+            copied.append(copy_ctxs[r].create_event())
+            reduced.append(ctxs[r].create_event())
+    for r in range(ngpus):
+        ctxs[r].stream().record_event(start[r])
+    for r in range(ngpus):
+        for q in range(ngpus):
+            copy_ctxs[r].stream().enqueue_wait_for(start[q])
+    for p in range(P + 1):
+        if p < P:
+            for r in range(ngpus):  # reduce-scatter of piece p, round k: rank r -> rank (r + k) % ngpus
+                for k in range(1, ngpus):
+                    var j = (r + k) % ngpus
+                    var first = _ce_piece_first(n, part, V, j, p)
+                    var count = _ce_piece_first(n, part, V, j, p + 1) - first
+                    if count > 0:
+                        copy_ctxs[r].enqueue_copy(
+                            scratch[j].unsafe_offset(r * part + first - j * part), inputs[r].unsafe_offset(first), count
+                        )
+                copy_ctxs[r].stream().record_event(copied[r * P + p])
+            for r in range(ngpus):
+                for q in range(ngpus):
+                    if q != r:
+                        ctxs[r].stream().enqueue_wait_for(copied[q * P + p])
+                var first = _ce_piece_first(n, part, V, r, p)
+                var count = _ce_piece_first(n, part, V, r, p + 1) - first
+                ctxs[r].enqueue_function[reduce_k](
+                    inputs[r], scratch[r], outputs[r], kernel_id_outs[r],
+                    Int64(first), Int64(count), Int64(part), Int64(r * part), Int32(r),
+                    grid_dim=_grid_for(max(1, count // V), AR_BLOCK_THREADS, grid_cap),
+                    block_dim=AR_BLOCK_THREADS,
+                )
+                ctxs[r].stream().record_event(reduced[r * P + p])
+        if p > 0:
+            for r in range(ngpus):  # all-gather of piece p - 1, same rounds
+                copy_ctxs[r].stream().enqueue_wait_for(reduced[r * P + p - 1])
+                var first = _ce_piece_first(n, part, V, r, p - 1)
+                var count = _ce_piece_first(n, part, V, r, p) - first
+                if count > 0:
+                    for k in range(1, ngpus):
+                        var j = (r + k) % ngpus
+                        copy_ctxs[r].enqueue_copy(outputs[j].unsafe_offset(first), outputs[r].unsafe_offset(first), count)
+    for r in range(ngpus):
+        copy_ctxs[r].stream().record_event(done[r])
+    for r in range(ngpus):
+        for q in range(ngpus):
+            ctxs[r].stream().enqueue_wait_for(done[q])
 
 
 @always_inline  # see launch_kernel: no by-value Array across a call

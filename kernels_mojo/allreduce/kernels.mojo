@@ -54,6 +54,9 @@ comptime KERNEL_ID_PUSHFLAG: Int32 = 5
 scratch, per-chunk flags (no barrier)."""
 comptime KERNEL_ID_BULK: Int32 = 7
 """1stage_bulk: 1stage whose loads are cp.async.bulk copies into shared memory."""
+comptime KERNEL_ID_2STAGE_CE: Int32 = 8
+"""2stage_ce: two-shot whose data the copy engines move (reduce-scatter and all-gather copies in
+permutation rounds); the SMs only add, in local memory. Id 6 was the removed one-shot 1stage_ce."""
 comptime KERNEL_ID_NOOP: Int32 = 90
 """Diagnostic only (never auto-selected): records its id and returns; no
 barrier, no data. Measures the launch + synchronize floor."""
@@ -955,6 +958,60 @@ def ar_bulk_k[
     cross_gpu_barrier[ngpus, end_ordering, trail=not lean_barriers](
         sigs, rank, debug_skip_barrier
     )
+
+
+# --------------------------------------------------------------------------
+# 2stage_ce: a two-shot allreduce whose data the copy engines move; the SMs
+# only add, in local memory (dispatch.launch_2stage_ce enqueues it for all
+# ranks at once, ordered by CUDA events, several of them across GPUs).
+# Rank j owns part j of the message (slice_vectors vectors; the last part
+# also takes the scalar tail), cut into AR_CE_PIECES pieces. Per piece:
+#   reduce-scatter: every rank r copies piece p of its input's part j into
+#     rank j's scratch slot r (round k = 1..ngpus-1 sends to j = (r + k) % ngpus:
+#     one destination per rank at a time; experiments/2026-11-26-ce-allreduce);
+#   ar_ce_reduce_k on rank j, once every peer's copy of piece p is in: its own
+#     input and the ngpus-1 slots, summed in rank order, into its output;
+#   all-gather: rank j copies the reduced piece into every peer's output,
+#     enqueued on the copy stream after the next piece's reduce-scatter, so
+#     the reduce hides behind that copy.
+# --------------------------------------------------------------------------
+def ar_ce_reduce_k[
+    dtype: DType,
+    ngpus: Int,
+    unroll: Int,
+](
+    input: ElemPtr[dtype],
+    scratch: ElemPtr[dtype],
+    output: ElemPtr[dtype],
+    kernel_id_out: KernelIdPtr,
+    first_elem: Int64,
+    count: Int64,
+    slot_elems: Int64,
+    part_first: Int64,
+    my_rank: Int32,
+):
+    """Elements [first_elem, first_elem + count) of this rank's part, which
+    starts at element part_first: this rank's input and every peer's copy
+    of the part (scratch slot q at q * slot_elems), summed in rank order into
+    the output. first_elem, part_first and slot_elems are multiples of the
+    vector width. Launched for every piece, also an empty one, so the id is
+    recorded on every rank."""
+    comptime V = vector_width[dtype]()
+    _record_kernel_id(kernel_id_out, KERNEL_ID_2STAGE_CE)
+    var rank = Int(my_rank)
+    var first = Int(first_elem)
+    var last = first + Int(count)
+    var srcs = Array[ElemPtr[dtype], ngpus](fill=input)
+    comptime for q in range(ngpus):
+        if q != rank:
+            srcs[q] = scratch.unsafe_offset(q * Int(slot_elems) - Int(part_first))
+    var stride = Int(grid_dim.x) * Int(block_dim.x)
+    var nvec = (last - first) // V
+    _reduce_vectors[dtype, ngpus, unroll, False](
+        srcs, output, output, first // V, nvec, Int(global_idx.x), stride
+    )
+    for e in range(first + nvec * V + Int(global_idx.x), last, stride):
+        output.unsafe_store(e, _sum_vector_at[dtype, ngpus, 1](srcs, e))
 
 
 # --------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def usage() -> String:
     return (
         "usage: allreduce_bench [--sizes 256K,16M,1G] [--dtype"
         " float32|bfloat16|float16] [--ngpus 2|4|8] [--iters N] [--warmup N] [--batch N] [--check-iters N]"
-        " [--kernel auto|1stage|2stage|1stage_push|2stage_push|1stage_pushflag|1stage_bulk|1stage_cpasync|noop]"
+        " [--kernel auto|1stage|2stage|1stage_push|2stage_push|1stage_pushflag|1stage_bulk|2stage_ce|1stage_cpasync|noop]"
         " [--stages 2|3|4] [--max-blocks N]"
         " [--check 0|1] [--seed N] [--impl ours|upstream]"
         " [--debug-hang-rank R] [--debug-corrupt-element I] [--timing device|host] [--alternate 0|1] [--refresh-every N]"
@@ -235,9 +235,9 @@ def parse_arg_list(args: List[String], impl: String = "ours") raises -> BenchCon
         elif opt == "--kernel":
             if (val != "auto" and val != "1stage" and val != "2stage" and val != "1stage_push" and val != "1stage_cpasync"
                     and val != "2stage_push" and val != "1stage_pushflag" and val != "1stage_bulk"
-                    and val != "noop"):
+                    and val != "2stage_ce" and val != "noop"):
                 raise Error(String("unknown kernel '", val,
-                                   "' (auto, 1stage, 2stage, 1stage_push, 2stage_push, 1stage_pushflag, 1stage_bulk,"
+                                   "' (auto, 1stage, 2stage, 1stage_push, 2stage_push, 1stage_pushflag, 1stage_bulk, 2stage_ce,"
                                    " 1stage_cpasync; noop = diagnostic launch floor)"))
             cfg.kernel = val
         elif opt == "--stages":

@@ -29,6 +29,7 @@ from allreduce.dispatch import (
     LaunchCounts,
     allreduce_rank,
     kernel_exists,
+    launch_2stage_ce,
     kernel_name,
     max_grid_blocks,
     push_slot_packs,
@@ -45,6 +46,7 @@ from allreduce.kernels import (
     KERNEL_ID_2STAGE_PUSH,
     KERNEL_ID_PUSHFLAG,
     KERNEL_ID_BULK,
+    KERNEL_ID_2STAGE_CE,
     PUSH_SENTINEL,
     ElemPtr,
     KernelIdPtr,
@@ -161,6 +163,8 @@ def requested_kernel_id(cfg: BenchConfig) -> Int32:
         return KERNEL_ID_PUSHFLAG
     if cfg.kernel == "1stage_bulk":
         return KERNEL_ID_BULK
+    if cfg.kernel == "2stage_ce":
+        return KERNEL_ID_2STAGE_CE
     if cfg.kernel == "noop":
         return KERNEL_ID_NOOP
     if cfg.kernel == "1stage_cpasync":
@@ -400,13 +404,15 @@ def _reset_kernel_ids(
 
 struct Lane[dtype: DType, ngpus: Int](Movable):
     """Everything one independent stream of allreduces needs on every rank:
-    contexts (one stream each), signal buffers (zeroed once), kernel-id words,
+    contexts (one stream each, and a second context per rank whose stream
+    issues 2stage_ce's copies), signal buffers (zeroed once), kernel-id words,
     inputs/outputs/references, the 2stage scratch and the 1stage_push receive
     regions for the current size. The push regions start all-sentinel at every
     set_size, with the call count (whose parity is the push generation) at 0
     on every rank."""
 
     var ctxs: List[DeviceContext]
+    var copy_ctxs: List[DeviceContext]
     var signals: List[DeviceBuffer[DType.uint32]]
     var kid_words: List[DeviceBuffer[DType.int32]]
     var scratch: List[DeviceBuffer[Self.dtype]]
@@ -424,7 +430,9 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         self.push_slots = 0
         self.push_calls = 0
         self.pushflag_calls = 0
+        self.copy_ctxs = List[DeviceContext]()
         for r in range(Self.ngpus):
+            self.copy_ctxs.append(DeviceContext(device_id=r))
             self.signals.append(ctxs[r].enqueue_create_buffer[DType.uint32](SIGNAL_BUFFER_WORDS))
             self.signals[r].enqueue_fill(0)
             self.kid_words.append(ctxs[r].enqueue_create_buffer[DType.int32](1))
@@ -469,6 +477,16 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
         var selected = requested
         if selected == KERNEL_ID_NONE:
             selected = select_kernel(n * size_of[Self.dtype](), Self.ngpus, Self.dtype)
+        if selected == KERNEL_ID_2STAGE_CE:  # enqueued for all ranks together (its cross-GPU events)
+            if hang_rank >= 0:
+                raise Error("--debug-hang-rank: 2stage_ce has no barrier to skip; use another --kernel")
+            var kid_ptrs = Array[KernelIdPtr, Self.ngpus](fill=self.kid_words[0].unsafe_ptr().as_unsafe_any_origin())
+            for r in range(Self.ngpus):
+                kid_ptrs[r] = self.kid_words[r].unsafe_ptr().as_unsafe_any_origin()
+            launch_2stage_ce[Self.dtype, Self.ngpus](
+                self.ctxs, self.copy_ctxs, in_ptrs, out_ptrs, scratch_ptrs, kid_ptrs, n, grid_cap
+            )
+            return selected
         for r in range(Self.ngpus):
             _ = allreduce_rank[Self.dtype, Self.ngpus](
                 selected,
@@ -509,6 +527,7 @@ def _alternation() -> List[Int32]:
     ids.append(KERNEL_ID_PUSH)
     ids.append(KERNEL_ID_2STAGE_PUSH)
     ids.append(KERNEL_ID_PUSHFLAG)
+    ids.append(KERNEL_ID_2STAGE_CE)
     if kernel_exists(KERNEL_ID_BULK):
         ids.append(KERNEL_ID_BULK)
     comptime for stages in range(2, 5):

@@ -88,9 +88,9 @@ def test_a_rank_stuck_in_the_barrier_is_killed_and_gpus_recover(exe_dir, gpu):
     assert ln.wrong == 0
 
 
-@pytest.mark.parametrize("kernel", ["1stage_pushflag", "2stage_push", "1stage_bulk"])
+@pytest.mark.parametrize("kernel", ["1stage_pushflag", "2stage_push", "1stage_bulk", "2stage_ce"])
 def test_new_kernels_survive_other_grids(exe_dir, gpu, kernel):
-    """The flag protocols across launch shapes: a capped grid (fewer SMs, more chunks per block) and the
+    """The flag protocols (2stage_ce: its event order and piece bounds) across launch shapes: a capped grid (fewer SMs, more chunks per block) and the
     full one, back to back in one process (counters and generations carry across sizes and grids)."""
     if not _counts(gpu):
         pytest.skip(f"allreduce needs at least 2 GPUs; this host has {len(gpu.gpus)}")
