@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from driver import build, paths, targets, thresholds, toolchain
-from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, SUPPORTED_NGPUS
+from driver.config import ALLREDUCE_KERNEL_NAMES, DTYPES, SUPPORTED_NGPUS, WINDOWED_KERNELS
 from driver.errors import ConfigError
 
 GATES = thresholds.load().build
@@ -60,7 +60,7 @@ def mojo_defaults() -> dict[str, int]:
 def expected_kernel(d: dict[str, int], ngpus: int, nbytes: int, *, push_defined: bool, one_stage_defined: bool) -> str:
     """The rule select_kernel documents, every window the one of `ngpus`: its _<n>GPU define where given
     (-1 in `d`: not given), else the shared define, else the default. The push window first, then the windows
-    of 2stage_push, 1stage_pushflag and 1stage_bulk in that order, then the cp.async window, then 1stage up
+    of config.WINDOWED_KERNELS (2stage_ce, 2stage_push, 1stage_pushflag, 1stage_bulk) in that order, then the cp.async window, then 1stage up
     to the crossover, 2stage above."""
     def own_or(name: str, shared: int) -> int:
         v = d[f"{name}_{ngpus}GPU"]
@@ -70,7 +70,7 @@ def expected_kernel(d: dict[str, int], ngpus: int, nbytes: int, *, push_defined:
         d["AR_PUSH_MAX_BYTES_2GPU_DEFAULT"] if ngpus == 2 else 0))
     if 0 < nbytes <= push_max:
         return "1stage_push"
-    for name, key in (("2stage_push", "2STAGE_PUSH"), ("1stage_pushflag", "PUSHFLAG"), ("1stage_bulk", "BULK")):
+    for name, key in WINDOWED_KERNELS.items():  # in select_kernel's order
         if d[f"AR_{key}_MIN_BYTES_{ngpus}GPU"] <= nbytes <= d[f"AR_{key}_MAX_BYTES_{ngpus}GPU"]:
             return name
     if own_or("AR_CPASYNC_MIN_BYTES", d["AR_CPASYNC_MIN_BYTES"]) <= nbytes <= own_or("AR_CPASYNC_MAX_BYTES",

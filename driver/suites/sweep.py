@@ -69,9 +69,10 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     stage count that won most often there; empty when it wins nowhere. The push window (where the sweep
     timed 1stage_push): from the smallest size up to the last size at which push beats every other kernel by
     more than the noise for every dtype; 0 when it does not win at the smallest size. Each WINDOWED kernel:
-    the longest run of sizes at which it beats every other kernel by more than the noise for every dtype,
-    grown over the neighbouring sizes at which it still holds (fastest within the noise, and faster than
-    1stage/2stage) in every dtype; empty (MIN=1 > MAX=0) when it wins nowhere.
+    the longest run of sizes at which, for every dtype, it is the fastest kernel and beats every kernel
+    without such a window by more than the noise (`_wins`), grown over the neighbouring sizes at which it
+    still holds (fastest within the noise, and faster than 1stage/2stage) in every dtype, but never into a
+    size another windowed kernel won; empty (MIN=1 > MAX=0) when it wins nowhere.
     """
     defines: dict[str, int] = {}
     for ngpus in sorted({k[0] for k in table}):
@@ -107,15 +108,18 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
             else:
                 break
         defines[f"AR_PUSH_MAX_BYTES{sfx}"] = push_limit
-    for kernel, stem in WINDOWED.items():
-        if not all(kernel in row for row in table.values()):
-            continue  # a sweep that did not time it sets no window for it
-        won = [size for size, rows in by_size.items()
-               if _may_serve(kernel, size)
-               and all(row[kernel] < min(t for k, t in row.items() if k != kernel) * (1 - noise) for row in rows)]
-        best_run = _extend_run(_longest_run(won, measured), measured, by_size, kernel, noise)
+    timed = [kernel for kernel in WINDOWED if all(kernel in row for row in table.values())]
+    # A sweep that did not time a kernel sets no window for it. First the sizes each kernel wins, then each
+    # run grown, never into a size another windowed kernel won.
+    cores = {kernel: _longest_run([size for size, rows in by_size.items()
+                                   if _may_serve(kernel, size) and all(_wins(row, kernel, noise) for row in rows)],
+                                  measured)
+             for kernel in timed}
+    for kernel in timed:
+        others_won = {size for k, run in cores.items() if k != kernel for size in run}
+        best_run = _extend_run(cores[kernel], measured, by_size, kernel, noise, others_won)
         lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
-        defines |= {f"AR_{stem}_MIN_BYTES{sfx}": lo, f"AR_{stem}_MAX_BYTES{sfx}": hi}
+        defines |= {f"AR_{WINDOWED[kernel]}_MIN_BYTES{sfx}": lo, f"AR_{WINDOWED[kernel]}_MAX_BYTES{sfx}": hi}
     winning: list[int] = []
     stages: Counter[int] = Counter()
     for size, rows in by_size.items():
@@ -144,6 +148,15 @@ def _may_serve(kernel: str, size: int) -> bool:
     return not (kernel in WHOLE_MESSAGE_SCRATCH and size > PUSH_REGION_MAX_BYTES)
 
 
+def _wins(row: dict[str, float], kernel: str, noise: float) -> bool:
+    """Whether windowed `kernel` wins a size in this row: it is the fastest kernel, and faster by more than the
+    noise than every kernel without a window of its own kind (1stage, 2stage, 1stage_push, cp.async). Against
+    another windowed kernel it only needs to be the faster: when two of them both clearly beat the rest, the
+    margin between them must not hand the size to a third kernel slower than both."""
+    rest = [t for k, t in row.items() if k != kernel and k not in WINDOWED]
+    return row[kernel] <= min(row.values()) and row[kernel] < min(rest) * (1 - noise)
+
+
 def _holds(row: dict[str, float], kernel: str, noise: float) -> bool:
     """Whether `kernel` keeps a size next to the window it won: it is faster than 1stage and 2stage (what
     serves the size once its window ends) and no other kernel beats it by more than the noise."""
@@ -152,18 +165,20 @@ def _holds(row: dict[str, float], kernel: str, noise: float) -> bool:
 
 
 def _extend_run(run: list[int], measured: list[int], by_size: dict[int, list[dict[str, float]]], kernel: str,
-                noise: float) -> list[int]:
+                noise: float, blocked: set[int] = frozenset()) -> list[int]:
     """A window `kernel` won (`run`, consecutive measured sizes) grown over each neighbouring size at which it
     `_holds` in every dtype, downwards and upwards, as the push window keeps the sizes next to the ones it won:
     a size it stays the fastest at, within the noise, and faster than the 1stage/2stage that would otherwise
-    serve it, is not handed to a slower kernel."""
+    serve it, is not handed to a slower kernel. It stops at a size in `blocked` (one another windowed kernel
+    won)."""
     if not run:
         return run
     order = sorted(set(measured))
     lo, hi = order.index(run[0]), order.index(run[-1])
 
     def holds(size: int) -> bool:
-        return _may_serve(kernel, size) and all(_holds(row, kernel, noise) for row in by_size[size])
+        return size not in blocked and _may_serve(kernel, size) and all(_holds(row, kernel, noise)
+                                                                         for row in by_size[size])
 
     while lo > 0 and holds(order[lo - 1]):
         lo -= 1

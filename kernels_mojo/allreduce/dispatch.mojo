@@ -699,7 +699,7 @@ def launch_kernel[
 
 
 @always_inline
-def _ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int) -> Int:
+def ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int) -> Int:
     """First element of piece p of rank j's part in 2stage_ce (part: elements per part, a multiple of the
     vector width v); piece AR_CE_PIECES is the part's end. Pieces are whole vectors but the last."""
     var lo = min(num_elements, j * part)
@@ -761,8 +761,8 @@ def launch_2stage_ce[
             for r in range(ngpus):  # reduce-scatter of piece p, round k: rank r -> rank (r + k) % ngpus
                 for k in range(1, ngpus):
                     var j = (r + k) % ngpus
-                    var first = _ce_piece_first(n, part, V, j, p)
-                    var count = _ce_piece_first(n, part, V, j, p + 1) - first
+                    var first = ce_piece_first(n, part, V, j, p)
+                    var count = ce_piece_first(n, part, V, j, p + 1) - first
                     if count > 0:
                         copy_ctxs[r].enqueue_copy(
                             scratch[j].unsafe_offset(r * part + first - j * part), inputs[r].unsafe_offset(first), count
@@ -772,8 +772,8 @@ def launch_2stage_ce[
                 for q in range(ngpus):
                     if q != r:
                         ctxs[r].stream().enqueue_wait_for(copied[q * P + p])
-                var first = _ce_piece_first(n, part, V, r, p)
-                var count = _ce_piece_first(n, part, V, r, p + 1) - first
+                var first = ce_piece_first(n, part, V, r, p)
+                var count = ce_piece_first(n, part, V, r, p + 1) - first
                 ctxs[r].enqueue_function[reduce_k](
                     inputs[r], scratch[r], outputs[r], kernel_id_outs[r],
                     Int64(first), Int64(count), Int64(part), Int64(r * part), Int32(r),
@@ -784,8 +784,8 @@ def launch_2stage_ce[
         if p > 0:
             for r in range(ngpus):  # all-gather of piece p - 1, same rounds
                 copy_ctxs[r].stream().enqueue_wait_for(reduced[r * P + p - 1])
-                var first = _ce_piece_first(n, part, V, r, p - 1)
-                var count = _ce_piece_first(n, part, V, r, p) - first
+                var first = ce_piece_first(n, part, V, r, p - 1)
+                var count = ce_piece_first(n, part, V, r, p) - first
                 if count > 0:
                     for k in range(1, ngpus):
                         var j = (r + k) % ngpus

@@ -6,11 +6,11 @@
 from std.testing import assert_equal, assert_true, assert_false
 from allreduce.dispatch import (
     select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
-    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages,
+    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages, ce_piece_first, AR_CE_PIECES,
 )
 from allreduce.kernels import (
     KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
-    cpasync_kernel_id, push_scratch_packs,
+    KERNEL_ID_2STAGE_CE, cpasync_kernel_id, push_scratch_packs,
 )
 from benchlib.cli import parse_size_bytes, parse_arg_list, coded_error, case_status
 from benchlib.serve import end_line, json_escape, split_request, take_line
@@ -76,7 +76,10 @@ def test_new_kernels() raises:
     assert_false(kernel_exists(Int32(6)))  # 1stage_ce (copy engine) lost the A/B and is not built
     # ids are distinct from every other kernel's
     var ids: List[Int32] = [KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG,
-                            KERNEL_ID_BULK, cpasync_kernel_id[2](), cpasync_kernel_id[3](), cpasync_kernel_id[4]()]
+                            KERNEL_ID_BULK, KERNEL_ID_2STAGE_CE, cpasync_kernel_id[2](), cpasync_kernel_id[3](),
+                            cpasync_kernel_id[4]()]
+    assert_equal(kernel_name(KERNEL_ID_2STAGE_CE), "2stage_ce")
+    assert_true(kernel_exists(KERNEL_ID_2STAGE_CE))
     for i in range(len(ids)):
         for j in range(i + 1, len(ids)):
             assert_true(ids[i] != ids[j])
@@ -91,6 +94,36 @@ def test_new_kernels() raises:
     assert_false(whole_message_scratch[DType.float32](big))
     assert_equal(scratch_elements[DType.float32](big, 2), push_scratch_packs((big + 3) // 4, 2, True) * 4)
     assert_true(whole_message_scratch[DType.float32](64 * 1024 * 1024))
+
+
+def test_2stage_ce_layout() raises:
+    """2stage_ce's parts and pieces (ce_piece_first): rank j's part is [j * part, (j + 1) * part) clipped to the
+    message, the parts tile [0, n) in rank order, each part's pieces tile it, every piece but the end starts on
+    a whole vector, and ngpus slots of a part fit the runner's scratch (the copies write slot r of part j at
+    r * part + (e - j * part))."""
+    assert_true(AR_CE_PIECES >= 1)
+    var counts: List[Int] = [1, 3, 4, 7, 8, 9, 31, 4096, 4099, 65536 + 5, 1048576 + 24]
+    for ngpus in [2, 4, 8]:
+        for v in [4, 8]:
+            for i in range(len(counts)):
+                var n = counts[i]
+                var part = ((n + v - 1) // v + ngpus - 1) // ngpus * v
+                assert_true(part % v == 0 and part * ngpus >= n)
+                var scratch = scratch_elements[DType.float32](n, ngpus) if v == 4 else scratch_elements[DType.bfloat16](n, ngpus)
+                assert_true(part * ngpus <= scratch)
+                var covered = 0
+                for j in range(ngpus):
+                    assert_equal(ce_piece_first(n, part, v, j, 0), min(n, j * part))
+                    assert_equal(ce_piece_first(n, part, v, j, AR_CE_PIECES), min(n, (j + 1) * part))
+                    assert_equal(ce_piece_first(n, part, v, j, 0), covered)
+                    for p in range(AR_CE_PIECES):
+                        var lo = ce_piece_first(n, part, v, j, p)
+                        var hi = ce_piece_first(n, part, v, j, p + 1)
+                        assert_true(lo <= hi)
+                        if hi > lo:
+                            assert_true(lo % v == 0)
+                        covered += hi - lo
+                assert_equal(covered, n)
 
 
 def test_stats() raises:
@@ -339,6 +372,7 @@ def main() raises:
     test_serve_lines()
     test_names_and_selection()
     test_new_kernels()
+    test_2stage_ce_layout()
     test_stats()
     test_check()
     test_chunked_host_work()
