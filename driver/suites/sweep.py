@@ -32,9 +32,6 @@ from driver.verify import allreduce_errors
 from driver.workers import Pool, served
 
 TARGETS = "allreduce"
-# Kernels with a size window of their own (select_kernel checks them in this order, after 1stage_push and
-# before cp.async), and the stem of their defines: AR_<stem>_MIN_BYTES_<n>GPU / AR_<stem>_MAX_BYTES_<n>GPU.
-WINDOWED = WINDOWED_KERNELS
 PUSH = "1stage_push"
 PUSH_REGION_MAX_BYTES = 256 << 20  # AR_PUSH_REGION_MAX_BYTES's default: the push window may not exceed it
 WHOLE_MESSAGE_SCRATCH = ("1stage_pushflag",)  # its scratch, too, exists only up to that size
@@ -68,8 +65,8 @@ def crossovers(table: Table, noise: float) -> dict[str, int]:
     which the best stage count beats every other kernel by more than the noise for every dtype, with the
     stage count that won most often there; empty when it wins nowhere. The push window (where the sweep
     timed 1stage_push): from the smallest size up to the last size at which push beats every other kernel by
-    more than the noise for every dtype; 0 when it does not win at the smallest size. Each WINDOWED kernel:
-    the longest run of sizes at which, for every dtype, it is the fastest kernel and beats every kernel
+    more than the noise for every dtype; 0 when it does not win at the smallest size. Each windowed kernel (WINDOWED_KERNELS): the
+    longest run of sizes at which, for every dtype, it is the fastest kernel and beats every kernel
     without such a window by more than the noise (`_wins`), grown over the neighbouring sizes at which it
     still holds (fastest within the noise, and faster than 1stage/2stage) in every dtype, but never into a
     size another windowed kernel won; empty (MIN=1 > MAX=0) when it wins nowhere.
@@ -108,7 +105,7 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
             else:
                 break
         defines[f"AR_PUSH_MAX_BYTES{sfx}"] = push_limit
-    timed = [kernel for kernel in WINDOWED if all(kernel in row for row in table.values())]
+    timed = [kernel for kernel in WINDOWED_KERNELS if all(kernel in row for row in table.values())]
     # A sweep that did not time a kernel sets no window for it. First the sizes each kernel wins, then each
     # run grown, never into a size another windowed kernel won.
     cores = {kernel: _longest_run([size for size, rows in by_size.items()
@@ -119,7 +116,8 @@ def _count_windows(table: Table, ngpus: int, noise: float) -> dict[str, int]:
         others_won = {size for k, run in cores.items() if k != kernel for size in run}
         best_run = _extend_run(cores[kernel], measured, by_size, kernel, noise, others_won)
         lo, hi = (best_run[0], best_run[-1]) if best_run else (1, 0)
-        defines |= {f"AR_{WINDOWED[kernel]}_MIN_BYTES{sfx}": lo, f"AR_{WINDOWED[kernel]}_MAX_BYTES{sfx}": hi}
+        stem = WINDOWED_KERNELS[kernel]
+        defines |= {f"AR_{stem}_MIN_BYTES{sfx}": lo, f"AR_{stem}_MAX_BYTES{sfx}": hi}
     winning: list[int] = []
     stages: Counter[int] = Counter()
     for size, rows in by_size.items():
@@ -153,7 +151,7 @@ def _wins(row: dict[str, float], kernel: str, noise: float) -> bool:
     noise than every kernel without a window of its own kind (1stage, 2stage, 1stage_push, cp.async). Against
     another windowed kernel it only needs to be the faster: when two of them both clearly beat the rest, the
     margin between them must not hand the size to a third kernel slower than both."""
-    rest = [t for k, t in row.items() if k != kernel and k not in WINDOWED]
+    rest = [t for k, t in row.items() if k != kernel and k not in WINDOWED_KERNELS]
     return row[kernel] <= min(row.values()) and row[kernel] < min(rest) * (1 - noise)
 
 
@@ -242,7 +240,7 @@ def _windows_in_words(w: dict[str, int]) -> list[tuple[str, str]]:
     out = []
     if "AR_PUSH_MAX_BYTES" in w:
         out.append((PUSH, f"up to {format_size(w['AR_PUSH_MAX_BYTES'])}" if w["AR_PUSH_MAX_BYTES"] > 0 else "none"))
-    for kernel, stem in WINDOWED.items():
+    for kernel, stem in WINDOWED_KERNELS.items():
         if f"AR_{stem}_MIN_BYTES" in w:
             out.append((kernel, span(w[f"AR_{stem}_MIN_BYTES"], w[f"AR_{stem}_MAX_BYTES"])))
     if "AR_CPASYNC_MIN_BYTES" in w:
@@ -321,7 +319,7 @@ def merge_windows(existing: dict | None, measured: dict) -> dict:
     return windows_data(defines, counts, shared)
 
 
-_DEFINE_ORDER = ("AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES", *(f"AR_{stem}_" for stem in WINDOWED.values()),
+_DEFINE_ORDER = ("AR_1STAGE_MAX_BYTES", "AR_PUSH_MAX_BYTES", *(f"AR_{stem}_" for stem in WINDOWED_KERNELS.values()),
                  "AR_CPASYNC_")
 
 

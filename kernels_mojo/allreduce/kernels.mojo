@@ -1010,8 +1010,7 @@ def ar_ce_reduce_k[
     _reduce_vectors[dtype, ngpus, unroll, False](
         srcs, output, output, first // V, nvec, Int(global_idx.x), stride
     )
-    for e in range(first + nvec * V + Int(global_idx.x), last, stride):
-        output.unsafe_store(e, _sum_vector_at[dtype, ngpus, 1](srcs, e))
+    _scalar_tail[dtype, ngpus](srcs, output, first + nvec * V, last)
 
 
 # --------------------------------------------------------------------------
