@@ -13,21 +13,38 @@
 
 namespace sdpa_sm90 {
 
-// Producer thread ptid decodes the 16-byte chunks c = ptid + 128 i of a uint8 tile [BN][D]
-// (16 codes each): row r = c / (D/16), codes [16 c16, 16 c16 + 16) with c16 = c % (D/16) the
-// same for every i.  They become two 16-byte fp16 chunks 2 (c16 % 4) and +1 of row r in panel
-// c16 / 4.  Rows advance by ROW_STEP (a multiple of 8) per i, so the swizzle (chunk ^ row % 8)
-// is the same for every i and every address is a per-thread base plus a constant.
+// Producer thread ptid decodes 16-byte chunks of a uint8 tile [BN][D] (16 codes each), one per
+// i = 0 .. CHUNKS_PER_THREAD-1: row r + i ROW_STEP, codes [16 c16, 16 c16 + 16) of that row.  They become
+// two 16-byte fp16 chunks 2 (c16 % 4) and +1 of the row in panel c16 / 4.  Rows advance by ROW_STEP (a
+// multiple of 8) per i, so the swizzle (chunk ^ row % 8) is the same for every i and every address is a
+// per-thread base plus a constant.
+//
+// Which thread takes which chunk is chosen for the shared-memory banks: a 16-byte access by a warp is
+// served 8 threads at a time, and each group of 8 must touch 8 different 16-byte bank groups.  Group g
+// (threads 8g .. 8g+7) takes c16 = 0 .. 7 (D 128; 0 .. 3 twice at D 64) so its loads from the uint8 row
+// (128 bytes at D 128, unswizzled) are distinct.  At D 128 the panel-1 chunks (c16 >= 4) take row g ^ 1
+// rather than g: their fp16 chunks land on 2 (c16 % 4) ^ (row % 8), the other parity than the panel-0
+// chunks of row g, so the 8 stores are distinct too.  With both halves on row g (the map before
+// 2026-11-26) panels 0 and 1 hit the same 4 bank groups: Nsight Compute counted every decode store 2-way
+// conflicted at (1,16,8192,128), 33.5M of the kernel's 169M shared wavefronts
+// (experiments/2026-11-26-sdpa-fp16-decode-banks).  At D 64 one group covers rows 2h, 2h+1 of the one
+// panel, already distinct.
 template <class T>
 struct DecodeMap {
-    static constexpr int ROW_STEP = 128 / (T::D / 16);
+    static constexpr int CHUNKS_PER_ROW = T::D / 16;
+    static constexpr int ROW_STEP = 128 / CHUNKS_PER_ROW;
     static_assert(ROW_STEP % 8 == 0, "the swizzle must repeat every i");
+    int r;        // row for i = 0
+    int c16;      // 16-code chunk of the row
     uint32_t lo;  // byte offset of the first fp16 chunk for i = 0 (the second: second())
     __device__ __forceinline__ explicit DecodeMap(int ptid) {
-        const int c16 = ptid % (T::D / 16), r = ptid / (T::D / 16);
+        c16 = ptid % CHUNKS_PER_ROW;
+        r = (ptid / CHUNKS_PER_ROW) ^ ((c16 >> 2) & 1);
         const uint32_t panel = (uint32_t)(c16 >> 2) * (T::BN * 128);
         lo = panel + swz128(r, (c16 & 3) * 2);
     }
+    // Byte offset of the chunk in the uint8 tile [BN][D] for i = 0.
+    __device__ __forceinline__ int src() const { return (r * CHUNKS_PER_ROW + c16) * 16; }
     // The second chunk's offset: chunk 2c + 1 is chunk 2c with bit 0 flipped, under any swizzle row, so
     // it is lo ^ 16 (one register less for the producer than keeping both offsets).
     __device__ __forceinline__ uint32_t second() const { return lo ^ 16u; }
@@ -44,7 +61,7 @@ __device__ __forceinline__ void decode16(uint4 w, uint4& lo, uint4& hi) {
 template <class T>
 __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16, int ptid) {
     const DecodeMap<T> map(ptid);
-    const uint8_t* src = u8 + ptid * 16;
+    const uint8_t* src = u8 + map.src();
     // All loads of a batch first: the compiler may not move a shared load above a shared store
     // (they might alias), so a load-decode-store loop would wait out every load's latency.
     constexpr int BATCH = T::DECODE_BATCH;
@@ -73,8 +90,8 @@ __device__ __forceinline__ void load_decode_tile_global(const uint8_t* __restric
     static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
     constexpr int ROW_STEP = DecodeMap<T>::ROW_STEP;
     const DecodeMap<T> map(ptid);
-    const int r0 = ptid / (T::D / 16);
-    const uint8_t* src = g + (size_t)n0 * T::D + ptid * 16;
+    const int r0 = map.r;
+    const uint8_t* src = g + (size_t)n0 * T::D + map.src();
 #pragma unroll 1
     for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {
         uint4 w[BATCH];
