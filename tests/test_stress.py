@@ -3,6 +3,8 @@
 import random
 from pathlib import Path
 
+import pytest
+
 from driver.config import ELEM_BYTES
 from driver.suites.stress import sanitizer, soak
 
@@ -81,6 +83,38 @@ def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
     stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
                two_gpus, load(), "0" * 40)
     assert set(ran) == set(stress.ALLREDUCE_KERNEL_NAMES)
+
+
+@pytest.mark.parametrize("kernel, want", [("2stage_ce", ("2stage_ce",)),
+                                          ("1stage_cpasync", ("1stage_cpasync_s2", "1stage_cpasync_s3",
+                                                              "1stage_cpasync_s4"))])
+def test_stress_kernel_soaks_and_sanitizes_only_that_kernel_and_still_runs_the_mixed_configs(monkeypatch, tmp_path,
+                                                                                              kernel, want):
+    """`stress --kernel K`: the per-kernel soak and the sanitizers take K alone (each stage count of the cp.async
+    pipeline), the mixed configurations (every kernel cycled) still run, and the progress plan counts that."""
+    from driver.options import RunOptions
+    from driver.records import DeviceInfo, GpuInfo
+    from driver.suites import stress
+    from driver.suites.stress.soak import MIXED_CONFIGS
+    from driver.thresholds import load
+
+    soaked: list[str] = []
+    sanitized: list[str] = []
+    monkeypatch.setattr(stress, "sanitize", lambda opts, tool, cmd, k, config, dev, sha: sanitized.append(k) or k)
+    monkeypatch.setattr(stress, "soak_allreduce", lambda opts, exe, dev, gates, sha, rng, ngpus, dtype, k, flags=None,
+                        pool=None: soaked.append(k) or k)
+    monkeypatch.setattr(stress, "allreduce_hang", lambda *args: "watchdog")
+    h100 = GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    two_gpus = DeviceInfo(driver_version="580.159.04", gpus=[h100, h100.model_copy(update={"index": 1})])
+    opts = RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=(), kernel=kernel,
+                      dtypes=("float32",))
+    stress.run(opts, tmp_path, two_gpus, load(), "0" * 40)
+    assert soaked == [*want, *MIXED_CONFIGS]
+    assert sorted(set(sanitized)) == sorted(want)
+    everything = stress.planned_steps(RunOptions(suites=("stress",), stress_parts=("allreduce",), dtypes=("float32",)),
+                                      (2,), ())
+    assert stress.planned_steps(RunOptions(suites=("stress",), stress_parts=("allreduce",), dtypes=("float32",),
+                                           kernel=kernel), (2,), ()) < everything
 
 
 def test_the_progress_plan_is_every_soak_process_soak_case_and_sanitizer_run(monkeypatch, tmp_path, capsys):

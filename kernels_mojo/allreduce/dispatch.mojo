@@ -123,6 +123,16 @@
 #   AR_CE_PIECES           pieces per part in 2stage_ce (1..8; default 2: on
 #                          4x H200, 2 pieces were fastest at 256 MiB and each
 #                          extra copy costs ~10 us, experiments/2026-11-26-ce-allreduce).
+#   AR_CE_FIRST_PCT_{2,4,8}GPU
+#                          2stage_ce: percent of each part in its first piece
+#                          (the others share the rest evenly); 0 = all pieces
+#                          even. Default 75 on 4 GPUs, 0 on 2 and 8: the
+#                          prototype's 256 MiB on 4x H200 took 1129.3 us with
+#                          3/4 in the first piece against 1135.5-1155.2 even
+#                          (the first piece's reduce hides behind the second's
+#                          reduce-scatter, the small second one's behind the
+#                          first's all-gather); on 2 GPUs even was faster
+#                          (374-375 GB/s against 366.7).
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
 #                          default 4).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
@@ -249,6 +259,9 @@ comptime AR_2STAGE_CE_MAX_BYTES_4GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_4
 comptime AR_2STAGE_CE_MIN_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_8GPU", 1]()
 comptime AR_2STAGE_CE_MAX_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_8GPU", 0]()
 comptime AR_CE_PIECES = get_defined_int["AR_CE_PIECES", 2]()
+comptime AR_CE_FIRST_PCT_2GPU = get_defined_int["AR_CE_FIRST_PCT_2GPU", 0]()
+comptime AR_CE_FIRST_PCT_4GPU = get_defined_int["AR_CE_FIRST_PCT_4GPU", 75]()
+comptime AR_CE_FIRST_PCT_8GPU = get_defined_int["AR_CE_FIRST_PCT_8GPU", 0]()
 comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
 """Packs per thread per chunk row in 2stage_push."""
@@ -315,6 +328,11 @@ def _check_defines():
     ), "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
     comptime assert AR_CE_PIECES >= 1 and AR_CE_PIECES <= 8, "AR_CE_PIECES must be in [1, 8]"
+    comptime assert (
+        AR_CE_FIRST_PCT_2GPU >= 0 and AR_CE_FIRST_PCT_2GPU < 100
+        and AR_CE_FIRST_PCT_4GPU >= 0 and AR_CE_FIRST_PCT_4GPU < 100
+        and AR_CE_FIRST_PCT_8GPU >= 0 and AR_CE_FIRST_PCT_8GPU < 100
+    ), "AR_CE_FIRST_PCT_{2,4,8}GPU must be in [0, 100)"
 
 
 comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
@@ -699,13 +717,55 @@ def launch_kernel[
 
 
 @always_inline
-def ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int) -> Int:
+def ce_first_pct(ngpus: Int) -> Int:
+    """AR_CE_FIRST_PCT_<ngpus>GPU: percent of a part in 2stage_ce's first piece (0: even pieces)."""
+    if ngpus == 2:
+        return AR_CE_FIRST_PCT_2GPU
+    if ngpus == 4:
+        return AR_CE_FIRST_PCT_4GPU
+    return AR_CE_FIRST_PCT_8GPU
+
+
+@always_inline
+def ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int, first_pct: Int = 0) -> Int:
     """First element of piece p of rank j's part in 2stage_ce (part: elements per part, a multiple of the
-    vector width v); piece AR_CE_PIECES is the part's end. Pieces are whole vectors but the last."""
+    vector width v); piece AR_CE_PIECES is the part's end. With first_pct > 0 (and more than one piece) the
+    first piece holds first_pct percent of the part's vectors, rounded up, and the others share the rest
+    evenly; with 0 all are even. Pieces are whole vectors but the last."""
     var lo = min(num_elements, j * part)
     var hi = min(num_elements, (j + 1) * part)
-    var piece = ((hi - lo + v - 1) // v + AR_CE_PIECES - 1) // AR_CE_PIECES * v
-    return min(hi, lo + p * piece)
+    var vecs = (hi - lo + v - 1) // v
+    if first_pct <= 0 or AR_CE_PIECES == 1:
+        var piece = (vecs + AR_CE_PIECES - 1) // AR_CE_PIECES * v
+        return min(hi, lo + p * piece)
+    if p == 0:
+        return lo
+    var first = (vecs * first_pct + 99) // 100
+    var rest = (vecs - first + AR_CE_PIECES - 2) // (AR_CE_PIECES - 1)
+    return min(hi, lo + (first + (p - 1) * rest) * v)
+
+
+struct CeEvents(Movable):
+    """2stage_ce's CUDA events for one set of streams (a compute and a copy stream per rank), created once
+    and recorded again by every call: a wait enqueued earlier keeps the record it saw, so reusing them is
+    safe, and a call then creates nothing (24 events per call on 4 GPUs before 2026-11-26)."""
+
+    var start: List[DeviceEvent]  # [r]: rank r's compute stream reached the call
+    var done: List[DeviceEvent]  # [r]: rank r's copy stream finished the call's copies
+    var copied: List[DeviceEvent]  # [r * AR_CE_PIECES + p]: rank r's reduce-scatter copies of piece p are done
+    var reduced: List[DeviceEvent]  # [r * AR_CE_PIECES + p]: rank r's reduce of piece p is done
+
+    def __init__(out self, ctxs: List[DeviceContext], copy_ctxs: List[DeviceContext]) raises:
+        self.start = List[DeviceEvent]()
+        self.done = List[DeviceEvent]()
+        self.copied = List[DeviceEvent]()
+        self.reduced = List[DeviceEvent]()
+        for r in range(len(ctxs)):
+            self.start.append(ctxs[r].create_event())
+            self.done.append(copy_ctxs[r].create_event())
+            for _ in range(AR_CE_PIECES):
+                self.copied.append(copy_ctxs[r].create_event())
+                self.reduced.append(ctxs[r].create_event())
 
 
 @always_inline  # see launch_kernel: no by-value Array across a call
@@ -714,6 +774,7 @@ def launch_2stage_ce[
 ](
     ctxs: List[DeviceContext],
     copy_ctxs: List[DeviceContext],
+    events: CeEvents,
     inputs: Array[ElemPtr[dtype], ngpus],
     outputs: Array[ElemPtr[dtype], ngpus],
     scratch: Array[ElemPtr[dtype], ngpus],
@@ -725,7 +786,8 @@ def launch_2stage_ce[
     compute stream (the caller's), `copy_ctxs[r]` a second stream of the same GPU that issues its copies.
     Everything is ordered by CUDA events, several of them waited for on another GPU; each is recorded before
     any wait for it is enqueued, which is why all ranks are enqueued here together, piece by piece, and
-    never one rank at a time (a wait on an event not yet recorded does not wait).
+    never one rank at a time (a wait on an event not yet recorded does not wait). The events are the
+    caller's (`CeEvents`, made once per set of streams) and are recorded again by every call.
     - A rank copies into a peer only after the peer's compute stream reached this call (`start`), so the
       peer's earlier work on its scratch and output is done.
     - Rank r's compute stream ends this call only after every rank's copy stream is done (`done`): every
@@ -741,60 +803,53 @@ def launch_2stage_ce[
     comptime reduce_k = ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]
     var n = num_elements
     var part = ((n + V - 1) // V + ngpus - 1) // ngpus * V
-    var start = List[DeviceEvent]()
-    var done = List[DeviceEvent]()
-    var copied = List[DeviceEvent]()  # [r * P + p]: rank r's reduce-scatter copies of piece p are done
-    var reduced = List[DeviceEvent]()  # [r * P + p]: rank r's reduce of piece p is done
+    var pct = ce_first_pct(ngpus)
+    if len(events.start) != ngpus:
+        raise Error(String("2stage_ce: events for ", len(events.start), " ranks, not ", ngpus))
     for r in range(ngpus):
-        start.append(ctxs[r].create_event())
-        done.append(copy_ctxs[r].create_event())
-        for _ in range(P):
-            copied.append(copy_ctxs[r].create_event())
-            reduced.append(ctxs[r].create_event())
-    for r in range(ngpus):
-        ctxs[r].stream().record_event(start[r])
+        ctxs[r].stream().record_event(events.start[r])
     for r in range(ngpus):
         for q in range(ngpus):
-            copy_ctxs[r].stream().enqueue_wait_for(start[q])
+            copy_ctxs[r].stream().enqueue_wait_for(events.start[q])
     for p in range(P + 1):
         if p < P:
             for r in range(ngpus):  # reduce-scatter of piece p, round k: rank r -> rank (r + k) % ngpus
                 for k in range(1, ngpus):
                     var j = (r + k) % ngpus
-                    var first = ce_piece_first(n, part, V, j, p)
-                    var count = ce_piece_first(n, part, V, j, p + 1) - first
+                    var first = ce_piece_first(n, part, V, j, p, pct)
+                    var count = ce_piece_first(n, part, V, j, p + 1, pct) - first
                     if count > 0:
                         copy_ctxs[r].enqueue_copy(
                             scratch[j].unsafe_offset(r * part + first - j * part), inputs[r].unsafe_offset(first), count
                         )
-                copy_ctxs[r].stream().record_event(copied[r * P + p])
+                copy_ctxs[r].stream().record_event(events.copied[r * P + p])
             for r in range(ngpus):
                 for q in range(ngpus):
                     if q != r:
-                        ctxs[r].stream().enqueue_wait_for(copied[q * P + p])
-                var first = ce_piece_first(n, part, V, r, p)
-                var count = ce_piece_first(n, part, V, r, p + 1) - first
+                        ctxs[r].stream().enqueue_wait_for(events.copied[q * P + p])
+                var first = ce_piece_first(n, part, V, r, p, pct)
+                var count = ce_piece_first(n, part, V, r, p + 1, pct) - first
                 ctxs[r].enqueue_function[reduce_k](
                     inputs[r], scratch[r], outputs[r], kernel_id_outs[r],
                     Int64(first), Int64(count), Int64(part), Int64(r * part), Int32(r),
                     grid_dim=_grid_for(max(1, count // V), AR_BLOCK_THREADS, grid_cap),
                     block_dim=AR_BLOCK_THREADS,
                 )
-                ctxs[r].stream().record_event(reduced[r * P + p])
+                ctxs[r].stream().record_event(events.reduced[r * P + p])
         if p > 0:
             for r in range(ngpus):  # all-gather of piece p - 1, same rounds
-                copy_ctxs[r].stream().enqueue_wait_for(reduced[r * P + p - 1])
-                var first = ce_piece_first(n, part, V, r, p - 1)
-                var count = ce_piece_first(n, part, V, r, p) - first
+                copy_ctxs[r].stream().enqueue_wait_for(events.reduced[r * P + p - 1])
+                var first = ce_piece_first(n, part, V, r, p - 1, pct)
+                var count = ce_piece_first(n, part, V, r, p, pct) - first
                 if count > 0:
                     for k in range(1, ngpus):
                         var j = (r + k) % ngpus
                         copy_ctxs[r].enqueue_copy(outputs[j].unsafe_offset(first), outputs[r].unsafe_offset(first), count)
     for r in range(ngpus):
-        copy_ctxs[r].stream().record_event(done[r])
+        copy_ctxs[r].stream().record_event(events.done[r])
     for r in range(ngpus):
         for q in range(ngpus):
-            ctxs[r].stream().enqueue_wait_for(done[q])
+            ctxs[r].stream().enqueue_wait_for(events.done[q])
 
 
 @always_inline  # see launch_kernel: no by-value Array across a call

@@ -4,14 +4,15 @@
 # Timing (--timing):
 #   device (default): one sample per iteration, device time from CUDA events on
 #     rank 0's stream (the NCCL peer is timed the same way). Before each
-#     iteration a one-thread kernel holds rank 0's stream for HOLD_NS so the
+#     iteration a one-thread kernel holds rank 0's stream for HOLD_NS (or twice
+#     the longest host enqueue of the warmup launches, where longer) so the
 #     host has queued every rank's launch before the start event fires (host
 #     launch latency is not timed). Peers' kernels are already waiting at the
 #     barrier when rank 0 starts (the steady state of back-to-back
 #     collectives). Rank 0 finishes only after every peer has passed the end
 #     barrier (1stage, cp.async) or the middle barrier (2stage: after it, a
 #     rank only copies its peers' finished slices). An iteration whose launches
-#     took the host longer than HOLD_NS is counted in `hold_overruns`. Every
+#     took the host longer than the hold is counted in `hold_overruns`. Every
 #     stream is synchronized after every iteration.
 #   host: host wall clock (perf_counter_ns) around `batch` iterations launched
 #     back to back on every GPU, then synchronizing every context; one sample is
@@ -30,6 +31,7 @@ from allreduce.dispatch import (
     allreduce_rank,
     kernel_exists,
     launch_2stage_ce,
+    CeEvents,
     kernel_name,
     max_grid_blocks,
     push_slot_packs,
@@ -95,7 +97,9 @@ def timed_iterations[
 
 comptime HOLD_NS = 100_000
 """How long the hold kernel keeps rank 0's stream busy before a device-timed
-iteration (100 us; the host queues 2-8 launches in 10-40 us)."""
+iteration, at least (100 us; the host queues 2-8 launches in 10-40 us)."""
+comptime HOLD_MAX_NS = 10_000_000
+"""The longest hold device_timed_iterations stretches to (10 ms)."""
 
 
 def hold_stream_k(hold_ns: Int64):
@@ -117,11 +121,17 @@ struct DeviceSamples(Movable):
 def device_timed_iterations[
     launch_all: def() raises capturing -> None
 ](ctxs: List[DeviceContext], warmup: Int, iters: Int) raises -> DeviceSamples:
-    """Per-iteration device times (see the header): one sample per iteration."""
+    """Per-iteration device times (see the header): one sample per iteration. The hold is HOLD_NS, or twice
+    the longest host enqueue of the warmup launches where that is longer (2stage_ce enqueues every rank's
+    copies and event waits from one thread: a few hundred microseconds on 4 GPUs), at most HOLD_MAX_NS."""
     sync_all(ctxs)
+    var hold_ns = HOLD_NS
     for _ in range(warmup):
+        var t0 = perf_counter_ns()
         launch_all()
+        hold_ns = max(hold_ns, 2 * (Int(perf_counter_ns()) - Int(t0)))
         sync_all(ctxs)
+    hold_ns = min(hold_ns, HOLD_MAX_NS)
     var samples = List[Float64](capacity=iters)
     var overruns = 0
     var launched_ns = 0
@@ -132,10 +142,10 @@ def device_timed_iterations[
         launched_ns = Int(perf_counter_ns()) - Int(t0)
 
     for _ in range(iters):
-        ctxs[0].enqueue_function[hold_stream_k](Int64(HOLD_NS), grid_dim=1, block_dim=1)
+        ctxs[0].enqueue_function[hold_stream_k](Int64(hold_ns), grid_dim=1, block_dim=1)
         var ns = ctxs[0].execution_time(one_iteration, 1)
         sync_all(ctxs)
-        if launched_ns >= HOLD_NS:
+        if launched_ns >= hold_ns:
             overruns += 1
         samples.append(Float64(ns) / 1000.0)
     return DeviceSamples(samples^, overruns)
@@ -413,6 +423,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
 
     var ctxs: List[DeviceContext]
     var copy_ctxs: List[DeviceContext]
+    var ce_events: CeEvents
     var signals: List[DeviceBuffer[DType.uint32]]
     var kid_words: List[DeviceBuffer[DType.int32]]
     var scratch: List[DeviceBuffer[Self.dtype]]
@@ -437,6 +448,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             self.signals[r].enqueue_fill(0)
             self.kid_words.append(ctxs[r].enqueue_create_buffer[DType.int32](1))
         sync_all(ctxs)
+        self.ce_events = CeEvents(ctxs, self.copy_ctxs)
         self.bufs = SizeBuffers[Self.dtype](ctxs, 0, 0, False)
         self.ctxs = ctxs^
 
@@ -484,7 +496,7 @@ struct Lane[dtype: DType, ngpus: Int](Movable):
             for r in range(Self.ngpus):
                 kid_ptrs[r] = self.kid_words[r].unsafe_ptr().as_unsafe_any_origin()
             launch_2stage_ce[Self.dtype, Self.ngpus](
-                self.ctxs, self.copy_ctxs, in_ptrs, out_ptrs, scratch_ptrs, kid_ptrs, n, grid_cap
+                self.ctxs, self.copy_ctxs, self.ce_events, in_ptrs, out_ptrs, scratch_ptrs, kid_ptrs, n, grid_cap
             )
             return selected
         for r in range(Self.ngpus):

@@ -64,19 +64,28 @@ def sdpa_tiers(opts: RunOptions, exe_dir: Path, result: SuiteResult) -> tuple[st
     return tuple(tiers)
 
 
+def soak_kernels(opts: RunOptions) -> tuple[str, ...]:
+    """The allreduce kernels stress soaks and sanitizes on their own: every one (`--kernel auto`, the default),
+    or the one `--kernel` names (`1stage_cpasync`: each of its stage counts). The mixed configurations
+    (alternate, lanes2, mempressure90) run either way: they cycle every kernel."""
+    if opts.kernel == "auto":
+        return ALLREDUCE_KERNEL_NAMES
+    return tuple(k for k in ALLREDUCE_KERNEL_NAMES if k == opts.kernel or k.startswith(f"{opts.kernel}_s"))
+
+
 def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, ...]) -> int:
     """The soak and sanitizer steps this run takes at least (each a line of progress, for done / total and
     the ETA): every allreduce soak process and SDPA soak case, every sanitizer run. --minutes only adds
     soak steps, so the total is then a lower bound."""
     steps = 0
-    allreduce_configs = len(ALLREDUCE_KERNEL_NAMES) + len(MIXED_CONFIGS)
+    allreduce_configs = len(soak_kernels(opts)) + len(MIXED_CONFIGS)
     if "allreduce" in opts.stress_parts:
         steps += len(counts) * len(opts.dtypes) * allreduce_configs * allreduce_soak_steps(opts)
     if "sdpa" in opts.stress_parts:
         steps += len(tiers) * len(sdpa.VARIANTS) * len(opts.shapes) * sdpa_soak_steps(opts)
     if "sanitizers" in opts.stress_parts:
         per_tool = len(SANITIZED_SHAPES) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
-        per_tool += len(ALLREDUCE_KERNEL_NAMES) if "allreduce" in opts.stress_parts and counts else 0
+        per_tool += len(soak_kernels(opts)) if "allreduce" in opts.stress_parts and counts else 0
         steps += len(SANITIZER_TOOLS) * per_tool
     return steps
 
@@ -93,7 +102,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         for ngpus in counts:
             with Pool(one_shot=not opts.workers) as pool, phases.timed("soak allreduce"):  # one worker per count
                 for dtype in opts.dtypes:
-                    for kernel in ALLREDUCE_KERNEL_NAMES:
+                    for kernel in soak_kernels(opts):
                         result.records.append(soak_allreduce(opts, exe, dev, gates, git_sha, rng, ngpus, dtype, kernel,
                                                              pool=pool))
                     for name, flags in MIXED_CONFIGS.items():
@@ -128,7 +137,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                                    "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier]
                             result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
                                                            git_sha))
-                for kernel in ALLREDUCE_KERNEL_NAMES if "allreduce" in opts.stress_parts else ():
+                for kernel in soak_kernels(opts) if "allreduce" in opts.stress_parts else ():
                     config = "2gpu/8K,32772B"
                     if not counts:
                         result.records.append(not_measured(dev, git_sha, "sanitizer", kernel, f"{tool}/{config}",
