@@ -35,8 +35,11 @@ from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, 
 from driver.suites import sdpa
 from driver.suites.common import progress, stress_record
 
-# Profiled SDPA shapes: the mission shape (launch-bound) and `large` (where tiling and cp.async show).
-PROFILED_SHAPES = ("mission", "large")
+# Profiled SDPA shapes: the mission shape (launch-bound), `large` (where tiling and cp.async show) and
+# `large_d128` (head dim 128 has its own decode and transpose maps: its decode stores were 2-way bank
+# conflicted until 2026-11-26, unseen because no head-dim-128 shape was profiled;
+# experiments/2026-11-26-sdpa-fp16-decode-banks).
+PROFILED_SHAPES = ("mission", "large", "large_d128")
 # The counters read per profiled launch, each with the short column name the run report uses.
 METRIC_COLUMNS = {
     "gpu__time_duration.sum": "ncu duration ns",
@@ -44,6 +47,7 @@ METRIC_COLUMNS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "bank conflicts shared st",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum": "bank conflicts cp.async",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared ld wavefronts",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "shared st wavefronts",
     "smsp__sass_inst_executed_op_ldgsts.sum": "cp.async instructions",
     "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": "stall long scoreboard",
     "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio": "stall short scoreboard",
