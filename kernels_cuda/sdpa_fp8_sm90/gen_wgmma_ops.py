@@ -44,13 +44,14 @@ def ss(n: int) -> str:
     return _ss(f"ss_m64n{n}k16", n, f"m64n{n}k16.f32.f16.f16", "1, 1, 0, 0")
 
 
-def rs(n: int) -> str:
+def rs(n: int, tb: bool = True) -> str:
     nd = n // 2
-    return f'''__device__ __forceinline__ void rs_m64n{n}k16_tb(float (&d)[{nd}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
+    name, trans = (f"rs_m64n{n}k16_tb", 1) if tb else (f"rs_m64n{n}k16", 0)
+    return f'''__device__ __forceinline__ void {name}(float (&d)[{nd}], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 "
-        "{{{regs(0, nd)}}}, {{{regs(nd, 4)}}}, %{nd + 4}, p, 1, 1, 1;\\n}}\\n"
+        "{{{regs(0, nd)}}}, {{{regs(nd, 4)}}}, %{nd + 4}, p, 1, 1, {trans};\\n}}\\n"
         : {outs(nd)}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }}
@@ -94,6 +95,8 @@ def render() -> str:
         "// A from registers (the fp16 fragment of mma.sync m16n8k16 per warp), B from shared memory",
         "// MN-major (imm-trans-b = 1): O += P V with V stored [keys][D].",
         *[rs(n) for n in RS_N],
+        "// A from registers, B K-major (no transpose): S = Q K^T with Q's fp16 fragments in registers.",
+        rs(128, tb=False),
         "// FP8: A from registers (4 E4M3 codes per register: rows g and g+8, columns 4t..4t+3 and",
         "// 16+4t..16+4t+3 of the 32), B (E4M3) from shared memory K-major: S = Q K^T with K [keys][D],",
         "// O += P V with V stored transposed [D][keys].",

@@ -153,11 +153,16 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     };
 
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
-    // (The fp16 tier's Q K^T reads Q from shared memory: qa unused, every row the same score scale.)
-    uint32_t qa[T::D / 32][4];
+    // (The fp16 tier: every row the same score scale; Q K^T reads Q from shared memory at head dim 64, qa
+    // unused, and from registers at head dim 128, Q_REGS.)
+    uint32_t qa[qa_k<T>()][4];
     float qinv[2];
-    if constexpr (T::FP8) load_q_e4m3<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
-    else qinv[0] = qinv[1] = 1.f;
+    if constexpr (T::FP8) {
+        load_q_e4m3<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
+    } else {
+        qinv[0] = qinv[1] = 1.f;
+        if constexpr (T::Q_REGS) load_q_f16<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, ctid);
+    }
     const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
     // Q_SMEM: this warpgroup's 8 KiB of the fp16 tile (unsplit: its rows of panel 0; split: panel cw)
     // take its E4M3 rows once every thread that reads them has (split: both warpgroups read all).

@@ -21,6 +21,10 @@
 
 namespace sdpa_sm90 {
 
+// A fragments of Q per thread: fp8 tier D/32 k-steps of E4M3; fp16 tier (Q_REGS) D/16 k-steps of fp16.
+template <class T>
+__host__ __device__ constexpr int qa_k() { return T::FP8 ? T::D / 32 : T::D / 16; }
+
 // ------------------------------------------------------------------------------ fp16 tier
 template <int N>
 struct SSOp;
@@ -57,12 +61,30 @@ struct RSOp<128> {
 // (smem_desc(q_rows, 16, 1024)); kd: the K buffer's (smem_desc(k, 16, 1024)).  A k-step inside a panel adds
 // 32 bytes to the address field (+2), a panel BM (Q) or BN (K) rows of 128 bytes.
 template <class T>
-__device__ __forceinline__ void issue_qk_f16(float (&s)[T::BN / 2], uint64_t qd, uint64_t kd) {
+__device__ __forceinline__ void issue_qk_f16(float (&s)[T::BN / 2], const uint32_t (&qa)[qa_k<T>()][4], uint64_t qd,
+                                             uint64_t kd) {
 #pragma unroll
     for (int kk = 0; kk < T::D / 16; ++kk) {
         const uint64_t in_panel = (uint64_t)((kk & 3) * 2), p = (uint64_t)(kk >> 2);
-        SSOp<T::BN>::run(s, qd + p * (T::BM * 128 / 16) + in_panel, kd + p * (T::BN * 128 / 16) + in_panel, kk > 0);
+        if constexpr (T::Q_REGS) wgmma::rs_m64n128k16(s, qa[kk], kd + p * (T::BN * 128 / 16) + in_panel, kk > 0);
+        else SSOp<T::BN>::run(s, qd + p * (T::BM * 128 / 16) + in_panel, kd + p * (T::BN * 128 / 16) + in_panel, kk > 0);
     }
+}
+
+// Q_REGS: the thread's fp16 A fragments of Q (mma.sync m16n8k16's A layout per warp: k-step kk, [0] row g,
+// columns 16kk + 2t, +1; [1] row g+8; [2] row g, columns 16kk + 8 + 2t, +1; [3] row g+8), g = 16 warp +
+// lane/4 of the warpgroup's 64 rows.  q: the warpgroup's first row in Q's panel 0.
+template <class T>
+__device__ __forceinline__ void load_q_f16(const uint8_t* q, uint32_t (&qa)[qa_k<T>()][4], int ctid) {
+    const int lane = ctid & 31, warp = ctid >> 5, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < T::D / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int row = 16 * warp + (lane >> 2) + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
+            qa[kk][e] = *reinterpret_cast<const uint32_t*>(q + (col >> 6) * (T::BM * 128) + swz128(row, (col & 63) >> 3) +
+                                                           (col & 7) * 2);
+        }
 }
 
 // O += P V for one warpgroup, fp16: BN/16 k-steps of m64nDk16, V MN-major (panels of 64 columns BN*128
@@ -94,7 +116,7 @@ struct RsE4m3<128> {
 // k-step kk: [0] row g, columns 32kk + 4t .. +3; [1] row g+8, same; [2] row g, 32kk + 16 + 4t ..;
 // [3] row g+8), and each row's 1/scale.  q: the warpgroup's first row in Q's panel 0.
 template <class T>
-__device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[T::D / 32][4], float (&qinv)[2],
+__device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[qa_k<T>()][4], float (&qinv)[2],
                                             int ctid) {
     const int lane = ctid & 31, warp = ctid >> 5, t = lane & 3;
     uint2 h[T::D / 32][4];
@@ -133,7 +155,7 @@ __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[T::
 // Q_SMEM: the warpgroup's E4M3 A fragments written to shared memory at q8 (64 rows of D = 128 bytes,
 // K-major, 128-byte swizzle: the layout the copy engine gives K), for Q K^T from shared memory.
 template <class T>
-__device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[T::D / 32][4], int ctid) {
+__device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[qa_k<T>()][4], int ctid) {
     static_assert(T::D == 128, "rows of 128 bytes");
     const int lane = ctid & 31, warp = ctid >> 5, t = lane & 3;
 #pragma unroll
@@ -149,7 +171,7 @@ __device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[T
 // descriptor's address field).  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
 // Q_SMEM: A from shared memory (qd: smem_desc(q8, 16, 1024)), qa unused.
 template <class T>
-__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint64_t qd,
+__device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[qa_k<T>()][4], uint64_t qd,
                                              uint64_t kd) {
 #pragma unroll
     for (int kk = 0; kk < T::D / 32; ++kk) {
@@ -188,10 +210,10 @@ __device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], float (&rs)[4
 // qa / qd: the fp8 tier's Q fragments (or, 192-key tiles, Q's E4M3 descriptor); the fp16 tier's Q descriptor
 // in qd.  kd, vd: the K and V buffers' descriptors.  rs: the fp8 tier's row sums (ROWSUM).
 template <class T>
-__device__ __forceinline__ void issue_qk(float (&s)[T::BN / 2], const uint32_t (&qa)[T::D / 32][4], uint64_t qd,
+__device__ __forceinline__ void issue_qk(float (&s)[T::BN / 2], const uint32_t (&qa)[qa_k<T>()][4], uint64_t qd,
                                          uint64_t kd) {
     if constexpr (T::FP8) issue_qk_fp8<T>(s, qa, qd, kd);
-    else issue_qk_f16<T>(s, qd, kd);
+    else issue_qk_f16<T>(s, qa, qd, kd);
 }
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::P_KSTEPS][4],
