@@ -32,11 +32,12 @@
 // SDPA_SM90_FP16_Q_REGS = 1 (default; 0 = Q from shared memory): Q K^T takes Q's fp16 A fragments from
 // registers (an RS wgmma, loaded once per unit) instead of shared memory, so the tier's Q K^T reads a third
 // less from shared memory (the shared-memory pipe was at 63%).  The 32 more registers per consumer thread
-// need the split producer 48 / consumers 224 and a decode batch of 2 chunks (at 216, or 232 with batch 4,
-// ptxas serializes the wgmma or spills: experiments/2026-11-26-sdpa-fp16-q-regs).  1x H100, cold / hot p50,
-// outputs bit-identical at the 7 default shapes, 0 against 1: (2,16,2048,128) 128.99 / 125.14 -> 126.72 /
-// 122.35 us, (1,16,8192,128) 898.5 / 940.8 -> 877.6 / 936.8 (612 -> 626 TF/s); the decode batch of 2 alone
-// costs 2-3% (132.59 / 923.65 us cold), so Q from registers gains about 4-5% and nets 1.8-2.4% cold.
+// need consumers at 224 (at 216 ptxas serializes the wgmma), which leaves the producer 56 (traits.cuh).
+// experiments/2026-11-26-sdpa-fp16-q-regs, 1x H100, cold / hot p50, outputs bit-identical:
+//   producer 48, decode batch 2, against 0: (2,16,2048,128) 128.99 / 125.14 -> 126.72 / 122.35 us,
+//   (1,16,8192,128) 898.5 / 940.8 -> 877.6 / 936.8 (612 -> 626 TF/s); the batch of 2 alone costs 2-3%;
+//   producer 56, decode batch 4 (now), against producer 48 / batch 2, four calls: (2,16,2048,128) 1.004-1.018x
+//   cold, 1.015-1.021x hot; (1,16,8192,128) 0.996-1.029x cold.
 // Head dim 64 is unchanged.
 #ifndef SDPA_SM90_FP16_Q_REGS
 #define SDPA_SM90_FP16_Q_REGS 1

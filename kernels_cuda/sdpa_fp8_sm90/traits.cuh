@@ -26,7 +26,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 // warpgroup is N/2 registers; the fp16 A fragment of P is BN/16 x 4 registers; K is read from shared
 // memory by the tensor core, and so is Q at head dim 64, where Q costs no registers):
 //   head dim 128: BN 128: S 64 + O 64 + P 32 + Q 32 (Q_REGS, since 2026-11-26) = 192 live across the loop,
-//     within the 224 a consumer gets beside a 48-register producer (48 + 2 x 224 <= 3 x 168, the registers
+//     within the 224 a consumer gets beside a 56-register producer (56 + 2 x 224 <= 3 x 168, the registers
 //     384 threads get at launch); with Q from shared memory 160 within 216 beside 64.
 //     BN 192 would be S 96 + O 64 + P 48 = 208 before addresses and the softmax state: no.  Shared
 //     memory: decoded K and V two buffers deep (4 x 32 KiB) + the copy engine's uint8 stages two deep
@@ -63,9 +63,10 @@ struct Fp16Traits {
     static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
     // Q K^T with A = Q's fp16 fragments from registers (config.cuh SDPA_SM90_FP16_Q_REGS): head dim 128 only.
-    // Its 32 more registers per consumer thread fit at producer 48 / consumers 224 with a decode batch of 2.
+    // Its 32 more registers per consumer thread fit at consumers 224; the producer takes the 56 left
+    // (56 + 2 x 224 = 504 = 3 x 168), enough for a decode batch of 4 without spills (at 48 it needed 2).
     static constexpr bool Q_REGS = SDPA_SM90_FP16_Q_REGS != 0 && D == 128;
-    static constexpr int PRODUCER_REGS = Q_REGS ? 48 : 64;
+    static constexpr int PRODUCER_REGS = Q_REGS ? 56 : 64;
     static constexpr int CONSUMER_REGS = Q_REGS ? 224 : 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
@@ -117,7 +118,7 @@ struct Fp16Traits {
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
     static constexpr int CHUNKS = BN * D / 16;  // 16-byte uint8 chunks per K or V tile
     static constexpr int CHUNKS_PER_THREAD = CHUNKS / 128;
-    static constexpr int DECODE_BATCH = Q_REGS ? 2 : CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;
+    static constexpr int DECODE_BATCH = CHUNKS_PER_THREAD % 4 == 0 ? 4 : 2;  // 16-byte chunks in flight per thread
     static_assert(CHUNKS % 128 == 0, "decode work divides over the producer warpgroup");
 };
 
