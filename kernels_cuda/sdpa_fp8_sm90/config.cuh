@@ -28,17 +28,20 @@
 #define SDPA_SM90_PINGPONG 1
 #endif
 
-// ---- fp16 tier, head dim 128 (traits.cuh Fp16Traits, tier_ops.cuh issue_qk_f16 / load_q_f16)
+// ---- fp16 tier (traits.cuh Fp16Traits, tier_ops.cuh issue_qk_f16 / load_q_f16)
 // SDPA_SM90_FP16_Q_REGS = 1 (default; 0 = Q from shared memory): Q K^T takes Q's fp16 A fragments from
 // registers (an RS wgmma, loaded once per unit) instead of shared memory, so the tier's Q K^T reads a third
-// less from shared memory (the shared-memory pipe was at 63%).  The 32 more registers per consumer thread
-// need consumers at 224 (at 216 ptxas serializes the wgmma), which leaves the producer 56 (traits.cuh).
+// less from shared memory (the shared-memory pipe was at 63% at head dim 128).  Head dim 128: the 32 more
+// registers per consumer thread need consumers at 224 (at 216 ptxas serializes the wgmma), which leaves the
+// producer 56 (traits.cuh); head dim 64: 16 more, within the split 64 / 216.
 // experiments/2026-11-26-sdpa-fp16-q-regs, 1x H100, cold / hot p50, outputs bit-identical:
-//   producer 48, decode batch 2, against 0: (2,16,2048,128) 128.99 / 125.14 -> 126.72 / 122.35 us,
-//   (1,16,8192,128) 898.5 / 940.8 -> 877.6 / 936.8 (612 -> 626 TF/s); the batch of 2 alone costs 2-3%;
-//   producer 56, decode batch 4 (now), against producer 48 / batch 2, four calls: (2,16,2048,128) 1.004-1.018x
-//   cold, 1.015-1.021x hot; (1,16,8192,128) 0.996-1.029x cold.
-// Head dim 64 is unchanged.
+//   head dim 128, producer 48, decode batch 2, against 0: (2,16,2048,128) 128.99 / 125.14 -> 126.72 /
+//   122.35 us, (1,16,8192,128) 898.5 / 940.8 -> 877.6 / 936.8 (612 -> 626 TF/s); the batch of 2 alone costs
+//   2-3%; producer 56, decode batch 4 (now), against producer 48 / batch 2, four calls: (2,16,2048,128)
+//   1.004-1.029x cold, 1.015-1.021x hot; (1,16,8192,128) 0.996-1.029x cold.
+//   head dim 64 (since the same day), against Q from shared memory, two calls: (2,16,2048,64) 1.008 / 1.014x
+//   cold, (4,32,4096,64) 1.039 / 1.036x, (8,8,1024,64) 1.011 / 1.018x, (3,5,777,64) 1.019 / 1.018x,
+//   (1,8,512,64) 0.973 / 1.013x.
 #ifndef SDPA_SM90_FP16_Q_REGS
 #define SDPA_SM90_FP16_Q_REGS 1
 #endif

@@ -153,8 +153,8 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     };
 
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
-    // (The fp16 tier: every row the same score scale; Q K^T reads Q from shared memory at head dim 64, qa
-    // unused, and from registers at head dim 128, Q_REGS.)
+    // (The fp16 tier: every row the same score scale; Q K^T takes Q from registers, Q_REGS, or with
+    // SDPA_SM90_FP16_Q_REGS=0 from shared memory, qa unused.)
     uint32_t qa[qa_k<T>()][4];
     float qinv[2];
     if constexpr (T::FP8) {

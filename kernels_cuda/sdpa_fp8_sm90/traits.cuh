@@ -24,7 +24,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 //
 // Tile sizes, from registers and shared memory (per consumer thread: the m64nN f32 accumulator of a
 // warpgroup is N/2 registers; the fp16 A fragment of P is BN/16 x 4 registers; K is read from shared
-// memory by the tensor core, and so is Q at head dim 64, where Q costs no registers):
+// memory by the tensor core; Q's A fragments are D/16 x 4 registers (Q_REGS, since 2026-11-26)):
 //   head dim 128: BN 128: S 64 + O 64 + P 32 + Q 32 (Q_REGS, since 2026-11-26) = 192 live across the loop,
 //     within the 224 a consumer gets beside a 56-register producer (56 + 2 x 224 <= 3 x 168, the registers
 //     384 threads get at launch); with Q from shared memory 160 within 216 beside 64.
@@ -34,7 +34,8 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 //     once the consumers' epilogue released the buffer (its L2 prefetch earlier hides most of the wait).
 //   head dim 64, two consumer warpgroups: BN 128 (192 was measured 1-10% slower at every listed shape
 //     but (4,32,4096,64) on the fp16 tier's kernel before 2026-11-26: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
-//     P 32 = 128; shared memory 2 Q (2 x 16 KiB) + K/V (4 x 16 KiB) + 4 uint8 stages (4 x 16 KiB) = 160 KiB.
+//     P 32 (+ Q 16) = 144 of 216; shared memory 2 Q (2 x 16 KiB) + K/V (4 x 16 KiB) + 4 uint8 stages (4 x 16 KiB)
+//     = 160 KiB.
 //   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads: 128 registers each at launch,
 //     56 + 3 x 152 or 32 + 3 x 160 after setmaxnreg) does not fit: S 64 + O 32 + P 32 = 128 (P is 32 fp16
 //     registers where the fp8 tier's is 16) and the loop's addresses and state leave ptxas short at 152
@@ -62,12 +63,13 @@ struct Fp16Traits {
     static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
     static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    // Q K^T with A = Q's fp16 fragments from registers (config.cuh SDPA_SM90_FP16_Q_REGS): head dim 128 only.
-    // Its 32 more registers per consumer thread fit at consumers 224; the producer takes the 56 left
-    // (56 + 2 x 224 = 504 = 3 x 168), enough for a decode batch of 4 without spills (at 48 it needed 2).
-    static constexpr bool Q_REGS = SDPA_SM90_FP16_Q_REGS != 0 && D == 128;
-    static constexpr int PRODUCER_REGS = Q_REGS ? 56 : 64;
-    static constexpr int CONSUMER_REGS = Q_REGS ? 224 : 216;
+    // Q K^T with A = Q's fp16 fragments from registers (config.cuh SDPA_SM90_FP16_Q_REGS).  Head dim 128: its
+    // 32 more registers per consumer thread fit at consumers 224; the producer takes the 56 left (56 + 2 x 224
+    // = 504 = 3 x 168), enough for a decode batch of 4 without spills (at 48 it needed 2).  Head dim 64: 16
+    // more, within the 216 beside a 64-register producer.
+    static constexpr bool Q_REGS = SDPA_SM90_FP16_Q_REGS != 0;
+    static constexpr int PRODUCER_REGS = Q_REGS && D == 128 ? 56 : 64;
+    static constexpr int CONSUMER_REGS = Q_REGS && D == 128 ? 224 : 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     static constexpr bool Q_SMEM = false;   // (fp8 tier, 192-key tiles: Q's E4M3 codes in shared memory)
