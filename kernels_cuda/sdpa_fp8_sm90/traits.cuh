@@ -35,7 +35,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 //   head dim 64, two consumer warpgroups: BN 128 (192 was measured 1-10% slower at every listed shape
 //     but (4,32,4096,64) on the fp16 tier's kernel before 2026-11-26: experiments/2026-11-23-sdpa-hopper run 3): S 64 + O 32 +
 //     P 32 (+ Q 16) = 144 of 216; shared memory 2 Q (2 x 16 KiB) + decoded K/V three deep (6 x 16 KiB; two
-//     deep until 2026-11-26) + 4 uint8 stages (4 x 16 KiB) = 192 KiB.
+//     deep until 2026-11-26, and in the baseline) + 4 uint8 stages (4 x 16 KiB) = 192 KiB.
 //   head dim 64, three consumer warpgroups (unsplit, 192 rows, 512 threads: 128 registers each at launch,
 //     56 + 3 x 152 or 32 + 3 x 160 after setmaxnreg) does not fit: S 64 + O 32 + P 32 = 128 (P is 32 fp16
 //     registers where the fp8 tier's is 16) and the loop's addresses and state leave ptxas short at 152
@@ -77,11 +77,13 @@ struct Fp16Traits {
     static constexpr int P_KSTEPS = BN / 16;  // fp16 A fragments of P per tile (k16 steps of P V)
 
     static constexpr int NS = ASYNC ? (D == 64 ? 4 : 2) : 0;  // uint8 K/V stages the copy engine fills
-    // Decoded fp16 K and V buffers (the consumers' rings): three at head dim 64 unsplit, where shared memory
-    // has room (1x H100, experiments/2026-11-26-sdpa-fp16-q-regs, three calls against two, bit-identical:
-    // 1.00-1.02x cold and 1.00-1.04x hot at the large head-dim-64 shapes); two at head dim 128 (full) and in
-    // the split configuration (one per consumer warpgroup, for the merge).
-    static constexpr int NKB = D == 64 && !SPLIT ? 3 : 2;
+    // Decoded fp16 K and V buffers (the consumers' rings): three at head dim 64 unsplit in the cpasync variant,
+    // where shared memory has room (1x H100, experiments/2026-11-26-sdpa-fp16-q-regs, three calls against two,
+    // bit-identical: 1.00-1.02x cold and 1.00-1.04x hot at the large head-dim-64 shapes); two at head dim 128
+    // (full), in the split configuration (one per consumer warpgroup, for the merge) and in the baseline,
+    // whose synchronous producer was 5.5% slower with three at (4,32,4096,64) in the bench
+    // (bench_results/20261126T173142Z-2b62dd49-1xH100: 1321.0 us against 1251.7 at c96bd1d).
+    static constexpr int NKB = D == 64 && !SPLIT && ASYNC ? 3 : 2;
     static constexpr int NVB = NKB;
 
     static constexpr int Q_BYTES = BM * D * 2;  // [PANELS][BM][64] fp16
