@@ -39,11 +39,12 @@ def _compile(tmp_path_factory, name: str, *defines: str):
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
-    def run(cases, plan: int = 0, bn: int = -1, fp8: bool = True):
+    def run(cases, plan: int = 0, bn: int = -1, fp8: bool = True, q2: int = -1):
         """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below); bn: the
         head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128); fp8: the tier (both kernels are
-        in every build: --precision at run time)."""
-        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn} {int(fp8)}\n"
+        in every build: --precision at run time); q2: the fp8 tier's Q-terms policy (-1: the build's
+        SDPA_SM90_FP8_Q2)."""
+        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn} {int(fp8)} {q2}\n"
                         for (b, h, s, d), sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
@@ -267,3 +268,51 @@ def test_head_dim_128_tile_width(fp8, tmp_path_factory):
     assert fp8([((1, 1, 1, 128), 132, 0, 1)], 0, 100) == [{"error": "SDPA_SM90_BN_D128 must be 0, 128 or 192"}]
     run = _compile(tmp_path_factory, "fp8_bn192", "SDPA_SM90_BN_D128=192")
     assert {r["bn"] for r in run([(s, 132, 0, 1) for s in shapes])} == {192}
+
+
+def expected_q_terms(shape, sms: int, split_override: int, policy: int, q2_policy: int, fp8: bool = True) -> int:
+    """SDPA_SM90_FP8_Q2 restated: two E4M3 terms of Q only in the fp8 tier's two-warpgroup kernels with
+    128-key tiles; policy 1 only for a short launch (fewer work units than SMs, at most 8 K/V tiles per
+    consumer warpgroup), policy 2 wherever those kernels run."""
+    e = expected(shape, sms, split_override, policy, fp8)
+    if not fp8 or e["ncwg"] != 2 or e["bn"] != 128 or q2_policy == 0:
+        return 1
+    tiles = _cdiv(shape[2], e["bn"])
+    per_wg = _cdiv(tiles, 2) if e["split"] == 2 else tiles
+    return 2 if q2_policy == 2 or (e["units"] < sms and per_wg <= 8) else 1
+
+
+def test_q_terms_follow_the_rule(fp8):
+    """Every Q-terms policy, split override and warpgroup policy, both tiers and head dims: the term count
+    select_config reports is the rule's, and two terms are their own entry points."""
+    shapes = SHAPES + [(b, h, s, d) for d in (64, 128) for (b, h) in ((1, 1), (1, 2), (1, 8), (3, 5), (1, 30))
+                       for s in (1, 77, 128, 129, 512, 777, 1000, 1024, 1025, 2048, 4096)]
+    for tier in (True, False):
+        for q2 in (0, 1, 2):
+            cases = [(s, sms, split, pol) for s in shapes for sms in (132, 66) for split in (0, 1, 2) for pol in (0, 1)]
+            got = fp8(cases, fp8=tier, q2=q2)
+            bad = [(c, r["q_terms"], expected_q_terms(*c, q2, tier)) for c, r in zip(cases, got)
+                   if r["q_terms"] != expected_q_terms(*c, q2, tier)]
+            assert not bad, (tier, q2, bad[:5])
+            assert all(r["cover"] for r in got)
+            if tier and q2 == 2:
+                one = {(r["split"], c[0][3]): r["func"] for c, r in zip(cases, fp8(cases, fp8=True, q2=0))
+                       if r["ncwg"] == 2 and r["bn"] == 128}
+                two = {(r["split"], c[0][3]): r["func"] for c, r in zip(cases, got) if r["q_terms"] == 2}
+                assert set(two) == set(one) and not set(two.values()) & set(one.values())
+
+
+def test_q_terms_at_the_listed_shapes(fp8):
+    """The default (policy 1) on 132 SMs: two terms at the seeds' small shapes, one at every large default shape
+    (several waves, or a wave of blocks with many tiles each)."""
+    cases = [((1, 2, 128, 64), 132, 0, -1), ((1, 8, 512, 64), 132, 0, -1), ((3, 5, 777, 64), 132, 0, -1),
+             ((1, 8, 1000, 64), 132, 0, -1), ((1, 3, 77, 128), 132, 0, -1), ((2, 16, 2048, 64), 132, 0, -1),
+             ((4, 32, 4096, 64), 132, 0, -1), ((8, 8, 1024, 64), 132, 0, -1), ((2, 16, 2048, 128), 132, 0, -1),
+             ((1, 16, 8192, 128), 132, 0, -1), ((1, 4, 4096, 64), 132, 0, -1)]
+    got = [r["q_terms"] for r in fp8(cases)]
+    assert got == [2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]
+    assert [r["q_terms"] for r in fp8(cases, fp8=False)] == [1] * len(cases)
+
+
+def test_bad_q_terms_policy_is_an_error(fp8):
+    assert fp8([((1, 1, 1, 64), 132, 0, 1)], q2=3) == [{"error": "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"}]

@@ -36,7 +36,8 @@
 // --ablate runs a diagnostic kernel (no_compute: loads/decode only; no_loads: math only; the
 // output is then NOT a correct result).  When either flag is given, the JSON line carries
 // the extra keys "ablate", "split", "bn" and "tiles" (the Hopper kernel's full and short tiles per head,
-// tile_plan.cuh; without the flags it is exactly the old line).
+// tile_plan.cuh; without the flags it is exactly the old line).  An fp8-tier line carries "q_terms": Q K^T
+// took Q as 1 or 2 E4M3 terms (kernel.cuh select_config, SDPA_SM90_FP8_Q2).
 // --soak N (stress): after the output run, N more launches round-robin over K streams in flight
 // at once, each into its own freshly poisoned buffer, each compared bit for bit on the GPU with
 // the output run; the line then carries "soak_launches", "soak_streams" and
@@ -332,7 +333,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     const char* why = nullptr;
     sdpa_fp8::LaunchInfo li;   // mma_sync_sm80
     const void* func = nullptr;
-    int grid = 0, block = 0, smem = 0, li_ablate = ablate, li_split = 1, li_bn = 0, li_full = 0, li_short = 0;
+    int grid = 0, block = 0, smem = 0, li_ablate = ablate, li_split = 1, li_bn = 0, li_full = 0, li_short = 0,
+        li_q_terms = 1;
 #if SDPA_SM90A
     sdpa_sm90::LaunchInfo l90;
     sdpa_sm90::TileMaps maps90;
@@ -341,7 +343,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #if SDPA_SM90A
         if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
         func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
-        li_full = l90.plan.full; li_short = l90.plan.nshort;
+        li_full = l90.plan.full; li_short = l90.plan.nshort; li_q_terms = l90.q_terms;
 #endif
     } else {
         if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
@@ -475,6 +477,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         extra = std::string(",\"ablate\":\"") + kAblNames[li_ablate] + "\",\"split\":" + std::to_string(li_split) +
                 ",\"bn\":" + std::to_string(li_bn) + ",\"tiles\":[" + std::to_string(li_full) + "," +
                 std::to_string(li_short) + "]";
+    if (fp8)  // the fp8 tier: Q as one or two E4M3 terms (SDPA_SM90_FP8_Q2)
+        extra += ",\"q_terms\":" + std::to_string(li_q_terms);
     if (soak > 0)
         extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);

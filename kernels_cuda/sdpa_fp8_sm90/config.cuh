@@ -71,6 +71,30 @@ static_assert(SDPA_SM90_EXP2_POLY >= 0 && SDPA_SM90_EXP2_POLY <= 16, "SDPA_SM90_
 #endif
 static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "SDPA_SM90_EXP2_POLY_D128: chunks of 16");
 
+// ---- fp8 tier (kernel.cuh select_config, fp8_traits.cuh fp8_q2_short, tier_ops.cuh load_q_e4m3 / issue_qk_fp8)
+// Q K^T with Q as two E4M3 terms: q s = hi + lo, hi = the row-scaled Q rounded to E4M3 (as always), lo = the
+// rest (q s - hi, exact in fp32) rounded to E4M3; a second chain of D/32 wgmma takes lo with the same K into
+// the same accumulator.  Q's relative rounding error falls from 2^-4 to about 2^-8, which is what limits the
+// tier at large logits (P's rounding is unchanged).  Both kernels are in every build (two consumer
+// warpgroups, 128-key tiles, Q in registers: the three-warpgroup and 192-key kernels keep one term), and
+// select_config picks by this policy:
+//   0 = one term always;
+//   1 (default) = two in a short launch (fp8_traits.cuh fp8_q2_short: fewer work units than SMs and at most
+//       8 K/V tiles per consumer warpgroup), where the launch waits on latency and the tensor core has time
+//       to spare; one elsewhere;
+//   2 = two wherever the kernel has them.
+// The runner's line says which ran ("q_terms").  experiments/2026-11-26-sdpa-fp8-q-two-terms (1x H100, call
+// 1, two terms everywhere against one): rel_l2 against float64 at (1,2,128,64) large_logits_8 0.157-0.193 ->
+// 0.005-0.008, large_logits_4 0.080-0.093 -> 0.005-0.006, outlier_channels 0.037-0.045 -> 0.008, normal
+// 0.033 -> 0.022 (the same at the other small shapes; cuDNN FP8 0.153-0.181 at large_logits_8 there).  Time,
+// cold / hot: short launches 1.7-5.5% / 3.6-6.5% slower ((1,2,128,64) 7.41 -> 7.54 us cold, (3,5,777,64)
+// 15.09 -> 15.97); the large default shapes 11-37% (two warpgroups at head dim 64: 14-24%; (2,16,2048,128)
+// 11%): hence two terms only in short launches.
+#ifndef SDPA_SM90_FP8_Q2
+#define SDPA_SM90_FP8_Q2 1
+#endif
+static_assert(SDPA_SM90_FP8_Q2 >= 0 && SDPA_SM90_FP8_Q2 <= 2, "SDPA_SM90_FP8_Q2: 0, 1 or 2");
+
 // ---- fp8 tier (tile_plan.cuh: what each value does)
 #ifndef SDPA_SM90_TILE_PLAN
 #define SDPA_SM90_TILE_PLAN 1

@@ -26,13 +26,28 @@ __host__ __device__ constexpr int bn_d128(int S, int policy) {
                        : ((long long)(S + 191) / 192 * 192) * 49 < ((long long)(S + 127) / 128 * 128) * 50 ? 192 : 128;
 }
 
+// SDPA_SM90_FP8_Q2's policy 1: a launch is short when its work units are less than one wave (units < SMs: every
+// block takes one) and each consumer warpgroup runs at most kQ2MaxTiles K/V tiles (1024 keys).  There the
+// launch is bound by latency, not by the tensor core, and the second Q term costs 2-6% of the time
+// (experiments/2026-11-26-sdpa-fp8-q-two-terms); in a launch of many tiles per SM it costs what it adds to
+// the tensor core's work: 11-37% at the large default shapes.
+constexpr int kQ2MaxTiles = 8;
+__host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_warpgroup, int num_sms) {
+    return units < num_sms && tiles_per_warpgroup <= kQ2MaxTiles;
+}
+
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  BN_: keys per K/V
 // tile, 192 only at head dim 128.  The kernels are instantiated on the two thin names below.
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_, int BN_>
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_, int BN_, bool Q2_ = false>
 struct Fp8TraitsN {
     static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
     static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2), "keys per tile: 128, or 192 at head dim 128");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
+    // Q K^T with Q as two E4M3 terms, hi + lo (SDPA_SM90_FP8_Q2, config.cuh; tier_ops.cuh load_q_e4m3):
+    // Q's fragments in registers twice over, so two consumer warpgroups, 128-key tiles (Q in registers), and
+    // no ablation (select_config picks it only for short launches).
+    static constexpr bool Q2 = Q2_;
+    static_assert(!Q2_ || (NCWG_ == 2 && BN_ == 128 && ABL_ == kAblNone), "two Q terms: two consumer warpgroups, 128-key tiles");
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;
     static constexpr int ABL = ABL_;
@@ -130,8 +145,8 @@ struct Fp8TraitsN {
 };
 
 // Two consumer warpgroups (every head dim, unsplit and split; 128- or 192-key tiles at head dim 128).
-template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int BN_ = 128>
-struct Fp8Traits : Fp8TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2, BN_> {};
+template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int BN_ = 128, bool Q2_ = false>
+struct Fp8Traits : Fp8TraitsN<D_, ASYNC_, ABL_, SPLIT_, 2, BN_, Q2_> {};
 // Three consumer warpgroups (head dim 64, unsplit).
 template <int D_, bool ASYNC_, int ABL_>
 struct Fp8Traits3 : Fp8TraitsN<D_, ASYNC_, ABL_, false, 3, 128> {};

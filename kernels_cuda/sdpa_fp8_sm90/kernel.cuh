@@ -55,9 +55,10 @@ inline const char* precision_name(Precision p) { return p == Precision::kFp8 ? "
 // NCWG: consumer warpgroups; 3 = the fp8 tier's unsplit head-dim-64 kernel of 192 rows per block.  BN: keys
 // per K/V tile, the fp8 tier's at head dim 128 (128 or 192).  The fp16 tier has two consumer warpgroups and
 // 128-key tiles (traits.cuh says why): NCWG and BN are ignored there.
-template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128>
+// Q2: the fp8 tier's Q as two E4M3 terms (SDPA_SM90_FP8_Q2; two warpgroups, 128-key tiles, no ablation).
+template <bool FP8, int D, bool ASYNC, int ABL, bool SPLIT, int NCWG = 2, int BN = 128, bool Q2 = false>
 using KernelTraits = std::conditional_t<
-    FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN>>,
+    FP8, std::conditional_t<NCWG == 3, Fp8Traits3<D, ASYNC, ABL>, Fp8Traits<D, ASYNC, ABL, SPLIT, BN, Q2>>,
     Fp16Traits<D, ASYNC, ABL, SPLIT>>;
 // Whether a tier has a three-consumer-warpgroup kernel (the fp8 tier's, at head dim 64).
 template <bool FP8>
@@ -151,6 +152,7 @@ struct LaunchInfo {
     bool persistent = false;  // blocks take units grid apart (SDPA_SM90_PERSISTENT); else grid = units
     TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); units = (full + nshort) * BH
     Precision precision = Precision::kFp16;  // the tier: which kernel family func belongs to
+    int q_terms = 1;  // fp8 tier: E4M3 terms of Q in Q K^T (2: SDPA_SM90_FP8_Q2); the fp16 tier: 1 (fp16 Q)
 };
 
 // Blocks of a grid of `units` work units: one per unit, or at most one per SM for a persistent kernel.
@@ -158,9 +160,9 @@ inline int grid_for(const LaunchInfo& li) {
     return li.persistent && li.num_sms > 0 && li.num_sms < li.plan.units ? li.num_sms : li.plan.units;
 }
 
-template <bool FP8, int D, int ABL, bool SPLIT, int NCWG, int BN>
+template <bool FP8, int D, int ABL, bool SPLIT, int NCWG, int BN, bool Q2 = false>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN>;
+    using T = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN, Q2>;
     LaunchInfo li;
     li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
     li.D = D;
@@ -175,11 +177,15 @@ inline LaunchInfo info_for(int BH, int S) {
     li.ablate = ABL;
     li.precision = FP8 ? Precision::kFp8 : Precision::kFp16;
     li.persistent = T::PERSIST;
+    li.q_terms = T::Q2 ? 2 : 1;
     return li;
 }
 
 template <bool FP8, int D, bool SPLIT, int NCWG = 2, int BN = 128>
-inline LaunchInfo info_for(int BH, int S, int ablate) {
+inline LaunchInfo info_for(int BH, int S, int ablate, bool q2 = false) {
+    // Two Q terms only for the fp8 tier's two-warpgroup, 128-key kernels without ablation (select_config).
+    if constexpr (FP8 && NCWG == 2 && BN == 128)
+        if (q2 && ablate == kAblNone) return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, true>(BH, S);
     switch (ablate) {
         case kAblNoCompute: return info_for<FP8, D, kAblNoCompute, SPLIT, NCWG, BN>(BH, S);
         case kAblNoLoads: return info_for<FP8, D, kAblNoLoads, SPLIT, NCWG, BN>(BH, S);
@@ -198,10 +204,14 @@ inline LaunchInfo info_for(int BH, int S, int ablate) {
 // (SDPA_SM90_TILE_PLAN: it chooses only for three consumer warpgroups; two keep full tiles).
 // Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
+// FP8 tier, last: Q as one or two E4M3 terms by q2_policy (SDPA_SM90_FP8_Q2, config.cuh): 0 = one; 1 = two
+// for a short launch (fp8_q2_short: less than one wave of work units, at most kQ2MaxTiles K/V tiles per
+// consumer warpgroup) where the kernel has them (two consumer warpgroups, 128-key tiles, no ablation); 2 = two
+// wherever the kernel has them.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 template <bool FP8>
 inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
-                               const char** err, int ncwg_policy, int plan_policy, int bn_policy) {
+                               const char** err, int ncwg_policy, int plan_policy, int bn_policy, int q2_policy) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (split_override < 0 || split_override > 2) {
@@ -209,6 +219,7 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
         return false;
     }
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
+    if (q2_policy < 0 || q2_policy > 2) { *err = "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"; return false; }
     if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
     if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192) {
         *err = "SDPA_SM90_BN_D128 must be 0, 128 or 192";
@@ -232,13 +243,17 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
     const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
     const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
+    const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
+    const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
+    const bool q2 = FP8 && !three && !wide &&
+                    (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, num_sms)));
     if (D == 64) {
-        if (split) *li = info_for<FP8, 64, true>(BH, S, ablate);
+        if (split) *li = info_for<FP8, 64, true>(BH, S, ablate, q2);
         else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate);
-        else *li = info_for<FP8, 64, false>(BH, S, ablate);
+        else *li = info_for<FP8, 64, false>(BH, S, ablate, q2);
     } else {
         if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate) : info_for<FP8, 128, false, 2, 192>(BH, S, ablate);
-        else *li = split ? info_for<FP8, 128, true>(BH, S, ablate) : info_for<FP8, 128, false>(BH, S, ablate);
+        else *li = split ? info_for<FP8, 128, true>(BH, S, ablate, q2) : info_for<FP8, 128, false>(BH, S, ablate, q2);
     }
     li->num_sms = num_sms;
     if (li->split == 1)
@@ -252,12 +267,13 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
 // consumer warpgroups, 128-key tiles and so full tiles only, persistent as the fp8 tier's).
 inline bool select_config(Precision precision, int BH, int S, int D, int num_sms, int split_override, int ablate,
                           LaunchInfo* li, const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
-                          int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128) {
+                          int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128,
+                          int q2_policy = SDPA_SM90_FP8_Q2) {
     return precision == Precision::kFp8
                ? select_config_tier<true>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
-                                          bn_policy)
+                                          bn_policy, q2_policy)
                : select_config_tier<false>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy,
-                                           plan_policy, bn_policy);
+                                           plan_policy, bn_policy, q2_policy);
 }
 
 // Tensor maps for the copy engine: Q fp16 {D, S, BH} in boxes {64, BM, 1} with the 128-byte

@@ -4,8 +4,9 @@
 // online softmax, the epilogue) is the same code.
 //
 //                   fp16 tier (wgmma_sm90, traits.cuh)        fp8 tier (wgmma_fp8_sm90, fp8_traits.cuh)
-//   Q fragments     none: Q K^T reads fp16 Q from shared       E4M3 A fragments in registers, each row
-//                   memory (SS), one score scale               scaled to 448, 1/scale in its score scale
+//   Q fragments     fp16 A fragments in registers (Q_REGS;    E4M3 A fragments in registers, each row
+//                   0: fp16 Q from shared memory, SS), one     scaled to 448, 1/scale in its score scale;
+//                   score scale                                short launches: two terms, hi + lo (Q2)
 //   Q K^T           m64nBNk16, K fp16 (decoded), K-major       m64nBNk32, K as stored (E4M3), K-major
 //   P               fp16, the accumulator layout as is         E4M3 with the 2^8 bias, thread order
 //   P V             m64nDk16, V fp16 (decoded), MN-major       m64nDk32, V^T (transposed), K-major;
@@ -23,7 +24,9 @@ namespace sdpa_sm90 {
 
 // A fragments of Q per thread: fp8 tier D/32 k-steps of E4M3; fp16 tier (Q_REGS) D/16 k-steps of fp16.
 template <class T>
-__host__ __device__ constexpr int qa_k() { return T::FP8 ? T::D / 32 : T::D / 16; }
+__host__ __device__ constexpr bool q2() { return T::FP8 && T::Q2; }
+template <class T>
+__host__ __device__ constexpr int qa_k() { return T::FP8 ? (q2<T>() ? 2 : 1) * (T::D / 32) : T::D / 16; }
 
 // ------------------------------------------------------------------------------ fp16 tier
 template <int N>
@@ -115,6 +118,8 @@ struct RsE4m3<128> {
 // The thread's E4M3 A fragments of Q (rows g = 16 warp + lane/4 and g + 8 of the warpgroup's 64,
 // k-step kk: [0] row g, columns 32kk + 4t .. +3; [1] row g+8, same; [2] row g, 32kk + 16 + 4t ..;
 // [3] row g+8), and each row's 1/scale.  q: the warpgroup's first row in Q's panel 0.
+// T::Q2 (SDPA_SM90_FP8_Q2): k-steps D/32 .. 2D/32 - 1 hold the second term, the rest of each scaled value
+// (q s - hi, exact in fp32: hi is q s rounded) rounded to E4M3, so hi + lo is q s within about 2^-8 of it.
 template <class T>
 __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[qa_k<T>()][4], float (&qinv)[2],
                                             int ctid) {
@@ -148,7 +153,15 @@ __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[qa_
             const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h[kk][e].x));
             const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h[kk][e].y));
             const float s = qs[e & 1];
-            qa[kk][e] = pack_e4m3x4(a.x * s, a.y * s, b.x * s, b.y * s);
+            const float x0 = a.x * s, x1 = a.y * s, x2 = b.x * s, x3 = b.y * s;
+            qa[kk][e] = pack_e4m3x4(x0, x1, x2, x3);
+            if constexpr (q2<T>()) {
+                uint32_t h01, h23;
+                decode4(qa[kk][e], h01, h23);
+                const float2 d01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
+                const float2 d23 = __half22float2(*reinterpret_cast<const __half2*>(&h23));
+                qa[kk + T::D / 32][e] = pack_e4m3x4(x0 - d01.x, x1 - d01.y, x2 - d23.x, x3 - d23.y);
+            }
         }
 }
 
@@ -168,7 +181,7 @@ __device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[q
 }
 
 // S = Q K^T for one warpgroup: D/32 k-steps of m64nBNk32, K-major K (+32 bytes per step: +2 in the
-// descriptor's address field).  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
+// descriptor's address field); T::Q2: then D/32 more with Q's second term and the same K.  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
 // Q_SMEM: A from shared memory (qd: smem_desc(q8, 16, 1024)), qa unused.
 template <class T>
 __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[qa_k<T>()][4], uint64_t qd,
@@ -177,6 +190,10 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
     for (int kk = 0; kk < T::D / 32; ++kk) {
         if constexpr (T::Q_SMEM) wgmma::ss_e4m3_m64n192k32(s, qd + 2u * kk, kd + 2u * kk, kk > 0);
         else RsE4m3<T::BN>::run(s, qa[kk], kd + 2u * kk, kk > 0);
+    }
+    if constexpr (q2<T>()) {
+#pragma unroll
+        for (int kk = 0; kk < T::D / 32; ++kk) RsE4m3<T::BN>::run(s, qa[kk + T::D / 32], kd + 2u * kk, 1);
     }
 }
 

@@ -47,6 +47,7 @@ enum Ablate : int { kAblNone = 0, kAblNoCompute = 1, kAblNoLoads = 2 };
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_>
 struct Fp16Traits {
     static constexpr bool FP8 = false;     // fp16 operands (wgmma_sm90)
+    static constexpr bool Q2 = false;      // (the fp8 tier's Q as two E4M3 terms: fp8_traits.cuh)
     static constexpr int D = D_;
     static constexpr bool ASYNC = ASYNC_;  // TMA pipeline (cpasync) or synchronous loads (baseline)
     static constexpr int ABL = ABL_;

@@ -2,8 +2,8 @@
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
 // launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
-// plan bn fp8"; policy / plan / bn -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S;
-// fp8: 1 = the fp8 tier's kernel, 0 = the fp16 tier's):
+// plan bn fp8 q2"; policy / plan / bn / q2 -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S;
+// fp8: 1 = the fp8 tier's kernel, 0 = the fp16 tier's; q2: SDPA_SM90_FP8_Q2's policy):
 // the launch configuration select_config gives (with "bn", the keys per K/V tile), or
 // its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
 // "cover" = every row of every head in exactly one unit and the grid one block per unit (persistent:
@@ -53,16 +53,18 @@ static void cover_all(const sdpa_sm90::LaunchInfo& li, int BH, int S, int D, boo
 
 int main() {
     long long B, H, S;
-    int D, sms, split, policy, plan, bnpol, fp8;
-    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol, &fp8) == 10) {
+    int D, sms, split, policy, plan, bnpol, fp8, q2pol;
+    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol, &fp8,
+                      &q2pol) == 11) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
         const int BH = (int)(B * H);
         const int pol = policy < 0 ? SDPA_SM90_NCWG3_D64 : policy;
         const int pl = plan < 0 ? SDPA_SM90_TILE_PLAN : plan;
         const int bp = bnpol < 0 ? SDPA_SM90_BN_D128 : bnpol;
+        const int q2p = q2pol < 0 ? SDPA_SM90_FP8_Q2 : q2pol;
         const sdpa_sm90::Precision prec = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
-        if (!sdpa_sm90::select_config(prec, BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp)) {
+        if (!sdpa_sm90::select_config(prec, BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp, q2p)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
@@ -72,10 +74,10 @@ int main() {
         if (fp8) cover_all<true>(li, BH, (int)S, D, &ok, nc);
         else cover_all<false>(li, BH, (int)S, D, &ok, nc);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
-                    "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d]}\n",
+                    "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d],\"q_terms\":%d}\n",
                     sdpa_sm90::kernel_name(li.precision), li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
                     li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", ok ? "true" : "false", nc[1],
-                    nc[2], nc[3]);
+                    nc[2], nc[3], li.q_terms);
     }
     return 0;
 }
