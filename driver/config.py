@@ -53,6 +53,11 @@ SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "unsplit3_d64": (1, 132, 250, 64),
     "unsplit_d128": (1, 66, 250, 128),
     "unsplit_wide_d128": (1, 44, 380, 128),
+    # The fp8 tier's two-term kernels at head dim 128 (SDPA_SM90_FP8_Q2: short launches, fewer work units than
+    # SMs): unsplit (80 blocks of 128 rows, too many to split) and split (64 of 64 rows), two K/V tiles with a
+    # tail. Head dim 64's are the seeds' small (unsplit) and mission / tail (split).
+    "short_d128": (1, 40, 250, 128),
+    "short_split_d128": (1, 16, 250, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.

@@ -316,3 +316,14 @@ def test_q_terms_at_the_listed_shapes(fp8):
 
 def test_bad_q_terms_policy_is_an_error(fp8):
     assert fp8([((1, 1, 1, 64), 132, 0, 1)], q2=3) == [{"error": "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"}]
+
+
+def test_sanitizer_shapes_reach_the_two_term_kernels(fp8):
+    """The stress sanitizers run the fp8 tier's two-term kernels at both head dims, split and unsplit, on 132 SMs
+    (H100 / H200 SXM): small (unsplit) and mission (split) at head dim 64, short_d128 and short_split_d128 at 128."""
+    from driver.config import SDPA_SHAPES
+    from driver.suites.stress.sanitizer import SANITIZED_SHAPES
+    names = ("small", "mission", "short_d128", "short_split_d128")
+    assert set(names) <= set(SANITIZED_SHAPES)
+    got = fp8([(SDPA_SHAPES[n], 132, 0, -1) for n in names])
+    assert [(r["q_terms"], r["split"], r["bn"]) for r in got] == [(2, 1, 128), (2, 2, 128), (2, 1, 128), (2, 2, 128)]

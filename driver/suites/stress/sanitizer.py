@@ -18,7 +18,8 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # kernel's unsplit configurations (three consumer warpgroups at head dim 64, two at 128 with 128- and
 # 192-key tiles) over two K/V tiles with a tail; `large` is left out because racecheck takes minutes
 # over its blocks.
-SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128")
+SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128", "short_d128",
+                    "short_split_d128")
 
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
