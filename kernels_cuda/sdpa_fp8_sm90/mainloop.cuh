@@ -155,13 +155,14 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
     // (The fp16 tier: every row the same score scale; Q K^T takes Q from registers, Q_REGS, or with
     // SDPA_SM90_FP16_Q_REGS=0 from shared memory, qa unused.)
+    uint8_t* const q_rows = q + (T::SPLIT ? 0 : cw) * 64 * 128;  // this warpgroup's first row in panel 0
     uint32_t qa[qa_k<T>()][4];
     float qinv[2];
     if constexpr (T::FP8) {
-        load_q_e4m3<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, qinv, ctid);
+        load_q_e4m3<T>(q_rows, qa, qinv, ctid);
     } else {
         qinv[0] = qinv[1] = 1.f;
-        if constexpr (T::Q_REGS) load_q_f16<T>(q + (T::SPLIT ? 0 : cw) * 64 * 128, qa, ctid);
+        if constexpr (T::Q_REGS) load_q_f16<T>(q_rows, qa, ctid);
     }
     const float sc[2] = {scale_log2 * qinv[0], scale_log2 * qinv[1]};
     // Q_SMEM: this warpgroup's 8 KiB of the fp16 tile (unsplit: its rows of panel 0; split: panel cw)
@@ -176,7 +177,7 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         consumer_wg_barrier<T::NCWG>(cw);
         qd = smem_desc(smem_u32(q8), 16, 1024);
     }
-    if constexpr (!T::FP8) qd = smem_desc(smem_u32(q + (T::SPLIT ? 0 : cw) * 64 * 128), 16, 1024);
+    if constexpr (!T::FP8) qd = smem_desc(smem_u32(q_rows), 16, 1024);
 
 #pragma unroll
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;

@@ -34,13 +34,16 @@ struct TilePlan {
     int units;        // (full + nshort) * BH: every unit
 };
 
-// Which kernels have short tiles and warpgroups without rows: the FP8 build's three-warpgroup
-// kernel (head dim 64, unsplit).  In the two-warpgroup kernels a second copy of the loop for one
+// Which kernels have short tiles and warpgroups without rows: every unsplit three-warpgroup kernel
+// (today the fp8 tier's, head dim 64), because the host's plan (choose_tile_plan) gives short tiles to any
+// ncwg 3 configuration; a tier-specific test here let a probe's fp16 three-warpgroup kernel run the
+// host's short tiles as full ones and write past O (experiments/2026-11-26-sdpa-fp16-three-warpgroups).
+// In the two-warpgroup kernels a second copy of the loop for one
 // warpgroup made (2,16,2048,128) 7% slower with full tiles only (experiments/2026-11-23-sdpa-tile-plan
 // run 2), and the model found no plan with 64-row tiles that pays at the listed shapes; they keep full
 // tiles and every warpgroup, as the split configuration and the fp16-operand build do.
 template <class T>
-constexpr bool kShortTiles = T::FP8 && !T::SPLIT && T::NCWG == 3;
+constexpr bool kShortTiles = !T::SPLIT && T::NCWG == 3;
 
 struct BlockTile {
     int m0;  // first query row
