@@ -87,9 +87,10 @@ static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "
 // 1, two terms everywhere against one): rel_l2 against float64 at (1,2,128,64) large_logits_8 0.157-0.193 ->
 // 0.005-0.008, large_logits_4 0.080-0.093 -> 0.005-0.006, outlier_channels 0.037-0.045 -> 0.008, normal
 // 0.033 -> 0.022 (the same at the other small shapes; cuDNN FP8 0.153-0.181 at large_logits_8 there).  Time,
-// cold / hot: short launches 1.7-5.5% / 3.6-6.5% slower ((1,2,128,64) 7.41 -> 7.54 us cold, (3,5,777,64)
-// 15.09 -> 15.97); the large default shapes 11-37% (two warpgroups at head dim 64: 14-24%; (2,16,2048,128)
-// 11%): hence two terms only in short launches.
+// cold / hot: short launches at head dim 64 1.7-6.1% / 3.6-6.5% slower ((1,2,128,64) 7.41 -> 7.54 us cold,
+// (3,5,777,64) 15.09 -> 15.97), at head dim 128 with 8 tiles per warpgroup 7.7-8.3% / 7.0-9.9% ((1,16,1024,128)
+// 19.73 -> 21.38; call 2); the large default shapes 11-37% (two warpgroups at head dim 64: 14-24%;
+// (2,16,2048,128) 11%), single waves of 16-128 tiles per warpgroup 6-11%: hence two terms only in short launches.
 #ifndef SDPA_SM90_FP8_Q2
 #define SDPA_SM90_FP8_Q2 1
 #endif

@@ -28,9 +28,10 @@ __host__ __device__ constexpr int bn_d128(int S, int policy) {
 
 // SDPA_SM90_FP8_Q2's policy 1: a launch is short when its work units are less than one wave (units < SMs: every
 // block takes one) and each consumer warpgroup runs at most kQ2MaxTiles K/V tiles (1024 keys).  There the
-// launch is bound by latency, not by the tensor core, and the second Q term costs 2-6% of the time
-// (experiments/2026-11-26-sdpa-fp8-q-two-terms); in a launch of many tiles per SM it costs what it adds to
-// the tensor core's work: 11-37% at the large default shapes.
+// launch waits mostly on latency, and the second Q term costs 2-6% of the time at head dim 64, 7-10% at head
+// dim 128 with 8 tiles (experiments/2026-11-26-sdpa-fp8-q-two-terms, calls 1 and 2); with more tiles per SM it
+// costs what it adds to the tensor core's work: 6-11% in one wave of 16-128 tiles, 11-37% at the large default
+// shapes.
 constexpr int kQ2MaxTiles = 8;
 __host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_warpgroup, int num_sms) {
     return units < num_sms && tiles_per_warpgroup <= kQ2MaxTiles;
