@@ -273,13 +273,13 @@ def test_head_dim_128_tile_width(fp8, tmp_path_factory):
 def expected_q_terms(shape, sms: int, split_override: int, policy: int, q2_policy: int, fp8: bool = True) -> int:
     """SDPA_SM90_FP8_Q2 restated: two E4M3 terms of Q only in the fp8 tier's two-warpgroup kernels with
     128-key tiles; policy 1 only for a short launch (fewer work units than SMs, at most 8 K/V tiles per
-    consumer warpgroup), policy 2 wherever those kernels run."""
+    consumer warpgroup at head dim 64, 4 at 128), policy 2 wherever those kernels run."""
     e = expected(shape, sms, split_override, policy, fp8)
     if not fp8 or e["ncwg"] != 2 or e["bn"] != 128 or q2_policy == 0:
         return 1
     tiles = _cdiv(shape[2], e["bn"])
     per_wg = _cdiv(tiles, 2) if e["split"] == 2 else tiles
-    return 2 if q2_policy == 2 or (e["units"] < sms and per_wg <= 8) else 1
+    return 2 if q2_policy == 2 or (e["units"] < sms and per_wg * (shape[3] // 64) <= 8) else 1
 
 
 def test_q_terms_follow_the_rule(fp8):
@@ -308,9 +308,12 @@ def test_q_terms_at_the_listed_shapes(fp8):
     cases = [((1, 2, 128, 64), 132, 0, -1), ((1, 8, 512, 64), 132, 0, -1), ((3, 5, 777, 64), 132, 0, -1),
              ((1, 8, 1000, 64), 132, 0, -1), ((1, 3, 77, 128), 132, 0, -1), ((2, 16, 2048, 64), 132, 0, -1),
              ((4, 32, 4096, 64), 132, 0, -1), ((8, 8, 1024, 64), 132, 0, -1), ((2, 16, 2048, 128), 132, 0, -1),
-             ((1, 16, 8192, 128), 132, 0, -1), ((1, 4, 4096, 64), 132, 0, -1)]
+             ((1, 16, 8192, 128), 132, 0, -1), ((1, 4, 4096, 64), 132, 0, -1), ((1, 16, 1024, 64), 132, 0, -1),
+             ((1, 16, 1024, 128), 132, 0, -1), ((1, 32, 512, 128), 132, 0, -1), ((1, 16, 512, 128), 132, 0, -1)]
     got = [r["q_terms"] for r in fp8(cases)]
-    assert got == [2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]
+    # head dim 64: up to 8 tiles per warpgroup ((1,16,1024,64): 8); head dim 128: up to 4 ((1,16,1024,128): 8,
+    # one term; (1,32,512,128): 4, unsplit; (1,16,512,128): 2 per warpgroup, split)
+    assert got == [2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 2, 1, 2, 2]
     assert [r["q_terms"] for r in fp8(cases, fp8=False)] == [1] * len(cases)
 
 

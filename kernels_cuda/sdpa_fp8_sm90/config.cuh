@@ -80,8 +80,8 @@ static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "
 // select_config picks by this policy:
 //   0 = one term always;
 //   1 (default) = two in a short launch (fp8_traits.cuh fp8_q2_short: fewer work units than SMs and at most
-//       8 K/V tiles per consumer warpgroup), where the launch waits on latency and the tensor core has time
-//       to spare; one elsewhere;
+//       8 K/V tiles per consumer warpgroup at head dim 64, 4 at head dim 128), where the launch waits on
+//       latency and the tensor core has time to spare; one elsewhere;
 //   2 = two wherever the kernel has them.
 // The runner's line says which ran ("q_terms").  experiments/2026-11-26-sdpa-fp8-q-two-terms (1x H100, call
 // 1, two terms everywhere against one): rel_l2 against float64 at (1,2,128,64) large_logits_8 0.157-0.193 ->

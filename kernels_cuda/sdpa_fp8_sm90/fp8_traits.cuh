@@ -27,14 +27,16 @@ __host__ __device__ constexpr int bn_d128(int S, int policy) {
 }
 
 // SDPA_SM90_FP8_Q2's policy 1: a launch is short when its work units are less than one wave (units < SMs: every
-// block takes one) and each consumer warpgroup runs at most kQ2MaxTiles K/V tiles (1024 keys).  There the
-// launch waits mostly on latency, and the second Q term costs 2-6% of the time at head dim 64, 7-10% at head
-// dim 128 with 8 tiles (experiments/2026-11-26-sdpa-fp8-q-two-terms, calls 1 and 2); with more tiles per SM it
-// costs what it adds to the tensor core's work: 6-11% in one wave of 16-128 tiles, 11-37% at the large default
-// shapes.
-constexpr int kQ2MaxTiles = 8;
-__host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_warpgroup, int num_sms) {
-    return units < num_sms && tiles_per_warpgroup <= kQ2MaxTiles;
+// block takes one) and the second term's extra Q K^T work per consumer warpgroup is at most that of 8 K/V tiles
+// at head dim 64 (tiles x D/64 <= kQ2MaxTileWork: 8 tiles at head dim 64, 4 at 128, whose Q K^T has twice the
+// k-steps).  There the launch waits mostly on latency: the second term costs 2-6% at head dim 64
+// (experiments/2026-11-26-sdpa-fp8-q-two-terms, calls 1 and 2); at head dim 128 with 8 tiles it cost 7-10% and
+// left the tier 0.95x cuDNN FP8 at (1,16,1024,128) (call 3), hence the bound in work, not tiles.  With more work
+// per SM it costs what it adds to the tensor core's: 6-11% in one wave of 16-128 tiles, 11-37% at the large
+// default shapes.
+constexpr int kQ2MaxTileWork = 8;
+__host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_warpgroup, int head_dim, int num_sms) {
+    return units < num_sms && tiles_per_warpgroup * (head_dim / 64) <= kQ2MaxTileWork;
 }
 
 // NCWG_: consumer warpgroups, 64 query rows each; 3 only unsplit at head dim 64.  BN_: keys per K/V

@@ -205,8 +205,8 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2 = false) {
 // Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // FP8 tier, last: Q as one or two E4M3 terms by q2_policy (SDPA_SM90_FP8_Q2, config.cuh): 0 = one; 1 = two
-// for a short launch (fp8_q2_short: less than one wave of work units, at most kQ2MaxTiles K/V tiles per
-// consumer warpgroup) where the kernel has them (two consumer warpgroups, 128-key tiles, no ablation); 2 = two
+// for a short launch (fp8_q2_short: less than one wave of work units, at most 8 K/V tiles per consumer
+// warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no ablation); 2 = two
 // wherever the kernel has them.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 template <bool FP8>
@@ -246,7 +246,7 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
     const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
     const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
     const bool q2 = FP8 && !three && !wide &&
-                    (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, num_sms)));
+                    (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, D, num_sms)));
     if (D == 64) {
         if (split) *li = info_for<FP8, 64, true>(BH, S, ablate, q2);
         else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate);
