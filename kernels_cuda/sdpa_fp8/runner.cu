@@ -37,7 +37,9 @@
 // output is then NOT a correct result).  When either flag is given, the JSON line carries
 // the extra keys "ablate", "split", "bn" and "tiles" (the Hopper kernel's full and short tiles per head,
 // tile_plan.cuh; without the flags it is exactly the old line).  An fp8-tier line carries "q_terms": Q K^T
-// took Q as 1 or 2 E4M3 terms (kernel.cuh select_config, SDPA_SM90_FP8_Q2).
+// took Q as 1 or 2 E4M3 terms (kernel.cuh select_config, SDPA_SM90_FP8_Q2).  --q-terms auto|1|2 (fp8 tier):
+// auto (default) = the build's policy (two in short launches), 1 = one term always, 2 = two (an error at a
+// shape whose kernel has only one: the three-warpgroup and 192-key-tile kernels, the ablations).
 // --soak N (stress): after the output run, N more launches round-robin over K streams in flight
 // at once, each into its own freshly poisoned buffer, each compared bit for bit on the GPU with
 // the output run; the line then carries "soak_launches", "soak_streams" and
@@ -183,6 +185,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     long batch = 20;             // hot: launches per graph replay
     std::string kernel_req = "auto";
     bool fp8 = false;            // --precision: the tier (fp16 by default)
+    int q_terms_req = 0;         // --q-terms: 0 = auto (the build's SDPA_SM90_FP8_Q2 policy), 1 or 2 (fp8 tier)
     bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -224,6 +227,13 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             if (p == "fp16") fp8 = false;
             else if (p == "fp8") fp8 = true;
             else die(2, "--precision must be fp16 or fp8, got '" + p + "'");
+        }
+        else if (a == "--q-terms") {
+            const std::string v = need("--q-terms");
+            if (v == "auto") q_terms_req = 0;
+            else if (v == "1") q_terms_req = 1;
+            else if (v == "2") q_terms_req = 2;
+            else die(2, "--q-terms must be auto, 1 or 2, got '" + v + "'");
         }
         else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
@@ -278,6 +288,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     const std::string kHopper = fp8 ? kHopperFp8 : kHopperFp16;
 #if SDPA_SM90A
     const sdpa_sm90::Precision tier = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
+    // --q-terms as select_config's SDPA_SM90_FP8_Q2 policy: auto = the build's, 1 = one term (0), 2 = two (2).
+    const int q2_policy = q_terms_req == 0 ? SDPA_SM90_FP8_Q2 : q_terms_req == 1 ? 0 : 2;
 #endif
     {   // flag combinations (--precision / --warps / --split / --kernel / head dim) are checked before the GPU is touched,
         // against the kernel that will run where that is known without the GPU
@@ -289,6 +301,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         if (fp8 && kernel_req == "mma_sync_sm80")
             die(2, "--kernel mma_sync_sm80 computes in fp16 (the fp16 tier); this case asks for --precision fp8");
         if (fp8 && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only (the fp16 tier)");
+        if (!fp8 && q_terms_req != 0) die(2, "--q-terms applies to the fp8 tier only (--precision fp8); this case asks for fp16");
         if (kernel_req == kHopper && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
         if (!SDPA_SM90A && kernel_req == kHopper)
             die(2, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
@@ -301,7 +314,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #if SDPA_SM90A
         if (kernel_req == kHopper || fp8) {
             sdpa_sm90::LaunchInfo p90;
-            if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why)) die(2, why);
+            if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why, SDPA_SM90_NCWG3_D64,
+                                          SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy))
+                die(2, why);
         }
 #endif
     }
@@ -341,7 +356,15 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
-        if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why)) die(2, why);
+        if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why,
+                                      SDPA_SM90_NCWG3_D64, SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy))
+            die(2, why);
+        if (q_terms_req == 2 && l90.q_terms != 2)  // only the two-warpgroup, 128-key kernels have a second term
+            die(2, std::string("--q-terms 2: at this shape the fp8 tier runs ") +
+                       (ablate != sdpa_fp8::kAblNone ? "an ablation kernel"
+                        : l90.ncwg == 3          ? "the three-warpgroup kernel"
+                                                 : "the 192-key-tile kernel") +
+                       ", which takes Q as one E4M3 term; use --q-terms auto or 1");
         func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
         li_full = l90.plan.full; li_short = l90.plan.nshort; li_q_terms = l90.q_terms;
 #endif

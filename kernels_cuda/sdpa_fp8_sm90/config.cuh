@@ -83,7 +83,8 @@ static_assert(SDPA_SM90_EXP2_POLY_D128 >= 0 && SDPA_SM90_EXP2_POLY_D128 <= 16, "
 //       8 K/V tiles per consumer warpgroup at head dim 64, 4 at head dim 128), where the launch waits on
 //       latency and the tensor core has time to spare; one elsewhere;
 //   2 = two wherever the kernel has them.
-// The runner's line says which ran ("q_terms").  experiments/2026-11-26-sdpa-fp8-q-two-terms (1x H100, call
+// The runner's line says which ran ("q_terms"); its --q-terms auto|1|2 overrides the policy per case (1 = policy
+// 0, 2 = policy 2; kernels_cuda/sdpa_fp8/README.md).  experiments/2026-11-26-sdpa-fp8-q-two-terms (1x H100, call
 // 1, two terms everywhere against one): rel_l2 against float64 at (1,2,128,64) large_logits_8 0.157-0.193 ->
 // 0.005-0.008, large_logits_4 0.080-0.093 -> 0.005-0.006, outlier_channels 0.037-0.045 -> 0.008, normal
 // 0.033 -> 0.022 (the same at the other small shapes; cuDNN FP8 0.153-0.181 at large_logits_8 there).  Time,

@@ -232,3 +232,34 @@ def test_bad_inputs_give_one_error_and_exit_2(exe_dir, tmp_path):
     for name, args in cases.items():
         with pytest.raises(ConfigError):
             launch([exe, *args], what=name, timeout_s=60)
+
+
+def test_fp8_q_terms_auto_one_and_two(exe_dir, tmp_path, cases):
+    """--q-terms (the fp8 tier's Q as one or two E4M3 terms, SDPA_SM90_FP8_Q2): at the seeds' small shape, a short
+    launch on any GPU, auto takes two terms and says so, 1 and 2 force them, 2 is auto's output bit for bit, and on
+    large logits the second term at least halves the error (Q's rounding is most of it there: the tier's error
+    model, docs/SDPA.md; measured 0.19 -> 0.008)."""
+    kernel = hopper_only("fp8", exe_dir)
+    shape, dist = (1, 2, 128, 64), "large_logits_8"
+    _, expected = cases(shape, 0, dist)
+    runs = {}
+    for terms in ("auto", "1", "2"):
+        line, got = run_case(exe_dir, tmp_path, cases, "cpasync", shape, 0, "--kernel", kernel, "--q-terms", terms,
+                             precision="fp8", distribution=dist)
+        runs[terms] = (line, got)
+    assert [runs[t][0].q_terms for t in ("auto", "1", "2")] == [2, 1, 2]
+    assert np.array_equal(runs["auto"][1].view(np.uint16), runs["2"][1].view(np.uint16))
+    rel = {t: float(np.linalg.norm(runs[t][1].astype(np.float64) - expected) / np.linalg.norm(expected)) for t in runs}
+    assert rel["2"] <= rel["1"] / 2, rel
+
+
+def test_fp8_q_terms_two_where_the_kernel_has_one_is_exit_2(exe_dir, tmp_path):
+    """--q-terms 2 at a shape whose kernel has no second term (192-key tiles at head dim 128, S = 300): one error
+    line naming the kernel, exit 2; --q-terms with the fp16 tier is exit 2 before any launch."""
+    hopper_only("fp8", exe_dir)
+    files = sdpa.write_inputs(tmp_path, (1, 4, 300, 128), 0)
+    base = [str(exe_dir / "sdpa_fp8_cpasync"), *sdpa.file_args(files), "--out", str(tmp_path / "o.npy")]
+    with pytest.raises(ConfigError, match="192-key-tile kernel"):
+        launch([*base, "--precision", "fp8", "--q-terms", "2"], what="--q-terms 2 at 192-key tiles", timeout_s=60)
+    with pytest.raises(ConfigError, match="applies to the fp8 tier only"):
+        launch([*base, "--q-terms", "2"], what="--q-terms with the fp16 tier", timeout_s=60)
