@@ -88,6 +88,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
     sizes_bytes = config.parse_sizes(sizes or "256K,16M")
     config.check_sizes(sizes_bytes, dtypes)  # the executables would refuse them only after the build
     ngpus, arch = _given(ns.ngpus, "--ngpus"), _given(ns.arch, "--arch")
+    precisions = config.parse_precisions(getattr(ns, "precision", ",".join(config.DEFAULT_PRECISIONS)))
+    q_terms = config.parse_q_terms(getattr(ns, "q_terms", "auto"), precisions)
     distributions = config.parse_distributions(getattr(ns, "distributions", ",".join(config.BENCH_SDPA_DISTRIBUTIONS)))
     if ns.cmd == "bench" and "sdpa" in _suites(ns) and "normal" not in distributions:
         raise ConfigError(f"--distributions {','.join(distributions)} leaves out normal",
@@ -103,7 +105,8 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         ngpus=config.parse_ngpus(ngpus) if ngpus else None,
         shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
         seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
-        precisions=config.parse_precisions(getattr(ns, "precision", ",".join(config.DEFAULT_PRECISIONS))),
+        precisions=precisions,
+        q_terms=q_terms,
         distributions=distributions,
         iters=config.parse_positive_int(ns.iters, "--iters"),
         warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
@@ -339,6 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=helptext)
         _add_run_args(s, iters=iters, dtypes=dtypes)
         _add_suite_args(s, seeds=seeds, shapes=shapes, distributions=dists)
+        if name == "bench":
+            s.add_argument("--q-terms", default="auto",
+                           help="SDPA fp8 tier, Q in Q K^T: auto (default: two E4M3 terms in short launches, one "
+                                "elsewhere), 1 (one term at every shape: the same numerics everywhere) or 2 (two; an "
+                                "error at a shape whose fp8 kernel has one). Each record says which ran (q_terms). "
+                                "stress runs auto, the release default (docs/SDPA.md)")
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
             s.add_argument("--no-profile", action="store_true",

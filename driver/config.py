@@ -66,6 +66,10 @@ BENCH_SDPA_SEEDS = (0, 1, 2)
 # The SDPA precision tiers (records.Precision; docs/SDPA.md): fp16 = fp16 compute on the FP8-stored K/V (the
 # contract users read, and the default), fp8 = Q and P rounded to E4M3 for the FP8 tensor cores (Hopper only).
 PRECISIONS = ("fp16", "fp8")
+# The fp8 tier's Q in Q K^T (the runner's --q-terms): auto = the kernel's policy (two E4M3 terms in short launches,
+# one elsewhere: kernels_cuda/sdpa_fp8_sm90/config.cuh SDPA_SM90_FP8_Q2); 1 = one term at every shape (the same
+# numerics everywhere); 2 = two, an error at a shape whose fp8 kernel has one.
+Q_TERMS = ("auto", "1", "2")
 DEFAULT_PRECISIONS = ("fp16",)
 # The input distributions `bench` checks every shape on (reference/sdpa.py DISTRIBUTIONS names them all; stress
 # and the GPU tests check every one): N(0, 1) and the large logits that separate the tiers. Timing stays on
@@ -250,6 +254,17 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 def parse_precisions(text: str) -> tuple[str, ...]:
     """`--precision fp16,fp8`: the SDPA precision tiers to check and time, in that order."""
     return tuple(dict.fromkeys(_parse_choice_list(text, PRECISIONS, "precision tier")))
+
+
+def parse_q_terms(text: str, precisions: tuple[str, ...]) -> str:
+    """`--q-terms auto|1|2`: the fp8 tier's E4M3 terms of Q, passed to our runners for that tier only."""
+    value = text.strip()
+    if value not in Q_TERMS:
+        raise ConfigError(f"unknown --q-terms {text!r}", f"give one of {', '.join(Q_TERMS)} (docs/SDPA.md)")
+    if value != "auto" and "fp8" not in precisions:
+        raise ConfigError(f"--q-terms {value} applies to the fp8 tier, and --precision {','.join(precisions)} "
+                          "leaves it out", "add fp8 to --precision, or leave --q-terms out")
+    return value
 
 
 def parse_distributions(text: str) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ class RunOptions(Record):
     seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
     precisions: tuple[Precision, ...] = DEFAULT_PRECISIONS  # SDPA precision tiers (--precision)
     distributions: tuple[str, ...] = BENCH_SDPA_DISTRIBUTIONS  # SDPA input distributions checked (--distributions)
+    q_terms: Literal["auto", "1", "2"] = "auto"  # the fp8 tier's E4M3 terms of Q (--q-terms; config.Q_TERMS)
     iters: int = Field(default=100, gt=0)
     warmup: int = Field(default=10, ge=0)
     batch: int = Field(default=10, gt=0)

@@ -55,7 +55,7 @@ def _speed_table(run: RunArchive) -> list[str]:
             why = "; ".join(r.performance.reasons) if r.performance else ""
             if sdpa_cols:
                 err = "NaN/inf" if r.nonfinite else None
-                extra = (f"{_frac(r.tensor_frac)} | {r.precision} | {r.distribution} | {err or _sci(r.rel_l2)} | "
+                extra = (f"{_frac(r.tensor_frac)} | {_tier(r)} | {r.distribution} | {err or _sci(r.rel_l2)} | "
                          f"{err or _sci(r.max_abs_rel)} | ")
             else:
                 extra = f"{_frac(r.link_frac)} | "
@@ -74,6 +74,13 @@ def _speed_table(run: RunArchive) -> list[str]:
                            "passed, and the peers): their errors are in the accuracy table below.")]
         lines.append("")
     return lines
+
+
+def _tier(r: ArchivedRecord) -> str:
+    """The precision cell: the tier, and for the fp8 tier's runs how many E4M3 terms Q took (the runner's
+    q_terms: two in short launches by default, so the same tier's numerics differ by shape)."""
+    q_terms = getattr(r.measurement, "q_terms", None)
+    return f"{r.precision} (Q: {q_terms} term{'s' if q_terms != 1 else ''})" if q_terms else f"{r.precision}"
 
 
 def _frac(value: float | None) -> str:

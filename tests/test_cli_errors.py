@@ -44,6 +44,9 @@ def _assert_one_clear_line(proc, exit_code: int, *needles: str) -> None:
          ("unknown input distribution 'gaussian' (choose from normal, large_logits_4, large_logits_8, "
           "outlier_channels, sink, tiny, large_v)")),
         (["stress", "--distributions", ""], "empty input distribution list"),
+        (["bench", "--q-terms", "3", "--precision", "fp8"], "unknown --q-terms '3' (give one of auto, 1, 2"),
+        (["bench", "--q-terms", "1"], "--q-terms 1 applies to the fp8 tier, and --precision fp16 leaves it out"),
+        (["stress", "--q-terms", "1"], "unrecognized arguments: --q-terms 1"),
         (["bench", "--distributions", "large_logits_8"], "leaves out normal"),
     ],
 )

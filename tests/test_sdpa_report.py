@@ -92,6 +92,19 @@ def test_the_speed_table_shows_tensor_frac_and_the_tier_and_leaves_passed_checks
     assert "5 more SDPA record(s), checked only" in sdpa  # the untimed checks that passed, and the peers'
 
 
+def test_the_speed_table_says_how_many_e4m3_terms_q_took_in_the_fp8_tier():
+    """The fp8 tier's numerics depend on the launch (two Q terms in short launches by default): the precision
+    cell says which ran, from the runner line's q_terms; lines without it (the fp16 tier, older runs) show the tier."""
+    two, one = (RECORDS[7].model_copy(update={"measurement": RECORDS[7].measurement.model_copy(update={"q_terms": n}),
+                                              "config": f"{shape}/seed0"})
+                for n, shape in ((2, "mission"), (1, "large")))
+    sdpa = report.compare_markdown(_run([*RECORDS[:7], two, one]))
+    sdpa = sdpa[sdpa.index("## sdpa"):sdpa.index("## SDPA accuracy")]
+    assert _cells(sdpa, "mission/seed0 | cpasync | sdpa_fp8_cpasync | cold (events)")[8] == "fp16"
+    assert [ln for ln in sdpa.splitlines() if ln.startswith("| mission/seed0 | cpasync |") and "fp8 (Q: 2 terms)" in ln]
+    assert [ln for ln in sdpa.splitlines() if ln.startswith("| large/seed0 | cpasync |") and "fp8 (Q: 1 term)" in ln]
+
+
 def test_the_side_by_side_table_names_the_tier_when_the_run_timed_two():
     md = report.compare_markdown(_run(RECORDS))
     rows = [ln for ln in md.splitlines() if ln.startswith("| sdpa mission |")]

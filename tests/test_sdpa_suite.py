@@ -190,3 +190,24 @@ def test_peers_missing_and_the_hopper_kernel_not_offered_say_why(monkeypatch):
     assert "this build is for sm_89" in sdpa.fp8_not_offered("sm_90", "sm_89")
     assert [sdpa.expected_kernel(t, "sm_90", "sm_90") for t in ("fp16", "fp8")] == ["wgmma_sm90", "wgmma_fp8_sm90"]
     assert [sdpa.expected_kernel(t, "sm_89", "sm_89") for t in ("fp16", "fp8")] == ["mma_sync_sm80", None]
+
+
+def test_q_terms_reaches_our_fp8_runs_only(tmp_path, monkeypatch):
+    """bench --q-terms 1: every fp8 run of ours (checks and timing) is asked for one E4M3 term of Q; the fp16
+    runs are not asked at all (the runner refuses --q-terms with that tier); the default asks nothing."""
+    dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=1)])
+    monkeypatch.setattr(device, "probe", lambda: dev)
+    monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
+    for q_terms in ("1", "auto"):
+        exe_dir = tmp_path / q_terms
+        log = sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 10.0})
+        opts = RunOptions(shapes=(("small", (1, 2, 128, 64)),), seeds=(0,), iters=20, rounds=2,
+                          precisions=("fp16", "fp8"), distributions=("normal",), q_terms=q_terms)
+        sdpa._shape(opts, exe_dir, dev, load_thresholds(None), "0" * 40, (), "small", (1, 2, 128, 64))
+        ran = calls(log)
+        fp8 = [c for c in ran if c[c.index("--precision") + 1] == "fp8"]
+        fp16 = [c for c in ran if c[c.index("--precision") + 1] == "fp16"]
+        assert fp8 and fp16 and any(c[c.index("--iters") + 1] != "1" for c in fp8)  # checked and timed
+        if q_terms == "1":
+            assert all(c[c.index("--q-terms") + 1] == "1" for c in fp8)
+        assert not any("--q-terms" in c for c in fp16 + (fp8 if q_terms == "auto" else []))

@@ -101,9 +101,13 @@ def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
 
 
-def precision_args(impl: str, precision: str) -> list[str]:
-    """Our runners take the tier per case (`--precision`); a peer computes in its own tier only."""
-    return [] if peers.is_peer(impl) else ["--precision", precision]
+def precision_args(impl: str, precision: str, opts: RunOptions) -> list[str]:
+    """Our runners take the tier per case (`--precision`, and for the fp8 tier `--q-terms` where asked); a peer
+    computes in its own tier only."""
+    if peers.is_peer(impl):
+        return []
+    return ["--precision", precision, *(["--q-terms", opts.q_terms] if precision == "fp8" and opts.q_terms != "auto"
+                                        else [])]
 
 
 def check_precision(what: str, asked: str, got: str) -> None:
@@ -340,7 +344,7 @@ def _run_shape(
                     what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} (check)"
                     progress(what, step=True)
                     args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)),
-                            *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier)]
+                            *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier, opts)]
                     try:
                         (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
                         if impl in VARIANTS:
@@ -405,7 +409,7 @@ def _run_shape(
                     continue
                 out = out_of(impl, t, TIMED_DISTRIBUTION, timed_seed)
                 cmds[(impl, t, mode)] = served(serve[impl], [*file_args(files), "--out", str(out),
-                                                             *timing_args(opts, mode), *precision_args(impl, t)])
+                                                             *timing_args(opts, mode), *precision_args(impl, t, opts)])
 
     def on_line(cmd_key: tuple[str, str, str], _line: SdpaLine) -> None:
         check_later(cmd_key[0], cmd_key[1], TIMED_DISTRIBUTION, timed_seed)
