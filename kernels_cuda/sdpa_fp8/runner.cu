@@ -290,6 +290,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     const sdpa_sm90::Precision tier = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
     // --q-terms as select_config's SDPA_SM90_FP8_Q2 policy: auto = the build's, 1 = one term (0), 2 = two (2).
     const int q2_policy = q_terms_req == 0 ? SDPA_SM90_FP8_Q2 : q_terms_req == 1 ? 0 : 2;
+    // The tier's configuration on num_sms SMs (1: the checks before the GPU is touched), the build's policies but Q's.
+    auto select90 = [&](int num_sms, sdpa_sm90::LaunchInfo* li, const char** err) {
+        return sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, li, err,
+                                        SDPA_SM90_NCWG3_D64, SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy);
+    };
 #endif
     {   // flag combinations (--precision / --warps / --split / --kernel / head dim) are checked before the GPU is touched,
         // against the kernel that will run where that is known without the GPU
@@ -314,9 +319,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #if SDPA_SM90A
         if (kernel_req == kHopper || fp8) {
             sdpa_sm90::LaunchInfo p90;
-            if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, 1, (int)split, ablate, &p90, &why, SDPA_SM90_NCWG3_D64,
-                                          SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy))
-                die(2, why);
+            if (!select90(1, &p90, &why)) die(2, why);
         }
 #endif
     }
@@ -356,9 +359,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
-        if (!sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, &l90, &why,
-                                      SDPA_SM90_NCWG3_D64, SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy))
-            die(2, why);
+        if (!select90(num_sms, &l90, &why)) die(2, why);
         if (q_terms_req == 2 && l90.q_terms != 2)  // only the two-warpgroup, 128-key kernels have a second term
             die(2, std::string("--q-terms 2: at this shape the fp8 tier runs ") +
                        (ablate != sdpa_fp8::kAblNone ? "an ablation kernel"

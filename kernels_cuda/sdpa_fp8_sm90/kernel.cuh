@@ -206,8 +206,8 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2 = false) {
 // bn_d128), chosen first: the split rule counts K/V tiles of that width.
 // FP8 tier, last: Q as one or two E4M3 terms by q2_policy (SDPA_SM90_FP8_Q2, config.cuh): 0 = one; 1 = two
 // for a short launch (fp8_q2_short: less than one wave of work units, at most 8 K/V tiles per consumer
-// warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no ablation); 2 = two
-// wherever the kernel has them.
+// warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no
+// ablation); 2 = two wherever the kernel has them.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 template <bool FP8>
 inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,

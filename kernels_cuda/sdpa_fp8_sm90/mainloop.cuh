@@ -177,7 +177,9 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         consumer_wg_barrier<T::NCWG>(cw);
         qd = smem_desc(smem_u32(q8), 16, 1024);
     }
-    if constexpr (!T::FP8) qd = smem_desc(smem_u32(q_rows), 16, 1024);
+    if constexpr (!T::FP8) {
+        if constexpr (!T::Q_REGS) qd = smem_desc(smem_u32(q_rows), 16, 1024);
+    }
 
 #pragma unroll
     for (int i = 0; i < T::D / 2; ++i) st.o[i] = 0.f;

@@ -22,11 +22,10 @@
 
 namespace sdpa_sm90 {
 
-// A fragments of Q per thread: fp8 tier D/32 k-steps of E4M3; fp16 tier (Q_REGS) D/16 k-steps of fp16.
+// A fragments of Q per thread: fp8 tier D/32 k-steps of E4M3 (twice as many with Q2: the second term's); fp16
+// tier (Q_REGS) D/16 k-steps of fp16.
 template <class T>
-__host__ __device__ constexpr bool q2() { return T::FP8 && T::Q2; }
-template <class T>
-__host__ __device__ constexpr int qa_k() { return T::FP8 ? (q2<T>() ? 2 : 1) * (T::D / 32) : T::D / 16; }
+__host__ __device__ constexpr int qa_k() { return T::FP8 ? (T::Q2 ? 2 : 1) * (T::D / 32) : T::D / 16; }
 
 // ------------------------------------------------------------------------------ fp16 tier
 template <int N>
@@ -155,7 +154,7 @@ __device__ __forceinline__ void load_q_e4m3(const uint8_t* q, uint32_t (&qa)[qa_
             const float s = qs[e & 1];
             const float x0 = a.x * s, x1 = a.y * s, x2 = b.x * s, x3 = b.y * s;
             qa[kk][e] = pack_e4m3x4(x0, x1, x2, x3);
-            if constexpr (q2<T>()) {
+            if constexpr (T::Q2) {
                 uint32_t h01, h23;
                 decode4(qa[kk][e], h01, h23);
                 const float2 d01 = __half22float2(*reinterpret_cast<const __half2*>(&h01));
@@ -181,7 +180,8 @@ __device__ __forceinline__ void store_q_e4m3(uint8_t* q8, const uint32_t (&qa)[q
 }
 
 // S = Q K^T for one warpgroup: D/32 k-steps of m64nBNk32, K-major K (+32 bytes per step: +2 in the
-// descriptor's address field); T::Q2: then D/32 more with Q's second term and the same K.  kd: the K stage's descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
+// descriptor's address field); T::Q2: then D/32 more with Q's second term and the same K.  kd: the K stage's
+// descriptor (smem_desc(stage, 16, K_SBO, K_SWIZZLE)).
 // Q_SMEM: A from shared memory (qd: smem_desc(q8, 16, 1024)), qa unused.
 template <class T>
 __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32_t (&qa)[qa_k<T>()][4], uint64_t qd,
@@ -191,7 +191,7 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
         if constexpr (T::Q_SMEM) wgmma::ss_e4m3_m64n192k32(s, qd + 2u * kk, kd + 2u * kk, kk > 0);
         else RsE4m3<T::BN>::run(s, qa[kk], kd + 2u * kk, kk > 0);
     }
-    if constexpr (q2<T>()) {
+    if constexpr (T::Q2) {
 #pragma unroll
         for (int kk = 0; kk < T::D / 32; ++kk) RsE4m3<T::BN>::run(s, qa[kk + T::D / 32], kd + 2u * kk, 1);
     }
