@@ -58,6 +58,9 @@ SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     # tail. Head dim 64's are the seeds' small (unsplit) and mission / tail (split).
     "short_d128": (1, 40, 250, 128),
     "short_split_d128": (1, 16, 250, 128),
+    # The split configuration with an odd count of K/V tiles (five of 128 keys at S 600, in both tiers): warpgroup 0
+    # takes the last tile, and warpgroup 1's merge writes over the K buffer it was decoded into (mainloop.cuh).
+    "split_odd_d128": (1, 4, 600, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.

@@ -330,3 +330,15 @@ def test_sanitizer_shapes_reach_the_two_term_kernels(fp8):
     assert set(names) <= set(SANITIZED_SHAPES)
     got = fp8([(SDPA_SHAPES[n], 132, 0, -1) for n in names])
     assert [(r["q_terms"], r["split"], r["bn"]) for r in got] == [(2, 1, 128), (2, 2, 128), (2, 1, 128), (2, 2, 128)]
+
+
+def test_the_odd_split_sanitizer_shape_splits_over_an_odd_count_of_tiles(fp8):
+    """split_odd_d128 runs the split configuration in both tiers on 132 SMs with five 128-key tiles, so warpgroup 0
+    takes the last one and warpgroup 1 merges after it (the case racecheck flagged before the wait in consumer)."""
+    from driver.config import SDPA_SHAPES
+    from driver.suites.stress.sanitizer import SANITIZED_SHAPES
+    assert "split_odd_d128" in SANITIZED_SHAPES
+    case = [(SDPA_SHAPES["split_odd_d128"], 132, 0, -1)]
+    for tier in (True, False):
+        (r,) = fp8(case, fp8=tier)
+        assert (r["split"], r["bn"]) == (2, 128) and -(-SDPA_SHAPES["split_odd_d128"][2] // r["bn"]) % 2 == 1

@@ -46,6 +46,19 @@
 #define SDPA_SM90_FP16_Q_REGS 1
 #endif
 
+// ---- fp16 tier (traits.cuh, tier_ops.cuh issue_pv_f16, kernel.cuh)
+// SDPA_SM90_FP16_ROWSUM_MMA = 1 or 0: the softmax row sums l from the tensor core, as the fp8 tier's
+// (SDPA_SM90_ROWSUM_MMA): each P V is followed by BN/16 wgmma m64n8k16 of P with a constant 8-column B whose
+// column 0 is 1.0 (256 bytes written once per block) into a fresh accumulator, added to l in fp32 after the
+// wait, instead of 64 FADD per consumer thread and tile.  l is then the sum of the fp16-rounded P that O sums.
+// experiments/2026-11-26-sdpa-fp16-rowsum-mma (1x H100, cold / hot p50, against 0, same call): (2,16,2048,64)
+// 88.51 / 83.35 -> 84.90 / 79.56 us, (4,32,4096,64) 1260.7 / 1256.9 -> 1204.5 / 1209.8, (8,8,1024,64) 50.90 / 45.84
+// -> 47.98 / 43.09 (1.04-1.06x), (1,8,512,64) and (3,5,777,64) 1.005-1.017x; head dim 128 1.00-1.02x
+// ((1,16,8192,128) 847.8 -> 838.0 cold, 900.2 -> 901.5 hot); rel_l2 against float64 unchanged (2.7e-4).
+#ifndef SDPA_SM90_FP16_ROWSUM_MMA
+#define SDPA_SM90_FP16_ROWSUM_MMA 1
+#endif
+
 // ---- fp8 tier (softmax.cuh, mainloop.cuh)
 // Polynomial exponentials in the FP8 kernel's softmax step (compile time; mainloop.cuh picks the
 // define by head dim; the fp16 kernel is untouched):

@@ -13,7 +13,7 @@ wrappers are generated rather than typed: `python3 kernels_cuda/sdpa_fp8_sm90/ge
 from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
-RS_N = (64, 128)
+RS_N = (8, 64, 128)  # 8: P 1, the fp16 tier's row sums (SDPA_SM90_FP16_ROWSUM_MMA)
 SS_E4M3_N = (192,)
 RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192-key tiles take Q from shared memory (SS_E4M3_N)
 

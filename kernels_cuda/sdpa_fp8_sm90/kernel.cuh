@@ -114,6 +114,12 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
             }
         }
         fence_mbar_init();
+        if constexpr (!T::FP8 && T::ROWSUM) {
+            // The row sums' B (traits.cuh OFF_ONES): 16 rows of {1.0, 0 x 7} fp16, for the tensor core's reads.
+            for (int r = 0; r < 16; ++r)
+                *reinterpret_cast<uint4*>(smem + T::OFF_ONES + 16 * r) = make_uint4(0x3C00u, 0u, 0u, 0u);
+            fence_proxy_async();
+        }
         if constexpr (T::ASYNC) {
             prefetch_tensormap(&maps.q);
             prefetch_tensormap(&maps.k);

@@ -135,6 +135,8 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     // shared addresses < 256 KiB).
     const uint64_t kd0 = smem_desc(smem_u32(smem + T::OFF_K), 16, T::K_SBO, T::K_SWIZZLE);
     const uint64_t vd0 = smem_desc(smem_u32(smem + T::OFF_VB), T::VB_LBO, 1024);
+    [[maybe_unused]] uint64_t od = 0;  // the fp16 tier's ones tile (ROWSUM)
+    if constexpr (!T::FP8 && T::ROWSUM) od = smem_desc(smem_u32(smem + T::OFF_ONES), 128, 128, kSwizzleNone);
     // kNoLoads (diagnostic): every tile reads the first tile's buffers, waited for once.
     static_assert(T::NKB >= 2 && T::NVB >= 2, "first (0 or 1) is its own stage and buffer");
     auto kdesc = [&](const Ring<T::NKB>& k) { return kd0 + (uint64_t)((kNoLoads ? first : k.i) * (T::K_TILE >> 4)); };
@@ -273,7 +275,7 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         issue_qk<T>(s, qa, qd, kdesc(kr));
         wgmma_commit();
         wait_v(vr, tp);
-        issue_pv<T>(st.o, rs, p, vdesc(vr));
+        issue_pv<T>(st.o, rs, p, vdesc(vr), od);
         wgmma_commit();
         pass_turn();
         wgmma_wait<1>();
@@ -303,7 +305,7 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     wait_turn();
     wait_v(vr, tp);
     wgmma_fence();
-    issue_pv<T>(st.o, rs, p, vdesc(vr));
+    issue_pv<T>(st.o, rs, p, vdesc(vr), od);
     wgmma_commit();
     if (cw != NC - 1 || next_takes_turns()) pass_turn();
     wgmma_wait<0>();
@@ -383,6 +385,18 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             } else {
                 consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns,
                                                   scale_log2);
+            }
+            if constexpr (T::SPLIT) {
+                // split_merge writes warpgroup 1's state over the K buffers.  With an odd tile count the last K
+                // tile is warpgroup 0's: warpgroup 1 waits for its decode too, so that the producer's last writes
+                // there are ordered before its own by a barrier it waits on itself.  (They already were, through
+                // warpgroup 0's wait and the consumers' barrier, but compute-sanitizer racecheck does not follow
+                // that chain: 32 hazards at (1,4,300,128), none with an even count; experiments/
+                // 2026-11-26-sdpa-fp16-rowsum-mma.)
+                if (T::ABL != kAblNoLoads && cw == 1 && ntiles % 2 == 1) {  // (no_loads: no later tiles)
+                    const Ring<T::NKB> last(g0 + ntiles - 1);
+                    mbar_wait(bar(T::BAR_KFULL + last.i), last.phase);
+                }
             }
             if (split_merge<T>(st, smem, cw)) {
                 // The unit and its Q buffer again, rather than held across the loop.

@@ -36,7 +36,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
     // no_loads: the first tile of each consumer warpgroup only.
     const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1))
                                             : nunits * ntiles;
-    if constexpr (T::ROWSUM) {
+    if constexpr (T::FP8 && T::ROWSUM) {
         // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
         // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
         static_assert(T::NVT == 2, "one panel-0 chunk per producer thread");

@@ -135,7 +135,7 @@ __device__ __forceinline__ void keep_above_wait(uint32_t scratch, float v) {
 //     64-column panels; a k-step of 16 keys adds 16 * 128 bytes.
 // The FP8 kernel also uses the 64-byte swizzle (swizzle = 2) for K tiles of head dim 64: rows of
 // 64 bytes, 8-row atoms of 512 bytes (SBO 512), chunk c of row r at chunk c ^ ((r / 2) % 4).
-constexpr uint32_t kSwizzle128B = 1, kSwizzle64B = 2;
+constexpr uint32_t kSwizzleNone = 0, kSwizzle128B = 1, kSwizzle64B = 2;
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
                                               uint32_t swizzle = kSwizzle128B) {
     uint64_t d = (uint64_t)((addr & 0x3FFFFu) >> 4);

@@ -92,10 +92,17 @@ __device__ __forceinline__ void load_q_f16(const uint8_t* q, uint32_t (&qa)[qa_k
 // O += P V for one warpgroup, fp16: BN/16 k-steps of m64nDk16, V MN-major (panels of 64 columns BN*128
 // bytes apart: the descriptor's LBO); vd: the V buffer's (smem_desc(v, BN * 128, 1024)); a k-step of 16 keys
 // adds 16 rows of 128 bytes.
+// ROWSUM: then rs = P 1, this tile's row sums: BN/16 m64n8k16 with B = the ones tile (od: smem_desc(ones, 128, 128,
+// no swizzle); every k-step reads the same 16 rows) into a fresh accumulator, column 0 (lanes with lane % 4 == 0).
 template <class T>
-__device__ __forceinline__ void issue_pv_f16(float (&o)[T::D / 2], const uint32_t (&p)[T::BN / 16][4], uint64_t vd) {
+__device__ __forceinline__ void issue_pv_f16(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 16][4],
+                                             uint64_t vd, uint64_t od) {
 #pragma unroll
     for (int kk = 0; kk < T::BN / 16; ++kk) RSOp<T::D>::run(o, p[kk], vd + (uint64_t)(kk * (16 * 128 / 16)), 1);
+    if constexpr (T::ROWSUM) {
+#pragma unroll
+        for (int kk = 0; kk < T::BN / 16; ++kk) wgmma::rs_m64n8k16_tb(rs, p[kk], od, kk > 0);
+    }
 }
 
 // ------------------------------------------------------------------------------ fp8 tier
@@ -232,11 +239,12 @@ __device__ __forceinline__ void issue_qk(float (&s)[T::BN / 2], const uint32_t (
     if constexpr (T::FP8) issue_qk_fp8<T>(s, qa, qd, kd);
     else issue_qk_f16<T>(s, qa, qd, kd);
 }
+// od: the fp16 tier's ones tile (ROWSUM).
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::P_KSTEPS][4],
-                                         uint64_t vd) {
+                                         uint64_t vd, uint64_t od) {
     if constexpr (T::FP8) issue_pv_fp8<T>(o, rs, p, vd);
-    else issue_pv_f16<T>(o, p, vd);
+    else issue_pv_f16<T>(o, rs, p, vd, od);
 }
 // P (the softmax's probabilities in the S fragment) -> the A fragments of P V.
 template <class T>

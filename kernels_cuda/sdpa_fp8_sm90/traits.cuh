@@ -74,7 +74,9 @@ struct Fp16Traits {
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     static constexpr bool Q_SMEM = false;   // (fp8 tier, 192-key tiles: Q's E4M3 codes in shared memory)
-    static constexpr bool ROWSUM = false;   // (fp8 tier: row sums from the tensor core) l summed in fp32
+    // Row sums from the tensor core (config.cuh SDPA_SM90_FP16_ROWSUM_MMA), else l summed in fp32 by FADD.  Not in
+    // the no_loads ablation at head dim 128: its 4 more registers made ptxas spill 16 bytes there (nvcc 13.0).
+    static constexpr bool ROWSUM = SDPA_SM90_FP16_ROWSUM_MMA != 0 && !(ABL_ == kAblNoLoads && D_ == 128);
     static constexpr int P_KSTEPS = BN / 16;  // fp16 A fragments of P per tile (k16 steps of P V)
 
     static constexpr int NS = ASYNC ? (D == 64 ? 4 : 2) : 0;  // uint8 K/V stages the copy engine fills
@@ -102,7 +104,9 @@ struct Fp16Traits {
     static constexpr int OFF_KRAW = OFF_VB + NVB * VB_BYTES;  // [NS] uint8 K stages (cpasync)
     static constexpr int OFF_VRAW = OFF_KRAW + NS * U8_TILE;  // [NS] uint8 V stages (cpasync)
     static constexpr int OFF_SCRATCH = OFF_VRAW + NS * U8_TILE;  // one word per consumer thread (ptx.cuh keep_above_wait)
-    static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
+    // ROWSUM: P V's B for the row sums, 16 rows of 16 bytes (two 8 x 8 core matrices, MN-major), each {1.0, 0 x 7}.
+    static constexpr int OFF_ONES = OFF_SCRATCH + 128 * NCWG * 4;
+    static constexpr int OFF_BAR = OFF_ONES + (ROWSUM ? 256 : 0);
     // The split configuration's merge goes through the fp16 K buffers (free once both warpgroups are done).
     static constexpr int OFF_MERGE = OFF_K;
     static_assert((D / 2 + 4) * 128 * 4 <= NKB * K_TILE, "merge space");

@@ -67,6 +67,15 @@ __device__ __forceinline__ void ss_m64n192k16(float (&d)[96], uint64_t desc_a, u
 
 // A from registers (the fp16 fragment of mma.sync m16n8k16 per warp), B from shared memory
 // MN-major (imm-trans-b = 1): O += P V with V stored [keys][D].
+__device__ __forceinline__ void rs_m64n8k16_tb(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 __device__ __forceinline__ void rs_m64n64k16_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
