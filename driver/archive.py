@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gzip
 import itertools
 import os
 import shutil
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,12 @@ from driver import paths
 from driver.errors import ConfigError
 from driver.records import BuildMeta, RunArchive
 
-RESULTS_FILE = "results.json"
+# The run's records, gzip-compressed JSON (`zcat results.json.gz`; schema in bench_results/schema/): an SDPA bench's
+# records are about 1 MB of JSON, a tenth of that compressed, and the archive travels with every GPU call
+# (tracked files count against the device tool's 64 MiB). Runs archived before 2026-11-26 21:00 UTC had
+# results.json, compressed in place since; the readers take either.
+RESULTS_FILE = "results.json.gz"
+LEGACY_RESULTS_FILE = "results.json"
 RESULTS_HINT = "make it a writable folder, or point BENCH_RESULTS_DIR at one"
 
 
@@ -67,7 +74,7 @@ def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
 
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dict[str, bytes] | None = None) -> Path:
-    """results.json, build_meta.json, the thresholds used and `files` (name -> bytes), as one folder."""
+    """results.json.gz, build_meta.json, the thresholds used and `files` (name -> bytes), as one folder."""
     root = paths.results_dir()
     root.mkdir(parents=True, exist_ok=True)
     final = root / run.run_id
@@ -75,7 +82,7 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        (tmp / RESULTS_FILE).write_text(run.model_dump_json(indent=1))
+        (tmp / RESULTS_FILE).write_bytes(gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0))
         (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
         (tmp / "thresholds.toml").write_text(thresholds_text)
         for name, data in ({} if files is None else files).items():
@@ -87,8 +94,30 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dic
     return final
 
 
+def results_path(folder: Path) -> Path | None:
+    """The run folder's records file (results.json.gz, or an older run's results.json); None: not a run folder."""
+    for name in (RESULTS_FILE, LEGACY_RESULTS_FILE):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def results_text(folder: Path) -> str:
+    """The run's records as JSON text. Raises OSError (no such file, or a damaged gzip stream) or ValueError."""
+    path = results_path(folder)
+    if path is None:
+        raise FileNotFoundError(f"{folder} holds neither {RESULTS_FILE} nor {LEGACY_RESULTS_FILE}")
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, zlib.error) as exc:  # truncated or damaged (BadGzipFile is an OSError already)
+            raise ValueError(f"{path}: not a whole gzip stream ({exc})") from None
+    return data.decode()
+
+
 def load_run(folder: Path) -> RunArchive:
-    return RunArchive.model_validate_json((folder / RESULTS_FILE).read_text())
+    return RunArchive.model_validate_json(results_text(folder))
 
 
 def archived_runs(root: Path | None = None) -> list[Path]:
@@ -96,4 +125,4 @@ def archived_runs(root: Path | None = None) -> list[Path]:
     root = root or paths.results_dir()
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / RESULTS_FILE).is_file())
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and results_path(p) is not None)

@@ -39,7 +39,7 @@ def _default_pair() -> tuple[Path, Path]:
 
 def _resolve(text: str) -> Path:
     for cand in (Path(text), paths.results_dir() / text):
-        if (cand / archive.RESULTS_FILE).is_file():
+        if archive.results_path(cand) is not None:
             return cand
     raise ConfigError(f"{text!r} is not an archived run folder", f"look in {paths.results_dir()}")
 

@@ -28,8 +28,8 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from driver import archive, paths
 from driver import gates as gating
-from driver import paths
 from driver import targets as build_targets
 from driver.config import DEFAULT_PRECISIONS, PRECISIONS, SDPA_SHAPES
 from driver.gates import ratio_verdict
@@ -176,7 +176,7 @@ def newest(folders: Iterable[Path], default_noise: float, gates: Thresholds | No
     best: dict[tuple[str, ...], GateState] = {}
     for folder in folders:
         try:
-            run = RunArchive.model_validate_json((folder / "results.json").read_text())
+            run = archive.load_run(folder)
         except (OSError, ValidationError):
             continue  # not a run folder this schema can read; `index` skips it the same way
         states = gate_states(run, _noise(folder, default_noise))

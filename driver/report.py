@@ -275,7 +275,7 @@ def _profile_table(run: RunArchive) -> list[str]:
 def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
-        generated("driver/report.py (`python -m driver index --rerender`)", "results.json"),
+        generated("driver/report.py (`python -m driver index --rerender`)", "results.json.gz"),
         f"# Run {run.run_id}",
         "",
         f"- device: {run.device.kind} ({gpus}), driver {run.device.driver_version}",
@@ -333,7 +333,7 @@ def headline(run: RunArchive) -> str:
 
 def index_markdown(root: Path) -> str:
     rows = [generated("driver/report.py (`python -m driver index`)", "the run folders"),
-            "# bench_results", "", "Archived runs, newest first. Each folder holds results.json (schema in schema/),",
+            "# bench_results", "", "Archived runs, newest first. Each folder holds results.json.gz (`zcat`; schema in schema/),",
             "build_meta.json, the thresholds used and COMPARE.md.", "",
             "| run | device | git | headline |", "|---|---|---|---|"]
     for folder in reversed(archive.archived_runs(root)):

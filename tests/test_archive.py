@@ -43,7 +43,7 @@ def test_write_run_is_whole_and_indexed(results_dir):
     run = _run()
     folder = report.publish(run, _meta(), "version = 1\n", {"plot.png": b"\x89PNG"})
     assert sorted(p.name for p in folder.iterdir()) == [
-        "COMPARE.md", "build_meta.json", "plot.png", "results.json", "thresholds.toml"]
+        "COMPARE.md", "build_meta.json", "plot.png", "results.json.gz", "thresholds.toml"]
     assert archive.load_run(folder) == run
     assert run.run_id in (results_dir / "README.md").read_text()
     compare_md = (folder / "COMPARE.md").read_text()
@@ -65,11 +65,11 @@ def test_interrupted_write_leaves_nothing(results_dir):
 
 def test_a_half_written_folder_of_a_killed_run_is_no_run(results_dir):
     """A run killed harder than KeyboardInterrupt (SIGKILL, power) can leave `.tmp-<id>/` with its
-    results.json already written: index, compare and known limits must not read it as a run."""
+    results.json.gz already written: index, compare and known limits must not read it as a run."""
     folder = report.publish(_run(), _meta(), "version = 1\n", {})
     leftover = results_dir / f".tmp-{folder.name}-killed"
     leftover.mkdir()
-    (leftover / "results.json").write_text((folder / "results.json").read_text())
+    (leftover / "results.json.gz").write_bytes((folder / "results.json.gz").read_bytes())
     assert archive.archived_runs(results_dir) == [folder]
 
 
@@ -92,8 +92,7 @@ def test_reading_of_a_difference():
 
 
 def test_side_by_side_table_on_a_real_run():
-    run = RunArchive.model_validate_json((Path(__file__).parent.parent / "bench_results" /
-                                          "20261122T120247Z-293dd159-2xH200" / "results.json").read_text())
+    run = archive.load_run(Path(__file__).parent.parent / "bench_results" / "20261122T120247Z-293dd159-2xH200")
     md = report.compare_markdown(run)
     assert "| allreduce float32/2gpu/262144B | ours | nccl |" in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| sdpa mission | cpasync | baseline |"))
@@ -126,8 +125,7 @@ def test_records_without_timings_are_shown_as_not_timed_and_never_compared(resul
 def test_profile_counters_get_their_own_tables_on_a_real_stress_run():
     """The profile stage's counters are laid out as columns (one table per kind of record), with
     the not-covered allreduce ncu attempt shown as such, never as numbers."""
-    run = RunArchive.model_validate_json((Path(__file__).parent.parent / "bench_results" /
-                                          "20261122T150723Z-49c2cb74-2xH200" / "results.json").read_text())
+    run = archive.load_run(Path(__file__).parent.parent / "bench_results" / "20261122T150723Z-49c2cb74-2xH200")
     md = report.compare_markdown(run)
     lines = md.splitlines()
     ncu_head = lines[lines.index("### profile: ncu") + 2]

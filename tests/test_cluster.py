@@ -156,7 +156,7 @@ def test_move_run_is_whole_or_nothing(tmp_path, results_dir, monkeypatch):
 def test_a_broken_run_folder_is_reported_not_collected(tmp_path, results_dir):
     sub = _submission(tmp_path / "shared", n=1)
     src = _place(H100_RUN, sub, 0)
-    (src / "results.json").write_text('{"run_id": "truncated')
+    (src / "results.json.gz").write_bytes(b"\x1f\x8b\x08\x00truncated")
     (Path(sub.folder) / "logs" / "task-0.log").write_text("line 1\nno GPU: NVML cannot start\n")
     states = {0: TaskState(index=0, state="COMPLETED", exit_code=0)}
     with pytest.raises(ClusterFailed, match="not a readable run folder"):

@@ -136,8 +136,8 @@ def test_every_raw_file_a_readme_names_is_there():
 
 
 def test_raw_outputs_are_kept_compressed():
-    """Raw logs and JSON lines over 8 KiB are gzipped (`zcat` reads them); archived results.json files
-    stay as bench_results/ keeps them."""
+    """Raw logs and JSON lines over 8 KiB are gzipped (`zcat` reads them); archived runs' records
+    stay as bench_results/ keeps them (results.json.gz)."""
     big = [p.relative_to(EXPERIMENTS).as_posix() for p in EXPERIMENTS.rglob("*")
            if p.suffix in RAW_SUFFIXES and p.stat().st_size > RAW_PLAIN_MAX]
     assert not big, f"gzip -n -9 these and name the .gz in the README: {big}"

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from driver import gates, report, thresholds
+from driver import archive, gates, report, thresholds
 from driver.errors import ConfigError, PerfGateFailed, WrongResults
 from driver.options import RunOptions
-from driver.records import RunArchive
 from driver.suites.stress import sanitizer, watchdog
 from tests.runner_doubles import H200X2, allreduce_exe
 
@@ -77,7 +76,7 @@ def test_a_watchdog_whose_gpus_did_not_recover_measured_nothing(tmp_path, monkey
 
 def test_the_stress_table_prints_unmeasured_fields_as_absent(monkeypatch):
     rec = _no_sanitizer_record(monkeypatch)
-    run = RunArchive.model_validate_json((RUNS / "20261122T150723Z-49c2cb74-2xH200" / "results.json").read_text())
+    run = archive.load_run(RUNS / "20261122T150723Z-49c2cb74-2xH200")
     run = run.model_copy(update={"records": [rec], "gates": gates.evaluate([rec], [], STRESS, LIMITS, "2xH200")[0]})
     row = next(ln for ln in report.compare_markdown(run).splitlines() if ln.startswith("| sanitizer |"))
     assert "| - | - | - | - | - |" in row and "| 0 |" not in row and "0.0" not in row
@@ -86,7 +85,7 @@ def test_the_stress_table_prints_unmeasured_fields_as_absent(monkeypatch):
 def test_the_index_headline_leads_with_the_failed_gate():
     """An archived 2x H200 bench run (schema 1) whose cp.async gate failed and whose upstream peer
     dropped out at 16 MiB: its headline used to read "N/M correct; ...", hiding both."""
-    run = RunArchive.model_validate_json((RUNS / "20261122T120247Z-293dd159-2xH200" / "results.json").read_text())
+    run = archive.load_run(RUNS / "20261122T120247Z-293dd159-2xH200")
     line = report.headline(run)
     assert line.startswith("1 FAIL (e.g. sdpa/speed/cpasync/mission/seed0: p50 vs baseline: 1.04x")
     assert line.index("FAIL") < line.index("NOT MEASURED") < line.index("pass")
@@ -136,9 +135,7 @@ def test_a_p50_whose_samples_outlasted_the_hold_decides_no_gate():
     """Records of the 2x H200 acceptance run (2026-11-23, b3ccd16e): at 256 KiB fp32 ours beat upstream 1.30x
     and passed. Had most of our samples been enqueued after the stream hold ended (host launch time inside the
     event pair), the same ratio must not pass or fail a gate: inconclusive, with the count in the reason."""
-    run = RunArchive.model_validate_json(
-        (Path(__file__).resolve().parents[1] / "bench_results" / "20261123T073635Z-b3ccd16e-2xH200" /
-         "results.json").read_text())
+    run = archive.load_run(Path(__file__).resolve().parents[1] / "bench_results" / "20261123T073635Z-b3ccd16e-2xH200")
     opts = RunOptions(suites=("allreduce",), sizes_bytes=(256 << 10,), timing=("cold",), ngpus=(2,))
     gate_id = "allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"
     results, _ = gates.evaluate(run.records, run.skipped, opts, LIMITS, "2xH200")

@@ -12,7 +12,7 @@ from driver.limits import Freshness
 from driver.records import ArchivedRecord, DeviceInfo, GpuInfo, RunArchive, SdpaLine, Verdict
 from tests.conftest import ROOT, run_driver
 
-REPO_RUNS = sorted(p for p in (ROOT / "bench_results").iterdir() if (p / "results.json").is_file())
+REPO_RUNS = archive.archived_runs(ROOT / "bench_results")
 GATES = thresholds.load()
 NOISE = GATES.noise.min_rel_noise
 H200X2 = DeviceInfo(driver_version="580.159.04",
@@ -35,7 +35,7 @@ def _sdpa_run(created: str, reasons: list[str], status: str) -> RunArchive:
 def _store(root: Path, run: RunArchive, noise: float = 0.02) -> Path:
     folder = root / run.run_id
     folder.mkdir(parents=True)
-    (folder / "results.json").write_text(run.model_dump_json())
+    (folder / "results.json").write_text(run.model_dump_json())  # a run of before 2026-11-26 21:00: plain JSON
     (folder / "thresholds.toml").write_text(f"[noise]\nmin_rel_noise = {noise}\n")
     return folder
 
@@ -165,7 +165,7 @@ def test_a_gate_added_after_a_run_is_judged_on_its_records():
     """That run (1x H100, 2026-11-23, the Hopper kernel's fp16 build, wgmma_sm90) was gated before the per-shape
     torch gates existed: its archived verdicts hold none for batch8. Today's gate is judged on its timed records,
     the bench's rule."""
-    run = RunArchive.model_validate_json((FP16_RUN / "results.json").read_text())
+    run = archive.load_run(FP16_RUN)
     stored = {s.key for s in limits.gate_states(run, NOISE)}
     assert ("1xH100", "sdpa", "batch8", "torch_sdpa", "cold") not in stored
     today = {s.key: s for s in limits.rejudged(run, GATES)}
@@ -181,7 +181,7 @@ def test_a_run_of_another_tier_does_not_measure_a_gate_added_after_it():
     """The torch gates are in the fp16 tier (torch's). A run that timed only our FP8 kernel (1x H100, 2026-11-23,
     before the tiers: its lines name wgmma_fp8_sm90) holds no fp16 timing, so today's batch8 gate is not judged
     on it; its own archived verdicts (against torch, from before the tiers) stay as they were."""
-    run = RunArchive.model_validate_json((FP8_RUN / "results.json").read_text())
+    run = archive.load_run(FP8_RUN)
     assert {r.precision for r in run.records if r.impl in ("baseline", "cpasync")} == {"fp8"}
     stored = {s.key for s in limits.gate_states(run, NOISE)}
     today = {s.key for s in limits.rejudged(run, GATES)}

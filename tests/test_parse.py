@@ -158,11 +158,13 @@ def test_every_archived_run_loads_with_tiers_and_distributions():
     from driver.reference.sdpa import DISTRIBUTIONS
 
     root = Path(__file__).resolve().parent.parent
-    files = [*root.glob("bench_results/*/results.json"), *root.glob("experiments/*/*results*.json")]
-    assert len(files) > 40
+    from driver import archive
+
+    texts = [*(archive.results_text(p) for p in archive.archived_runs(root / "bench_results")),
+             *(f.read_text() for f in root.glob("experiments/*/*results*.json"))]
+    assert len(texts) > 40
     seen = set()
-    for f in files:
-        text = f.read_text()
+    for text in texts:
         run = RunArchive.model_validate_json(text)
         raw = json.loads(text)["records"]
         for r, rr in zip(run.records, raw, strict=True):

@@ -34,7 +34,7 @@ def finished_runs(task_dir: Path) -> list[Path]:
     if not task_dir.is_dir():
         return []
     return sorted(p for p in task_dir.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and (p / archive.RESULTS_FILE).is_file())
+                  if p.is_dir() and not p.name.startswith(".") and archive.results_path(p) is not None)
 
 
 def move_run(src: Path, root: Path) -> RunArchive:
@@ -51,7 +51,7 @@ def move_run(src: Path, root: Path) -> RunArchive:
         raise ClusterFailed(f"{src} holds run {run.run_id}, not {src.name}")
     dest = root / src.name
     if dest.exists():
-        if (dest / archive.RESULTS_FILE).read_bytes() != (src / archive.RESULTS_FILE).read_bytes():
+        if archive.results_text(dest) != archive.results_text(src):
             raise ClusterFailed(f"{dest} already holds a different run of the same id; {src} is left where it is")
         shutil.rmtree(src)
         return run
@@ -72,7 +72,7 @@ def _move_failed(src: Path, root: Path, sub: Submission, exc: OSError) -> Config
     """One line for a move that failed on the way: move_run left either the whole run in `root` (only the
     source could not be removed) or none of it, and says which."""
     again = f"fix that and run `python -m driver collect {sub.folder}` again"
-    if (root / src.name / archive.RESULTS_FILE).is_file():
+    if archive.results_path(root / src.name) is not None:
         return ConfigError(f"collected {src.name} into {root}, but could not remove {src}: {archive.os_reason(exc)}",
                            again)
     return ConfigError(f"cannot collect {src.name} into {root}: {archive.os_reason(exc)}; nothing of it was moved, "

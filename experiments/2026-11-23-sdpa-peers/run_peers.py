@@ -14,6 +14,7 @@ the driver's command line for the same shapes instead (the decode check has no c
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -35,11 +36,13 @@ def main() -> int:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env={**os.environ, "BENCH_RESULTS_DIR": str(runs)})
     print(f"driver bench exited {proc.returncode} after {time.perf_counter() - t0:.0f} s", flush=True)
-    folders = sorted(p for p in runs.iterdir() if (p / "results.json").is_file())
+    folders = sorted(p for p in runs.iterdir() if (p / "results.json.gz").is_file() or (p / "results.json").is_file())
     if not folders:
         print("no archived run", file=sys.stderr)
         return proc.returncode or 1
-    run = json.loads((folders[-1] / "results.json").read_text())
+    last = folders[-1]  # results.json.gz since 2026-11-26, results.json before
+    run = json.loads(gzip.decompress((last / "results.json.gz").read_bytes()) if (last / "results.json.gz").is_file()
+                     else (last / "results.json").read_text())
     rows = []
     for r in run["records"]:
         if r["suite"] != "sdpa":
