@@ -76,7 +76,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     thresholds_text = (opts.thresholds or paths.thresholds_file()).read_text()
     with phases.timed("report"):
         figures = plots.render(run_rec)
-    # The archive's own write is the one phase results.json cannot hold; it is the last step.
+    # The archive's own write is the one phase results.json.gz cannot hold; it is the last step.
     run_rec = run_rec.model_copy(update={"wall_s": round(phases.wall_s(), 3), "phases_s": phases.snapshot()})
     progress(f"time: {phases.one_line(run_rec.wall_s, run_rec.phases_s)}")
     folder = report.publish(run_rec, meta, thresholds_text, {**figures, **results.extra_files})

@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders (and README.md's known "
                         "limits, see `limits`)")
     ix.add_argument("--rerender", action="store_true",
-                    help="also re-render every run's COMPARE.md from its results.json (after a report change)")
+                    help="also re-render every run's COMPARE.md from its results.json.gz (after a report change)")
     ix.set_defaults(func=cmd_index)
 
     lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")

@@ -1,6 +1,6 @@
 """Known limits: the newest archived state of every speed gate that is not met.
 
-Reads the run folders in bench_results/ (each run's results.json and the thresholds.toml it used) and keeps,
+Reads the run folders in bench_results/ (each run's results.json.gz and the thresholds.toml it used) and keeps,
 per (device, suite, config, candidate, peer), the gate state of the newest run that measured it. The gate
 stage archives one verdict per record with one reason per gate (`p50 vs <peer>: <ratio>x (ours .. us, peer
 .. us, floor <floor>x)`, or `<peer> not measured`); this module splits those reasons back into one state

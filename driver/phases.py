@@ -1,5 +1,5 @@
 """Where a run's wall time went: seconds per phase (build, each worker's start-up, checks, timing,
-reference, report), archived as `results.json`'s `phases_s` beside `wall_s`.
+reference, report), archived as `results.json.gz`'s `phases_s` beside `wall_s`.
 
 Phases are summed per name over the run. `timed(name)` measures a block on the critical path;
 `add(name, s)` records time measured elsewhere (a worker's start-up, a reference computed on a

@@ -467,7 +467,7 @@ class Skip(Record):
 
 
 class RunArchive(Record):
-    """`results.json` of one archived run."""
+    """`results.json.gz` of one archived run."""
 
     schema_version: int = SCHEMA_VERSION
     run_id: str

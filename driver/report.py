@@ -1,5 +1,5 @@
 """Report: what a reader sees of a run. COMPARE.md (side by side, per-suite tables, stress and
-profile tables), the bench_results/ index, and the run's printout; all derived from results.json,
+profile tables), the bench_results/ index, and the run's printout; all derived from results.json.gz,
 so any of them can be rendered again (`python -m driver index --rerender`).
 
 driver/archive.py writes and reads the run folders; this module only turns records into text.
@@ -308,7 +308,7 @@ def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[
 
 
 def rerender_compare(folder: Path) -> None:
-    """COMPARE.md is derived from results.json (and the plots beside it): write it again, whole."""
+    """COMPARE.md is derived from results.json.gz (and the plots beside it): write it again, whole."""
     run = archive.load_run(folder)
     pngs = sorted(p.name for p in folder.glob("*.png"))
     paths.write_atomic(folder / COMPARE_FILE, compare_markdown(run, pngs or None))

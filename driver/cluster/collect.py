@@ -1,7 +1,7 @@
 """Collect: finished run folders moved whole into bench_results/, the index, the cross-device table.
 
 A run folder is taken only when its name is final (the archive renames `.tmp-<id>` into
-place last) and its results.json reads as a RunArchive. It is copied to
+place last) and its results.json.gz reads as a RunArchive. It is copied to
 `bench_results/.tmp-<id>` and renamed into place, so bench_results/ never holds part of one,
 even when the shared filesystem is another device. Every task that did not complete with
 exit 0 is reported with its Slurm state, exit code and the tail of its log, and the command
@@ -30,7 +30,8 @@ DRIVER_EXITS: dict[int, type[DriverError]] = {cls.exit_code: cls for cls in ALL_
 
 
 def finished_runs(task_dir: Path) -> list[Path]:
-    """Run folders a task finished writing: final names only (never `.tmp-*`), with results.json."""
+    """Run folders a task finished writing: final names only (never `.tmp-*`), with results.json.gz (or an older
+    run's results.json)."""
     if not task_dir.is_dir():
         return []
     return sorted(p for p in task_dir.iterdir()
@@ -41,7 +42,7 @@ def move_run(src: Path, root: Path) -> RunArchive:
     """Copy one run folder into `root` under a temporary name, rename it into place, then drop the source.
 
     Raises ClusterFailed, leaving `root` as it was, when the folder does not read as a run or a different
-    run of the same id is already there. A folder collected before (same results.json) is not copied twice.
+    run of the same id is already there. A folder collected before (the same records) is not copied twice.
     """
     try:
         run = archive.load_run(src)

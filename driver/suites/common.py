@@ -28,7 +28,7 @@ class SuiteResult:
     records: list[ArchivedRecord] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     ceilings_gbps: dict[str, float] = field(default_factory=dict)
-    extra_files: dict[str, bytes] = field(default_factory=dict)  # archived beside results.json
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # archived beside results.json.gz
 
     def extend(self, other: SuiteResult) -> None:
         self.records += other.records
