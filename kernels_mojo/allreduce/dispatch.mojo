@@ -120,19 +120,24 @@
 #                          size window of the copy-engine two-shot (checked
 #                          right after 1stage_push, before 2stage_push).
 #                          Default: empty for every count.
-#   AR_CE_PIECES           pieces per part in 2stage_ce (1..8; default 2: on
-#                          4x H200, 2 pieces were fastest at 256 MiB and each
-#                          extra copy costs ~10 us, experiments/2026-11-26-ce-allreduce).
-#   AR_CE_FIRST_PCT_{2,4,8}GPU
-#                          2stage_ce: percent of each part in its first piece
-#                          (the others share the rest evenly); 0 = all pieces
-#                          even. Default 75 on 4 GPUs, 0 on 2 and 8: the
-#                          prototype's 256 MiB on 4x H200 took 1129.3 us with
-#                          3/4 in the first piece against 1135.5-1155.2 even
-#                          (the first piece's reduce hides behind the second's
-#                          reduce-scatter, the small second one's behind the
-#                          first's all-gather); on 2 GPUs even was faster
-#                          (374-375 GB/s against 366.7).
+#   AR_CE_LAST_SPLIT_PCT_{2,4,8}GPU
+#                          2stage_ce: percent of each part in the second of
+#                          the two copies that the last reduce-scatter round
+#                          is cut into (0..99; 0: one copy), so that only that
+#                          share's add is left exposed. Default 50 on 2 GPUs,
+#                          25 on 4 and 8.
+#   AR_CE_AG_SPLIT_{2,4,8}GPU
+#                          2stage_ce: 1 = the all-gather is cut at the same
+#                          point, its first piece copied while the second is
+#                          added. Default 1 on 2 GPUs (there this is the even
+#                          two-piece schedule, 374-375 GB/s at 256 MiB on
+#                          4x H200's GPUs 0-1), 0 on 4 and 8. On 4 GPUs, 256 MiB
+#                          fp32 (experiments/2026-11-26-ce-allreduce-incremental,
+#                          4x H200, the prototype): split 25, no all-gather split
+#                          1108.1 us p50 (363.4 GB/s), p90 1127.6; 12.5: 1127.3;
+#                          25 with the all-gather split: 1139.3; the two-piece
+#                          schedule before it (3/4 + 1/4 in every phase): 1157.4,
+#                          p90 1257.2.
 #   AR_BULK_STAGES         tiles in flight per block in 1stage_bulk (2..8;
 #                          default 4).
 #   AR_LEAN_BARRIERS       1 (default): drop the block barrier in front of
@@ -167,7 +172,7 @@ from .kernels import (
     KERNEL_ID_PUSHFLAG,
     KERNEL_ID_BULK,
     KERNEL_ID_2STAGE_CE,
-    ar_ce_reduce_k,
+    ar_ce_add_k,
     ar_2stage_push_k,
     ar_pushflag_k,
     ar_bulk_k,
@@ -258,10 +263,12 @@ comptime AR_2STAGE_CE_MIN_BYTES_4GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_4
 comptime AR_2STAGE_CE_MAX_BYTES_4GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_4GPU", 0]()
 comptime AR_2STAGE_CE_MIN_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MIN_BYTES_8GPU", 1]()
 comptime AR_2STAGE_CE_MAX_BYTES_8GPU = get_defined_int["AR_2STAGE_CE_MAX_BYTES_8GPU", 0]()
-comptime AR_CE_PIECES = get_defined_int["AR_CE_PIECES", 2]()
-comptime AR_CE_FIRST_PCT_2GPU = get_defined_int["AR_CE_FIRST_PCT_2GPU", 0]()
-comptime AR_CE_FIRST_PCT_4GPU = get_defined_int["AR_CE_FIRST_PCT_4GPU", 75]()
-comptime AR_CE_FIRST_PCT_8GPU = get_defined_int["AR_CE_FIRST_PCT_8GPU", 0]()
+comptime AR_CE_LAST_SPLIT_PCT_2GPU = get_defined_int["AR_CE_LAST_SPLIT_PCT_2GPU", 50]()
+comptime AR_CE_LAST_SPLIT_PCT_4GPU = get_defined_int["AR_CE_LAST_SPLIT_PCT_4GPU", 25]()
+comptime AR_CE_LAST_SPLIT_PCT_8GPU = get_defined_int["AR_CE_LAST_SPLIT_PCT_8GPU", 25]()
+comptime AR_CE_AG_SPLIT_2GPU = get_defined_int["AR_CE_AG_SPLIT_2GPU", 1]()
+comptime AR_CE_AG_SPLIT_4GPU = get_defined_int["AR_CE_AG_SPLIT_4GPU", 0]()
+comptime AR_CE_AG_SPLIT_8GPU = get_defined_int["AR_CE_AG_SPLIT_8GPU", 0]()
 comptime AR_BULK_BLOCK_THREADS = 256
 comptime AR_PUSH_UNROLL = 2
 """Packs per thread per chunk row in 2stage_push."""
@@ -327,12 +334,16 @@ def _check_defines():
         AR_PUSH_REGION_MAX_BYTES
     ), "the 1stage_pushflag window must not exceed AR_PUSH_REGION_MAX_BYTES"
     comptime assert AR_BULK_STAGES >= 2 and AR_BULK_STAGES <= 8, "AR_BULK_STAGES must be in [2, 8]"
-    comptime assert AR_CE_PIECES >= 1 and AR_CE_PIECES <= 8, "AR_CE_PIECES must be in [1, 8]"
     comptime assert (
-        AR_CE_FIRST_PCT_2GPU >= 0 and AR_CE_FIRST_PCT_2GPU < 100
-        and AR_CE_FIRST_PCT_4GPU >= 0 and AR_CE_FIRST_PCT_4GPU < 100
-        and AR_CE_FIRST_PCT_8GPU >= 0 and AR_CE_FIRST_PCT_8GPU < 100
-    ), "AR_CE_FIRST_PCT_{2,4,8}GPU must be in [0, 100)"
+        AR_CE_LAST_SPLIT_PCT_2GPU >= 0 and AR_CE_LAST_SPLIT_PCT_2GPU < 100
+        and AR_CE_LAST_SPLIT_PCT_4GPU >= 0 and AR_CE_LAST_SPLIT_PCT_4GPU < 100
+        and AR_CE_LAST_SPLIT_PCT_8GPU >= 0 and AR_CE_LAST_SPLIT_PCT_8GPU < 100
+    ), "AR_CE_LAST_SPLIT_PCT_{2,4,8}GPU must be in [0, 100)"
+    comptime assert (
+        AR_CE_AG_SPLIT_2GPU >= 0 and AR_CE_AG_SPLIT_2GPU <= 1
+        and AR_CE_AG_SPLIT_4GPU >= 0 and AR_CE_AG_SPLIT_4GPU <= 1
+        and AR_CE_AG_SPLIT_8GPU >= 0 and AR_CE_AG_SPLIT_8GPU <= 1
+    ), "AR_CE_AG_SPLIT_{2,4,8}GPU must be 0 or 1"
 
 
 comptime CPASYNC_AVAILABLE = get_gpu_target().is_nvidia_gpu()
@@ -717,32 +728,36 @@ def launch_kernel[
 
 
 @always_inline
-def ce_first_pct(ngpus: Int) -> Int:
-    """AR_CE_FIRST_PCT_<ngpus>GPU: percent of a part in 2stage_ce's first piece (0: even pieces)."""
+def ce_last_split_pct(ngpus: Int) -> Int:
+    """AR_CE_LAST_SPLIT_PCT_<ngpus>GPU: percent of a part in the second copy of 2stage_ce's last
+    reduce-scatter round (0: that round is one copy)."""
     if ngpus == 2:
-        return AR_CE_FIRST_PCT_2GPU
+        return AR_CE_LAST_SPLIT_PCT_2GPU
     if ngpus == 4:
-        return AR_CE_FIRST_PCT_4GPU
-    return AR_CE_FIRST_PCT_8GPU
+        return AR_CE_LAST_SPLIT_PCT_4GPU
+    return AR_CE_LAST_SPLIT_PCT_8GPU
 
 
 @always_inline
-def ce_piece_first(num_elements: Int, part: Int, v: Int, j: Int, p: Int, first_pct: Int = 0) -> Int:
-    """First element of piece p of rank j's part in 2stage_ce (part: elements per part, a multiple of the
-    vector width v); piece AR_CE_PIECES is the part's end. With first_pct > 0 (and more than one piece) the
-    first piece holds first_pct percent of the part's vectors, rounded up, and the others share the rest
-    evenly; with 0 all are even. Pieces are whole vectors but the last."""
+def ce_ag_split(ngpus: Int) -> Bool:
+    """AR_CE_AG_SPLIT_<ngpus>GPU: 2stage_ce's all-gather is cut where the last round is (when it is cut)."""
+    if ngpus == 2:
+        return AR_CE_AG_SPLIT_2GPU != 0
+    if ngpus == 4:
+        return AR_CE_AG_SPLIT_4GPU != 0
+    return AR_CE_AG_SPLIT_8GPU != 0
+
+
+@always_inline
+def ce_cut(num_elements: Int, part: Int, v: Int, j: Int, second_pct: Int) -> Int:
+    """Where 2stage_ce cuts rank j's part (part: elements per part, a multiple of the vector width v): the
+    first piece is [lo, cut), the second [cut, hi), lo and hi the part's bounds clipped to the message. The
+    second piece holds second_pct percent of the part's vectors, rounded down (0: cut == hi, no second
+    piece); cut - lo is whole vectors."""
     var lo = min(num_elements, j * part)
     var hi = min(num_elements, (j + 1) * part)
     var vecs = (hi - lo + v - 1) // v
-    if first_pct <= 0 or AR_CE_PIECES == 1:
-        var piece = (vecs + AR_CE_PIECES - 1) // AR_CE_PIECES * v
-        return min(hi, lo + p * piece)
-    if p == 0:
-        return lo
-    var first = (vecs * first_pct + 99) // 100
-    var rest = (vecs - first + AR_CE_PIECES - 2) // (AR_CE_PIECES - 1)
-    return min(hi, lo + (first + (p - 1) * rest) * v)
+    return min(hi, lo + (vecs - vecs * second_pct // 100) * v)
 
 
 struct CeEvents(Movable):
@@ -752,8 +767,10 @@ struct CeEvents(Movable):
 
     var start: List[DeviceEvent]  # [r]: rank r's compute stream reached the call
     var done: List[DeviceEvent]  # [r]: rank r's copy stream finished the call's copies
-    var copied: List[DeviceEvent]  # [r * AR_CE_PIECES + p]: rank r's reduce-scatter copies of piece p are done
-    var reduced: List[DeviceEvent]  # [r * AR_CE_PIECES + p]: rank r's reduce of piece p is done
+    # [r * ngpus + i]: rank r's reduce-scatter copies are done up to round i + 1 (i < ngpus - 2), or up to
+    # the last round's first piece (i = ngpus - 2) or its second (i = ngpus - 1)
+    var copied: List[DeviceEvent]
+    var reduced: List[DeviceEvent]  # [r * 2 + p]: rank r's add of the last round's piece p is done
 
     def __init__(out self, ctxs: List[DeviceContext], copy_ctxs: List[DeviceContext]) raises:
         self.start = List[DeviceEvent]()
@@ -763,8 +780,9 @@ struct CeEvents(Movable):
         for r in range(len(ctxs)):
             self.start.append(ctxs[r].create_event())
             self.done.append(copy_ctxs[r].create_event())
-            for _ in range(AR_CE_PIECES):
+            for _ in range(len(ctxs)):
                 self.copied.append(copy_ctxs[r].create_event())
+            for _ in range(2):
                 self.reduced.append(ctxs[r].create_event())
 
 
@@ -782,10 +800,10 @@ def launch_2stage_ce[
     num_elements: Int,
     grid_cap: Int,
 ) raises:
-    """Enqueue one 2stage_ce allreduce on every rank (kernels.mojo: ar_ce_reduce_k): `ctxs[r]` is rank r's
+    """Enqueue one 2stage_ce allreduce on every rank (kernels.mojo: ar_ce_add_k): `ctxs[r]` is rank r's
     compute stream (the caller's), `copy_ctxs[r]` a second stream of the same GPU that issues its copies.
     Everything is ordered by CUDA events, several of them waited for on another GPU; each is recorded before
-    any wait for it is enqueued, which is why all ranks are enqueued here together, piece by piece, and
+    any wait for it is enqueued, which is why all ranks are enqueued here together, step by step, and
     never one rank at a time (a wait on an event not yet recorded does not wait). The events are the
     caller's (`CeEvents`, made once per set of streams) and are recorded again by every call.
     - A rank copies into a peer only after the peer's compute stream reached this call (`start`), so the
@@ -799,52 +817,78 @@ def launch_2stage_ce[
     if num_elements == 0:
         return
     comptime V = vector_width[dtype]()
-    comptime P = AR_CE_PIECES
-    comptime reduce_k = ar_ce_reduce_k[dtype, ngpus, AR_UNROLL]
+    comptime L = ngpus - 1  # the last round
+    comptime add_rounds_k = ar_ce_add_k[dtype, ngpus, max(2, ngpus - 1), AR_UNROLL]  # input + rounds 1..L-1
+    comptime add_last_k = ar_ce_add_k[dtype, ngpus, 2, AR_UNROLL]  # output (2 GPUs: input) + round L
     var n = num_elements
     var part = ((n + V - 1) // V + ngpus - 1) // ngpus * V
-    var pct = ce_first_pct(ngpus)
-    if len(events.start) != ngpus:
+    var split = ce_last_split_pct(ngpus)
+    var pieces = 2 if split > 0 else 1
+    var ag_pieces = 2 if pieces == 2 and ce_ag_split(ngpus) else 1
+    if len(events.start) != ngpus or len(events.copied) != ngpus * ngpus:
         raise Error(String("2stage_ce: events for ", len(events.start), " ranks, not ", ngpus))
     for r in range(ngpus):
         ctxs[r].stream().record_event(events.start[r])
     for r in range(ngpus):
         for q in range(ngpus):
             copy_ctxs[r].stream().enqueue_wait_for(events.start[q])
-    for p in range(P + 1):
-        if p < P:
-            for r in range(ngpus):  # reduce-scatter of piece p, round k: rank r -> rank (r + k) % ngpus
+    # reduce-scatter, round k: rank r -> rank j = (r + k) % ngpus, slot r of j's scratch; the last round in
+    # `pieces` copies
+    for k in range(1, ngpus):
+        for r in range(ngpus):
+            var j = (r + k) % ngpus
+            var lo = min(n, j * part)
+            var hi = min(n, (j + 1) * part)
+            var cut = ce_cut(n, part, V, j, split) if k == L else hi
+            if cut > lo:
+                copy_ctxs[r].enqueue_copy(scratch[j].unsafe_offset(r * part), inputs[r].unsafe_offset(lo), cut - lo)
+            copy_ctxs[r].stream().record_event(events.copied[r * ngpus + k - 1])
+            if k == L and pieces == 2:
+                if hi > cut:
+                    copy_ctxs[r].enqueue_copy(
+                        scratch[j].unsafe_offset(r * part + cut - lo), inputs[r].unsafe_offset(cut), hi - cut
+                    )
+                copy_ctxs[r].stream().record_event(events.copied[r * ngpus + L])
+    # the adds on rank j: rounds 1..L-1 once they are in, then round L piece by piece
+    for j in range(ngpus):
+        var lo = min(n, j * part)
+        var hi = min(n, (j + 1) * part)
+        var cut = ce_cut(n, part, V, j, split)
+        comptime if ngpus > 2:
+            for k in range(1, L):
+                ctxs[j].stream().enqueue_wait_for(events.copied[((j - k + ngpus) % ngpus) * ngpus + k - 1])
+            ctxs[j].enqueue_function[add_rounds_k](
+                inputs[j], scratch[j], outputs[j], kernel_id_outs[j],
+                Int64(lo), Int64(hi - lo), Int64(part), Int64(j * part), Int32(j), Int32(1),
+                grid_dim=_grid_for(max(1, (hi - lo) // V), AR_BLOCK_THREADS, grid_cap),
+                block_dim=AR_BLOCK_THREADS,
+            )
+        var q = (j - L + ngpus) % ngpus
+        var first_src = outputs[j] if ngpus > 2 else inputs[j]
+        for p in range(pieces):
+            var a = lo if p == 0 else cut
+            var b = cut if p == 0 else hi
+            ctxs[j].stream().enqueue_wait_for(events.copied[q * ngpus + L - 1 + p])
+            ctxs[j].enqueue_function[add_last_k](
+                first_src, scratch[j], outputs[j], kernel_id_outs[j],
+                Int64(a), Int64(b - a), Int64(part), Int64(j * part), Int32(j), Int32(L),
+                grid_dim=_grid_for(max(1, (b - a) // V), AR_BLOCK_THREADS, grid_cap),
+                block_dim=AR_BLOCK_THREADS,
+            )
+            ctxs[j].stream().record_event(events.reduced[j * 2 + p])
+    # all-gather, same rounds: rank r's reduced part into every peer's output, in `ag_pieces` pieces
+    for p in range(ag_pieces):
+        for r in range(ngpus):
+            var lo = min(n, r * part)
+            var hi = min(n, (r + 1) * part)
+            var cut = ce_cut(n, part, V, r, split)
+            var a = lo if p == 0 else cut
+            var b = hi if ag_pieces == 1 else (cut if p == 0 else hi)
+            copy_ctxs[r].stream().enqueue_wait_for(events.reduced[r * 2 + (p if ag_pieces == 2 else pieces - 1)])
+            if b > a:
                 for k in range(1, ngpus):
                     var j = (r + k) % ngpus
-                    var first = ce_piece_first(n, part, V, j, p, pct)
-                    var count = ce_piece_first(n, part, V, j, p + 1, pct) - first
-                    if count > 0:
-                        copy_ctxs[r].enqueue_copy(
-                            scratch[j].unsafe_offset(r * part + first - j * part), inputs[r].unsafe_offset(first), count
-                        )
-                copy_ctxs[r].stream().record_event(events.copied[r * P + p])
-            for r in range(ngpus):
-                for q in range(ngpus):
-                    if q != r:
-                        ctxs[r].stream().enqueue_wait_for(events.copied[q * P + p])
-                var first = ce_piece_first(n, part, V, r, p, pct)
-                var count = ce_piece_first(n, part, V, r, p + 1, pct) - first
-                ctxs[r].enqueue_function[reduce_k](
-                    inputs[r], scratch[r], outputs[r], kernel_id_outs[r],
-                    Int64(first), Int64(count), Int64(part), Int64(r * part), Int32(r),
-                    grid_dim=_grid_for(max(1, count // V), AR_BLOCK_THREADS, grid_cap),
-                    block_dim=AR_BLOCK_THREADS,
-                )
-                ctxs[r].stream().record_event(events.reduced[r * P + p])
-        if p > 0:
-            for r in range(ngpus):  # all-gather of piece p - 1, same rounds
-                copy_ctxs[r].stream().enqueue_wait_for(events.reduced[r * P + p - 1])
-                var first = ce_piece_first(n, part, V, r, p - 1, pct)
-                var count = ce_piece_first(n, part, V, r, p, pct) - first
-                if count > 0:
-                    for k in range(1, ngpus):
-                        var j = (r + k) % ngpus
-                        copy_ctxs[r].enqueue_copy(outputs[j].unsafe_offset(first), outputs[r].unsafe_offset(first), count)
+                    copy_ctxs[r].enqueue_copy(outputs[j].unsafe_offset(a), outputs[r].unsafe_offset(a), b - a)
     for r in range(ngpus):
         copy_ctxs[r].stream().record_event(events.done[r])
     for r in range(ngpus):

@@ -965,22 +965,32 @@ def ar_bulk_k[
 # only add, in local memory (dispatch.launch_2stage_ce enqueues it for all
 # ranks at once, ordered by CUDA events, several of them across GPUs).
 # Rank j owns part j of the message (slice_vectors vectors; the last part
-# also takes the scalar tail), cut into AR_CE_PIECES pieces. Per piece:
-#   reduce-scatter: every rank r copies piece p of its input's part j into
-#     rank j's scratch slot r (round k = 1..ngpus-1 sends to j = (r + k) % ngpus:
-#     one destination per rank at a time; experiments/2026-11-26-ce-allreduce);
-#   ar_ce_reduce_k on rank j, once every peer's copy of piece p is in: its own
-#     input and the ngpus-1 slots, summed in rank order, into its output;
-#   all-gather: rank j copies the reduced piece into every peer's output,
-#     enqueued on the copy stream after the next piece's reduce-scatter, so
-#     the reduce hides behind that copy.
+# also takes the scalar tail).
+#   reduce-scatter, rounds k = 1..ngpus-1: every rank r copies its input's
+#     part j = (r + k) % ngpus into rank j's scratch slot r, so that in each
+#     round every rank sends to one rank and receives from one
+#     (experiments/2026-11-26-ce-allreduce); the last round's copy may be cut
+#     in two (AR_CE_LAST_SPLIT_PCT_<n>GPU);
+#   ar_ce_add_k on rank j, twice: once rounds 1..ngpus-2 are in, its input
+#     and those slots summed into its output (hidden behind the last round's
+#     copy); then, per piece of the last round, the output plus that round's
+#     slot (only the last piece's add is exposed;
+#     experiments/2026-11-26-ce-allreduce-incremental). On 2 GPUs only the
+#     second add runs, with the input in place of the output;
+#   all-gather, same rounds: rank j copies its reduced part into every
+#     peer's output (in two pieces where AR_CE_AG_SPLIT_<n>GPU, the first
+#     while the second is added).
+# Part j's sum is ((in_j + x_{j-1} + ... + x_{j-n+2}) + x_{j-n+1}), x_q being
+# rank q's input, each add in fp32 and rounded to the dtype: a fixed order,
+# so the same bits every run, and every rank holds the bits rank j made.
 # --------------------------------------------------------------------------
-def ar_ce_reduce_k[
+def ar_ce_add_k[
     dtype: DType,
     ngpus: Int,
+    nsrc: Int,
     unroll: Int,
 ](
-    input: ElemPtr[dtype],
+    first_src: ElemPtr[dtype],
     scratch: ElemPtr[dtype],
     output: ElemPtr[dtype],
     kernel_id_out: KernelIdPtr,
@@ -989,28 +999,31 @@ def ar_ce_reduce_k[
     slot_elems: Int64,
     part_first: Int64,
     my_rank: Int32,
+    first_round: Int32,
 ):
     """Elements [first_elem, first_elem + count) of this rank's part, which
-    starts at element part_first: this rank's input and every peer's copy
-    of the part (scratch slot q at q * slot_elems), summed in rank order into
-    the output. first_elem, part_first and slot_elems are multiples of the
-    vector width. Launched for every piece, also an empty one, so the id is
-    recorded on every rank."""
+    starts at element part_first: first_src (the input, or the output for an
+    add in place) plus the nsrc - 1 scratch slots of rounds first_round,
+    first_round + 1, ... (the slot of round k is rank (my_rank - k) mod ngpus's,
+    at that rank times slot_elems), summed in that order in fp32 into the
+    output. first_elem, part_first and slot_elems are multiples of the vector
+    width. Launched for every piece, also an empty one, so the id is recorded
+    on every rank."""
     comptime V = vector_width[dtype]()
     _record_kernel_id(kernel_id_out, KERNEL_ID_2STAGE_CE)
     var rank = Int(my_rank)
     var first = Int(first_elem)
     var last = first + Int(count)
-    var srcs = Array[ElemPtr[dtype], ngpus](fill=input)
-    comptime for q in range(ngpus):
-        if q != rank:
-            srcs[q] = scratch.unsafe_offset(q * Int(slot_elems) - Int(part_first))
+    var srcs = Array[ElemPtr[dtype], nsrc](fill=first_src)
+    comptime for i in range(1, nsrc):
+        var q = (rank - Int(first_round) - (i - 1) + 2 * ngpus) % ngpus
+        srcs[i] = scratch.unsafe_offset(q * Int(slot_elems) - Int(part_first))
     var stride = Int(grid_dim.x) * Int(block_dim.x)
     var nvec = (last - first) // V
-    _reduce_vectors[dtype, ngpus, unroll, False](
+    _reduce_vectors[dtype, nsrc, unroll, False](
         srcs, output, output, first // V, nvec, Int(global_idx.x), stride
     )
-    _scalar_tail[dtype, ngpus](srcs, output, first + nvec * V, last)
+    _scalar_tail[dtype, nsrc](srcs, output, first + nvec * V, last)
 
 
 # --------------------------------------------------------------------------

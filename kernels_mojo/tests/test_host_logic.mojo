@@ -6,7 +6,7 @@
 from std.testing import assert_equal, assert_true, assert_false
 from allreduce.dispatch import (
     select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
-    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages, ce_piece_first, ce_first_pct, AR_CE_PIECES,
+    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages, ce_cut, ce_last_split_pct,
 )
 from allreduce.kernels import (
     KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
@@ -97,14 +97,14 @@ def test_new_kernels() raises:
 
 
 def test_2stage_ce_layout() raises:
-    """2stage_ce's parts and pieces (ce_piece_first): rank j's part is [j * part, (j + 1) * part) clipped to the
-    message, the parts tile [0, n) in rank order, each part's pieces tile it, every piece but the end starts on
-    a whole vector, and ngpus slots of a part fit the runner's scratch (the copies write slot r of part j at
-    r * part + (e - j * part)). Even pieces and uneven ones (ce_first_pct: the first piece's percent), the
-    first piece holding at least that share of the part."""
-    assert_true(AR_CE_PIECES >= 1)
+    """2stage_ce's parts and their cut (ce_cut): rank j's part is [j * part, (j + 1) * part) clipped to the
+    message, the parts tile [0, n) in rank order, the cut lies in the part and on a whole vector from its
+    start, the second piece holds at most the asked percent of the part (rounded down to whole vectors, so
+    less by under one vector per 100/pct) and none at 0, and ngpus slots of a part fit the runner's scratch
+    (the copies write slot r of part j at r * part + (e - j * part))."""
     var counts: List[Int] = [1, 3, 4, 7, 8, 9, 31, 4096, 4099, 65536 + 5, 1048576 + 24]
     for ngpus in [2, 4, 8]:
+        assert_true(ce_last_split_pct(ngpus) >= 0 and ce_last_split_pct(ngpus) < 100)
         for v in [4, 8]:
             for i in range(len(counts)):
                 var n = counts[i]
@@ -112,23 +112,21 @@ def test_2stage_ce_layout() raises:
                 assert_true(part % v == 0 and part * ngpus >= n)
                 var scratch = scratch_elements[DType.float32](n, ngpus) if v == 4 else scratch_elements[DType.bfloat16](n, ngpus)
                 assert_true(part * ngpus <= scratch)
-                for pct in [0, 10, 50, 75, 99, ce_first_pct(ngpus)]:
+                for pct in [0, 10, 25, 50, 75, 99, ce_last_split_pct(ngpus)]:
                     var covered = 0
                     for j in range(ngpus):
-                        var start = ce_piece_first(n, part, v, j, 0, pct)
-                        var end = ce_piece_first(n, part, v, j, AR_CE_PIECES, pct)
-                        assert_equal(start, min(n, j * part))
-                        assert_equal(end, min(n, (j + 1) * part))
-                        assert_equal(start, covered)
-                        if pct > 0 and AR_CE_PIECES > 1:  # the first piece: at least pct percent of the part
-                            assert_true((ce_piece_first(n, part, v, j, 1, pct) - start) * 100 >= (end - start) * pct)
-                        for p in range(AR_CE_PIECES):
-                            var lo = ce_piece_first(n, part, v, j, p, pct)
-                            var hi = ce_piece_first(n, part, v, j, p + 1, pct)
-                            assert_true(lo <= hi)
-                            if hi > lo:
-                                assert_true(lo % v == 0)
-                            covered += hi - lo
+                        var lo = min(n, j * part)
+                        var hi = min(n, (j + 1) * part)
+                        assert_equal(lo, covered)
+                        var cut = ce_cut(n, part, v, j, pct)
+                        assert_true(lo <= cut and cut <= hi)
+                        assert_true((cut - lo) % v == 0 or cut == hi)
+                        var vecs = (hi - lo + v - 1) // v
+                        if pct == 0:
+                            assert_equal(cut, hi)
+                        else:  # the second piece: whole vectors, pct percent of the part's rounded down
+                            assert_equal(vecs - (cut - lo + v - 1) // v, vecs * pct // 100)
+                        covered = hi
                     assert_equal(covered, n)
 
 
