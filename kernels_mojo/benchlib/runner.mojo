@@ -269,16 +269,17 @@ def json_record(
 struct SizeBuffers[dtype: DType](Movable):
     """Per-size device inputs/outputs and host staging (one entry per rank), and
     for the check: the float64 reference sums and sums of magnitudes, and rank
-    0's output of the first checked launch on these inputs (`first_out`, the
-    bits every later launch must reproduce)."""
+    0's output of each kernel's first checked launch on these inputs
+    (`first_outs`, keyed by `first_ids`: the bits every later launch of that
+    kernel must reproduce)."""
 
     var inputs: List[DeviceBuffer[Self.dtype]]
     var outputs: List[DeviceBuffer[Self.dtype]]
     var host: List[HostBuffer[Self.dtype]]
     var refs: List[Float64]
     var abs_sums: List[Float64]
-    var first_out: List[Scalar[Self.dtype]]
-    var has_first: Bool
+    var first_outs: List[List[Scalar[Self.dtype]]]
+    var first_ids: List[Int32]
     var num_elements: Int
 
     def __init__(
@@ -291,8 +292,8 @@ struct SizeBuffers[dtype: DType](Movable):
         self.host = List[HostBuffer[Self.dtype]]()
         self.refs = List[Float64](length=num_elements if want_refs else 0, fill=0.0)
         self.abs_sums = List[Float64](length=num_elements if want_refs else 0, fill=0.0)
-        self.first_out = List[Scalar[Self.dtype]]()
-        self.has_first = False
+        self.first_outs = List[List[Scalar[Self.dtype]]]()
+        self.first_ids = List[Int32]()
         var refs_ptr = self.refs.unsafe_ptr().as_unsafe_any_origin()
         var abs_ptr = self.abs_sums.unsafe_ptr().as_unsafe_any_origin()
         for r in range(len(ctxs)):
@@ -318,22 +319,35 @@ struct SizeBuffers[dtype: DType](Movable):
             self.outputs[r].enqueue_fill(nan[Self.dtype]())
         sync_all(ctxs)
 
-    def _same_bits_as_first(mut self, mut result: CheckResult) raises:
-        """Rank 0's output (in host[0]) against the first checked launch's; the
-        first checked launch on these inputs keeps its own."""
+    def _first_index(self, kernel_id: Int32) -> Int:
+        for i in range(len(self.first_ids)):
+            if self.first_ids[i] == kernel_id:
+                return i
+        return -1
+
+    def _same_bits_as_first(mut self, mut result: CheckResult, kernel_id: Int32) raises:
+        """Rank 0's output (in host[0]) against the first checked launch of the
+        same kernel on these inputs; that first launch keeps its own. Kernels
+        are compared with themselves only: each sums in a fixed order, not all
+        in the same one (2stage_ce on 3+ GPUs adds in its rounds' order)."""
         var n = self.num_elements
         var rank0 = self.host[0].unsafe_ptr().as_unsafe_any_origin()
-        if not self.has_first:
-            self.first_out = List[Scalar[Self.dtype]](length=n, fill=0)
-            for i in range(n):
-                self.first_out[i] = rank0.unsafe_load(i)
-            self.has_first = True
+        var i = self._first_index(kernel_id)
+        if i < 0:
+            var first = List[Scalar[Self.dtype]](length=n, fill=0)
+            for e in range(n):
+                first[e] = rank0.unsafe_load(e)
+            self.first_outs.append(first^)
+            self.first_ids.append(kernel_id)
             return
-        compare_runs[Self.dtype](result, rank0, self.first_out.unsafe_ptr().as_unsafe_any_origin(), n)
+        compare_runs[Self.dtype](result, rank0, self.first_outs[i].unsafe_ptr().as_unsafe_any_origin(), n)
 
-    def check(mut self, ctxs: List[DeviceContext], corrupt_element_index: Int = -1) raises -> CheckResult:
+    def check(
+        mut self, ctxs: List[DeviceContext], corrupt_element_index: Int = -1, kernel_id: Int32 = KERNEL_ID_NONE
+    ) raises -> CheckResult:
         """Copy every rank's output to host and check every element: the bound,
-        rank agreement, and rank 0's bits against the first checked launch's.
+        rank agreement, and rank 0's bits against the first checked launch of
+        the same kernel (`kernel_id`, the one launched; upstream: NONE).
         `corrupt_element_index` >= 0 (--debug-corrupt-element): rank 1's element
         is moved out of its bound after the copy, before the check."""
         var result = CheckResult()
@@ -348,7 +362,7 @@ struct SizeBuffers[dtype: DType](Movable):
         var abs_ptr = self.abs_sums.unsafe_ptr().as_unsafe_any_origin()
         var rank0 = self.host[0].unsafe_ptr().as_unsafe_any_origin()
         check_rank_output[Self.dtype](result, rank0, 0, rank0, refs_ptr, abs_ptr, n, ngpus)
-        self._same_bits_as_first(result)
+        self._same_bits_as_first(result, kernel_id)
         for r in range(1, ngpus):
             ctxs[r].enqueue_copy(self.host[1], self.outputs[r])
             ctxs[r].synchronize()
@@ -369,15 +383,18 @@ struct SizeBuffers[dtype: DType](Movable):
             )
         return result^
 
-    def same_bits_after_timing(mut self, ctxs: List[DeviceContext]) raises -> CheckResult:
-        """The last timed launch ran on the checked inputs: rank 0's output
-        against the first checked launch's, bit for bit (nothing else)."""
+    def same_bits_after_timing(
+        mut self, ctxs: List[DeviceContext], kernel_id: Int32 = KERNEL_ID_NONE
+    ) raises -> CheckResult:
+        """The last timed launch (of `kernel_id`) ran on the checked inputs: rank
+        0's output against that kernel's first checked launch, bit for bit
+        (nothing else; nothing when no checked launch ran that kernel)."""
         var result = CheckResult()
-        if self.num_elements == 0 or not self.has_first:
+        if self.num_elements == 0 or self._first_index(kernel_id) < 0:
             return result^
         ctxs[0].enqueue_copy(self.host[0], self.outputs[0])
         ctxs[0].synchronize()
-        self._same_bits_as_first(result)
+        self._same_bits_as_first(result, kernel_id)
         if result.run_to_run_mismatch > 0:
             print(String("check: ", result.run_to_run_mismatch, " elements of rank 0 after the timed launches differ",
                          " from the first checked launch"), file=stderr)
@@ -634,9 +651,11 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                 for lane in range(cfg.lanes):
                     lanes[lane].bufs.poison_outputs(lanes[lane].ctxs)
                     lanes[lane].reset_kernel_ids()
+                var launched = List[Int32]()
                 for lane in range(cfg.lanes):
                     var cap = grid_cap if cfg.lanes == 1 else lane_grid_cap
                     selected = lanes[lane].launch(want, cap, cfg.debug_hang_rank)
+                    launched.append(selected)
                 for lane in range(cfg.lanes):
                     sync_all(lanes[lane].ctxs)
                 for lane in range(cfg.lanes):
@@ -652,7 +671,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
                         confirmed = ran
                     elif ran != confirmed:
                         confirmed = "mismatch"
-                    check.merge(lanes[lane].bufs.check(lanes[lane].ctxs, cfg.debug_corrupt_element))
+                    check.merge(lanes[lane].bufs.check(lanes[lane].ctxs, cfg.debug_corrupt_element, launched[lane]))
 
         # A wrong kernel is never timed: the line reports the check and no timing.
         if do_check and (check.wrong(True) > 0 or confirmed == "mismatch"):
@@ -665,7 +684,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         var timing = timing_samples[launch_all](cfg, ctxs)
         var confirmed_timed = lanes[0].confirmed()
         if do_check:  # the timed launches reduced lane 0's checked inputs: the same bits again
-            check.merge(lanes[0].bufs.same_bits_after_timing(lanes[0].ctxs))
+            check.merge(lanes[0].bufs.same_bits_after_timing(lanes[0].ctxs, selected))
         if alternating:
             if n == 0 and confirmed == "none":
                 confirmed = "alternate"
