@@ -63,8 +63,12 @@ def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
     from driver.thresholds import load
 
     ran: list[str] = []
+    configs: list[str] = []
     def fake_sanitize(opts, tool, cmd, kernel, config, dev, sha):
         ran.append(kernel)
+        configs.append(config)
+        if "--ngpus" in cmd:
+            assert config.startswith(f"{cmd[cmd.index('--ngpus') + 1]}gpu/")
         return SimpleNamespace(kernel=kernel)
 
     monkeypatch.setattr(stress, "sanitize", fake_sanitize)
@@ -77,12 +81,23 @@ def test_sanitizers_follow_the_suites_named(monkeypatch, tmp_path):
     assert ran and set(ran) == set(stress.sdpa.VARIANTS.values())
     assert not [r for r in result.records if r.kernel in stress.ALLREDUCE_KERNEL_NAMES]
     ran.clear()
+    configs.clear()
     two_gpus = DeviceInfo(driver_version="580.159.04", gpus=[h100, h100.model_copy(update={"index": 1})])
     monkeypatch.setattr(stress, "soak_allreduce", lambda *args, **kw: "soak")
     monkeypatch.setattr(stress, "allreduce_hang", lambda *args: "watchdog")
     stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
                two_gpus, load(), "0" * 40)
     assert set(ran) == set(stress.ALLREDUCE_KERNEL_NAMES)
+    assert {c.split("/")[0] for c in configs} == {"2gpu"}
+    # on 4 GPUs every kernel is sanitized at each count the soak runs (2stage_ce's 3+ GPU adds only exist at 4)
+    ran.clear()
+    configs.clear()
+    four_gpus = DeviceInfo(driver_version="580.159.04",
+                           gpus=[h100.model_copy(update={"index": i}) for i in range(4)])
+    stress.run(RunOptions(suites=("stress",), stress_parts=("allreduce", "sanitizers"), shapes=()), tmp_path,
+               four_gpus, load(), "0" * 40)
+    assert {c.split("/")[0] for c in configs} == {"2gpu", "4gpu"}
+    assert len(ran) == 2 * len(stress.SANITIZER_TOOLS) * len(stress.ALLREDUCE_KERNEL_NAMES)
 
 
 @pytest.mark.parametrize("kernel, want", [("2stage_ce", ("2stage_ce",)),

@@ -19,7 +19,7 @@
   (`--debug-hang`) instead, followed by a checked SDPA run.
 - Sanitizers: compute-sanitizer memcheck, racecheck, synccheck and initcheck on
   both SDPA variants (in each tier that runs) and on the allreduce kernels at
-  small sizes (those of the suites `--suite` names). Zero hazards is
+  small sizes and every GPU count the soak runs (those of the suites `--suite` names). Zero hazards is
   the gate; where the tool cannot follow the run, the record says "not covered"
   with the tool's own message, never clean.
 - Profile (profile.py beside this file): Nsight Compute bank-conflict and stall counters for both
@@ -85,7 +85,7 @@ def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, .
         steps += len(tiers) * len(sdpa.VARIANTS) * len(opts.shapes) * sdpa_soak_steps(opts)
     if "sanitizers" in opts.stress_parts:
         per_tool = len(SANITIZED_SHAPES) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
-        per_tool += len(soak_kernels(opts)) if "allreduce" in opts.stress_parts and counts else 0
+        per_tool += len(soak_kernels(opts)) * len(counts) if "allreduce" in opts.stress_parts else 0
         steps += len(SANITIZER_TOOLS) * per_tool
     return steps
 
@@ -138,14 +138,15 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
                             result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
                                                            git_sha))
                 for kernel in soak_kernels(opts) if "allreduce" in opts.stress_parts else ():
-                    config = "2gpu/8K,32772B"
                     if not counts:
-                        result.records.append(not_measured(dev, git_sha, "sanitizer", kernel, f"{tool}/{config}",
-                                                           too_small))
+                        result.records.append(not_measured(dev, git_sha, "sanitizer", kernel,
+                                                           f"{tool}/2gpu/8K,32772B", too_small))
                         continue
-                    cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", "2", "--iters", "1", "--warmup", "0",
-                           *kernel_flags(kernel)]
-                    result.records.append(sanitize(opts, tool, cmd, kernel, config, dev, git_sha))
+                    for ngpus in counts:  # every GPU count the soak ran: 2stage_ce's 3+ GPU adds exist only there
+                        cmd = [str(exe), "--sizes", "8K,32772", "--ngpus", str(ngpus), "--iters", "1", "--warmup",
+                               "0", *kernel_flags(kernel)]
+                        result.records.append(sanitize(opts, tool, cmd, kernel, f"{ngpus}gpu/8K,32772B", dev,
+                                                       git_sha))
     if "profile" in opts.stress_parts:
         with phases.timed("profile"):
             result.records.extend(profile.run(opts, exe_dir, exe, dev, git_sha, sdpa_variants="sdpa" in opts.stress_parts,
