@@ -233,6 +233,7 @@ def test_the_committed_4gpu_windows_are_what_the_4gpu_sweep_with_incremental_2st
     assert (derived["AR_2STAGE_CE_MIN_BYTES_4GPU"], derived["AR_2STAGE_CE_MAX_BYTES_4GPU"]) == (128 << 20, 256 << 20)
     assert (derived["AR_2STAGE_PUSH_MIN_BYTES_4GPU"], derived["AR_2STAGE_PUSH_MAX_BYTES_4GPU"]) == (1 << 20, 128 << 20)
     assert derived["AR_PUSH_MAX_BYTES_4GPU"] == 512 << 10
+    assert "## float32 x4" in md and "| 128M |" in md
     committed = json.loads(DISPATCH_FILE.read_text())
     assert sweep.for_count(committed["defines"], 4) == sweep.for_count(derived, 4)
     assert committed["gpu_counts"]["4"]["git_sha"].startswith("eaaa3b9")
