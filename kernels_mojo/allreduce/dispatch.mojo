@@ -818,7 +818,6 @@ def launch_2stage_ce[
         return
     comptime V = vector_width[dtype]()
     comptime L = ngpus - 1  # the last round
-    comptime add_rounds_k = ar_ce_add_k[dtype, ngpus, max(2, ngpus - 1), AR_UNROLL]  # input + rounds 1..L-1
     comptime add_last_k = ar_ce_add_k[dtype, ngpus, 2, AR_UNROLL]  # output (2 GPUs: input) + round L
     var n = num_elements
     var part = ((n + V - 1) // V + ngpus - 1) // ngpus * V
@@ -827,47 +826,51 @@ def launch_2stage_ce[
     var ag_pieces = 2 if pieces == 2 and ce_ag_split(ngpus) else 1
     if len(events.start) != ngpus or len(events.copied) != ngpus * ngpus:
         raise Error(String("2stage_ce: events for ", len(events.start), " ranks, not ", ngpus))
+    # part j is [lo[j], hi[j]), clipped to the message; piece p of `count` is [a, b) with
+    # a = lo if p == 0 else cut, b = hi if p == count - 1 else cut (one rule for every cut piece below)
+    var lo = List[Int](capacity=ngpus)
+    var hi = List[Int](capacity=ngpus)
+    var cut = List[Int](capacity=ngpus)
+    for j in range(ngpus):
+        lo.append(min(n, j * part))
+        hi.append(min(n, (j + 1) * part))
+        cut.append(ce_cut(n, part, V, j, split))
     for r in range(ngpus):
         ctxs[r].stream().record_event(events.start[r])
     for r in range(ngpus):
         for q in range(ngpus):
             copy_ctxs[r].stream().enqueue_wait_for(events.start[q])
-    # reduce-scatter, round k: rank r -> rank j = (r + k) % ngpus, slot r of j's scratch; the last round in
-    # `pieces` copies
+    # reduce-scatter, round k: rank r -> rank j = (r + k) % ngpus, slot r of j's scratch; rounds before the
+    # last in one copy, the last in `pieces` copies, an event after each
     for k in range(1, ngpus):
+        var count = pieces if k == L else 1
         for r in range(ngpus):
             var j = (r + k) % ngpus
-            var lo = min(n, j * part)
-            var hi = min(n, (j + 1) * part)
-            var cut = ce_cut(n, part, V, j, split) if k == L else hi
-            if cut > lo:
-                copy_ctxs[r].enqueue_copy(scratch[j].unsafe_offset(r * part), inputs[r].unsafe_offset(lo), cut - lo)
-            copy_ctxs[r].stream().record_event(events.copied[r * ngpus + k - 1])
-            if k == L and pieces == 2:
-                if hi > cut:
+            for p in range(count):
+                var a = lo[j] if p == 0 else cut[j]
+                var b = hi[j] if p == count - 1 else cut[j]
+                if b > a:
                     copy_ctxs[r].enqueue_copy(
-                        scratch[j].unsafe_offset(r * part + cut - lo), inputs[r].unsafe_offset(cut), hi - cut
+                        scratch[j].unsafe_offset(r * part + a - lo[j]), inputs[r].unsafe_offset(a), b - a
                     )
-                copy_ctxs[r].stream().record_event(events.copied[r * ngpus + L])
+                copy_ctxs[r].stream().record_event(events.copied[r * ngpus + k - 1 + p])
     # the adds on rank j: rounds 1..L-1 once they are in, then round L piece by piece
     for j in range(ngpus):
-        var lo = min(n, j * part)
-        var hi = min(n, (j + 1) * part)
-        var cut = ce_cut(n, part, V, j, split)
         comptime if ngpus > 2:
+            comptime add_rounds_k = ar_ce_add_k[dtype, ngpus, ngpus - 1, AR_UNROLL]  # input + rounds 1..L-1
             for k in range(1, L):
                 ctxs[j].stream().enqueue_wait_for(events.copied[((j - k + ngpus) % ngpus) * ngpus + k - 1])
             ctxs[j].enqueue_function[add_rounds_k](
                 inputs[j], scratch[j], outputs[j], kernel_id_outs[j],
-                Int64(lo), Int64(hi - lo), Int64(part), Int64(j * part), Int32(j), Int32(1),
-                grid_dim=_grid_for(max(1, (hi - lo) // V), AR_BLOCK_THREADS, grid_cap),
+                Int64(lo[j]), Int64(hi[j] - lo[j]), Int64(part), Int64(j * part), Int32(j), Int32(1),
+                grid_dim=_grid_for(max(1, (hi[j] - lo[j]) // V), AR_BLOCK_THREADS, grid_cap),
                 block_dim=AR_BLOCK_THREADS,
             )
         var q = (j - L + ngpus) % ngpus
         var first_src = outputs[j] if ngpus > 2 else inputs[j]
         for p in range(pieces):
-            var a = lo if p == 0 else cut
-            var b = cut if p == 0 else hi
+            var a = lo[j] if p == 0 else cut[j]
+            var b = hi[j] if p == pieces - 1 else cut[j]
             ctxs[j].stream().enqueue_wait_for(events.copied[q * ngpus + L - 1 + p])
             ctxs[j].enqueue_function[add_last_k](
                 first_src, scratch[j], outputs[j], kernel_id_outs[j],
@@ -876,14 +879,12 @@ def launch_2stage_ce[
                 block_dim=AR_BLOCK_THREADS,
             )
             ctxs[j].stream().record_event(events.reduced[j * 2 + p])
-    # all-gather, same rounds: rank r's reduced part into every peer's output, in `ag_pieces` pieces
+    # all-gather, same rounds: rank r's reduced part into every peer's output, in `ag_pieces` pieces, each
+    # after the add that wrote it (one piece: after the last add)
     for p in range(ag_pieces):
         for r in range(ngpus):
-            var lo = min(n, r * part)
-            var hi = min(n, (r + 1) * part)
-            var cut = ce_cut(n, part, V, r, split)
-            var a = lo if p == 0 else cut
-            var b = hi if ag_pieces == 1 else (cut if p == 0 else hi)
+            var a = lo[r] if p == 0 else cut[r]
+            var b = hi[r] if p == ag_pieces - 1 else cut[r]
             copy_ctxs[r].stream().enqueue_wait_for(events.reduced[r * 2 + (p if ag_pieces == 2 else pieces - 1)])
             if b > a:
                 for k in range(1, ngpus):
