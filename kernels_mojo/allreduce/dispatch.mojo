@@ -33,6 +33,17 @@
 #   AR_MAX_BLOCKS          grid cap (default 216, upstream's sm_90 value);
 #                          additionally capped at 2 blocks per SM.
 #   AR_BLOCK_THREADS       threads per block, 1stage/2stage (default 256).
+#   AR_1STAGE_VECS_PER_THREAD  1stage's grid gives each thread at least this
+#                          many 16-byte vectors (below the grid cap; default 2):
+#                          every block exchanges flags with every peer at its
+#                          start and end, so a grid larger than the data needs
+#                          costs barrier time. 2 GPUs, 4x H200, device timing,
+#                          p50 of 3 rounds, forced 1stage (2026-11-27,
+#                          experiments/2026-11-23-allreduce-mid-sizes): 1 MiB
+#                          fp32 11.36 us at 132 blocks against 12.10 at 264
+#                          (216: 12.06; upstream 11.39); 2 MiB 14.62 at 176,
+#                          14.78 at 216, 15.20 at 132. Value 2 gives 128 blocks
+#                          at 1 MiB and the cap from 2 MiB on.
 #   AR_CPASYNC_BLOCK_THREADS threads per block, cp.async kernel (default 128).
 #   AR_UNROLL              vectors per thread whose loads are issued together
 #                          in 1stage/2stage (1, 2, 4 or 8; default 4: on 2x
@@ -222,6 +233,7 @@ comptime AR_CPASYNC_STAGES_4GPU = get_defined_int["AR_CPASYNC_STAGES_4GPU", -1](
 comptime AR_CPASYNC_STAGES_8GPU = get_defined_int["AR_CPASYNC_STAGES_8GPU", -1]()
 comptime AR_MAX_BLOCKS = get_defined_int["AR_MAX_BLOCKS", 216]()
 comptime AR_BLOCK_THREADS = get_defined_int["AR_BLOCK_THREADS", 256]()
+comptime AR_1STAGE_VECS_PER_THREAD = get_defined_int["AR_1STAGE_VECS_PER_THREAD", 2]()
 comptime AR_CPASYNC_BLOCK_THREADS = get_defined_int[
     "AR_CPASYNC_BLOCK_THREADS", 128
 ]()
@@ -311,6 +323,9 @@ def _check_defines():
     )
     comptime assert AR_PUSHFLAG_BLOCKS_PER_SM >= 1 and AR_PUSHFLAG_BLOCKS_PER_SM <= 4, (
         "AR_PUSHFLAG_BLOCKS_PER_SM must be 1..4"
+    )
+    comptime assert AR_1STAGE_VECS_PER_THREAD >= 1 and AR_1STAGE_VECS_PER_THREAD <= 64, (
+        "AR_1STAGE_VECS_PER_THREAD must be in [1, 64]"
     )
     comptime assert AR_BLOCK_THREADS >= 32 and AR_BLOCK_THREADS <= 1024, (
         "AR_BLOCK_THREADS must be in [32, 1024]"
@@ -617,7 +632,7 @@ def launch_kernel[
             output,
             sigs[0 % ngpus], sigs[1 % ngpus], sigs[2 % ngpus], sigs[3 % ngpus], sigs[4 % ngpus], sigs[5 % ngpus], sigs[6 % ngpus], sigs[7 % ngpus],
             kernel_id_out, n, r, skip,
-            grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS, grid_cap),
+            grid_dim=_grid_for(num_vectors_or_one, AR_BLOCK_THREADS * AR_1STAGE_VECS_PER_THREAD, grid_cap),
             block_dim=AR_BLOCK_THREADS,
         )
     elif kernel_id == KERNEL_ID_PUSH:
