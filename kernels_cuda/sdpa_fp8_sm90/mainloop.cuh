@@ -1,8 +1,9 @@
 // The consumer warpgroups of both tiers' kernels: S = Q K^T and O += P V on warpgroup MMA with fp32
 // accumulators, the online softmax of tile t overlapped with P V of tile t-1, ping-pong between the
 // consumer warpgroups, one work unit after another (persistent blocks).  What differs between the tiers
-// is the operands (tier_ops.cuh): the fp16 tier reads Q and fp16 K from shared memory and packs P to
-// fp16; the fp8 tier turns Q into E4M3 fragments once per unit, reads K as stored and V^T, and packs P
+// is the operands (tier_ops.cuh): the fp16 tier takes Q's fp16 fragments from registers (loaded once per
+// unit; from shared memory with SDPA_SM90_FP16_Q_REGS=0), reads the decoded fp16 K from shared memory and
+// packs P to fp16; the fp8 tier turns Q into E4M3 fragments once per unit, reads K as stored and V^T, and packs P
 // to E4M3 with the 2^8 bias.
 //
 // Per consumer warpgroup (64 query rows), per K/V tile t (BN keys):
