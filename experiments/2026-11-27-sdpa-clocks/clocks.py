@@ -112,7 +112,9 @@ def main() -> int:
                     common = ["--timing", mode, "--iters", str(iters), "--warmup", "10", "--batch", "20"]
                     if impl.startswith("ours"):
                         prec = impl.split("_")[1]
-                        cmd = [a.runner, *io, "--precision", prec, "--kernel", "wgmma_sm90", *common]
+                        kernel = "wgmma_sm90" if prec == "fp16" else "wgmma_fp8_sm90"
+                        cmd = [a.runner, *io, "--out", str(Path(tmp) / "out.npy"), "--precision", prec, "--kernel",
+                               kernel, *common]
                     else:
                         cmd = [sys.executable, "-m", f"driver.peers.{'torch_sdpa' if impl == 'torch_sdpa' else 'cudnn_sdpa'}",
                                *io, *common]
