@@ -13,6 +13,7 @@ A process's window is [its start, its end]; the samples that count are those wit
 the samples counted, SM clock p10 / p50 / p90, power p50 / p90, and the share of counted samples with each
 clock event reason. Inputs: experiments/2026-11-23-sdpa-hopper/check_and_time.py make_inputs (N(0,1), seed 0).
 Run with the bundle's Python path (its site holds nvidia-ml-py; `driver.peers.*` are the bench's peers).
+--runner-args and --label: our runner with more flags (an ablation), named apart in the records.
 Writes OUT_DIR/samples.jsonl.gz (every sample), OUT_DIR/phases.jsonl (one record per process) and prints a table.
 """
 
@@ -85,6 +86,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="timed part of each process, about")
     ap.add_argument("--busy-w", type=float, default=300.0, help="samples at or above this power count")
     ap.add_argument("--impls", default="ours_fp16,torch_sdpa,ours_fp8,cudnn_fp8")
+    ap.add_argument("--runner-args", default="", help="more arguments for our runner, e.g. '--ablate no_loads'")
+    ap.add_argument("--label", default="", help="appended to our implementations' names in the records")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +117,7 @@ def main() -> int:
                         prec = impl.split("_")[1]
                         kernel = "wgmma_sm90" if prec == "fp16" else "wgmma_fp8_sm90"
                         cmd = [a.runner, *io, "--out", str(Path(tmp) / "out.npy"), "--precision", prec, "--kernel",
-                               kernel, *common]
+                               kernel, *a.runner_args.split(), *common]
                     else:
                         cmd = [sys.executable, "-m", f"driver.peers.{'torch_sdpa' if impl == 'torch_sdpa' else 'cudnn_sdpa'}",
                                *io, *common]
@@ -132,7 +135,9 @@ def main() -> int:
                     clk = np.array([r[1] for r in busy]) if busy else np.array([np.nan])
                     pw = np.array([r[2] for r in busy]) if busy else np.array([np.nan])
                     rec = {
-                        "shape": list(shape), "mode": mode, "impl": impl, "rc": p.returncode,
+                        "shape": list(shape), "mode": mode, "rc": p.returncode,
+                        "impl": impl + (a.label if impl.startswith("ours") else ""), "runner": a.runner,
+                        "runner_args": a.runner_args if impl.startswith("ours") else "",
                         "stderr_tail": p.stderr.strip()[-300:] if p.returncode else "",
                         "iters": iters, "p50_us": line.get("p50_us"), "window_s": round(t1 - t0, 3),
                         "samples": len(rows), "busy_samples": len(busy),
