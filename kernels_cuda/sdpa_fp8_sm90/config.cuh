@@ -8,7 +8,7 @@
 #define USE_CP_ASYNC 0
 #endif
 
-// ---- both tiers (tile_load.cuh TileMaps, producer.cuh; the fp16 tier since 2026-11-26, not measured there)
+// ---- both tiers (tile_load.cuh TileMaps, producer.cuh; the fp16 tier since 2026-11-26)
 // SDPA_SM90_L2_PREFETCH_NEXT = 1 (default; 0 = off; cpasync only): after its
 // own first loads, the producer prefetches into L2 the Q tile and the first NS K and V tiles of the
 // block that will take its SM in the next wave (block index + SM count), so that block's first loads
@@ -16,7 +16,9 @@
 // 3 waves; torch 47.3 / 44.0).  Costs one thread a few prefetch instructions and the first wave some
 // HBM bandwidth.  A/B 5 of experiments/2026-11-23-sdpa-fp8-profile (1x H100, cold p50, against 0):
 // (8,8,1024,64) 49.41 -> 47.38 us, (2,16,2048,64) 80.13 -> 77.98, (2,16,2048,128) 105.0 -> 102.1,
-// within 1% at the one-wave-heavy shapes.
+// within 1% at the one-wave-heavy shapes.  fp16 tier (experiments/2026-11-27-sdpa-fp16-l2-prefetch, 1x H100,
+// against 0, bit-identical): 1.0-1.1% faster cold at (3,5,777,64), (2,16,2048,64), (4,32,4096,64) and
+// (2,16,2048,128), within noise elsewhere.
 #ifndef SDPA_SM90_L2_PREFETCH_NEXT
 #define SDPA_SM90_L2_PREFETCH_NEXT 1
 #endif
