@@ -36,15 +36,17 @@ def _safe(fn, *args, default=None):
 def _throttle_names(nv, mask: int | None) -> list[str]:
     if not mask:
         return []
+    # nvidia-ml-py's names (until 2026-11-27 this table lacked their `nvml` prefix, so no reason was ever named
+    # and every record's throttle_reasons was empty)
     names = {
-        "clocksEventReasonGpuIdle": "idle",
-        "clocksEventReasonApplicationsClocksSetting": "app_clocks",
-        "clocksEventReasonSwPowerCap": "sw_power_cap",
-        "clocksThrottleReasonHwSlowdown": "hw_slowdown",
-        "clocksEventReasonSwThermalSlowdown": "sw_thermal",
-        "clocksThrottleReasonHwThermalSlowdown": "hw_thermal",
-        "clocksThrottleReasonHwPowerBrakeSlowdown": "power_brake",
-        "clocksEventReasonSyncBoost": "sync_boost",
+        "nvmlClocksEventReasonGpuIdle": "idle",
+        "nvmlClocksEventReasonApplicationsClocksSetting": "app_clocks",
+        "nvmlClocksEventReasonSwPowerCap": "sw_power_cap",
+        "nvmlClocksEventReasonHwSlowdown": "hw_slowdown",
+        "nvmlClocksEventReasonSwThermalSlowdown": "sw_thermal",
+        "nvmlClocksEventReasonHwThermalSlowdown": "hw_thermal",
+        "nvmlClocksEventReasonHwPowerBrakeSlowdown": "power_brake",
+        "nvmlClocksEventReasonSyncBoost": "sync_boost",
     }
     return sorted({label for attr, label in names.items() if hasattr(nv, attr) and mask & getattr(nv, attr)})
 

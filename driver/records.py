@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 # SDPA records their input distribution, their error relative to the output's scale (`max_abs_rel`) and their
 # share of the tier's tensor peak (`tensor_frac`). Version-1 and -2 results still load (SdpaLine and
 # ArchivedRecord fill the new fields from what old lines say).
-SCHEMA_VERSION = 3
+# 4 (2026-11-27): timed SDPA records carry the SM clock and power while they were timed (`clock`,
+# driver/clocks.py); older results load with it null.
+SCHEMA_VERSION = 4
 
 
 class Record(BaseModel):
@@ -61,6 +63,23 @@ class GpuInfo(Record):
     power_w: float | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
     other_processes: int = 0
+
+
+class ClockSummary(Record):
+    """SM clock and power of one GPU while a record's case was timed (driver/clocks.py): NVML read every few
+    milliseconds on a thread of the driver, over every timed round of the case. Only the samples drawn while
+    the GPU did heavy work count (`busy_samples`: power at least `busy_w`, a share of the enforced limit), so an
+    idle gap, an upload or the hold kernel between launches does not read as the kernel's clock."""
+
+    samples: NonNegativeInt  # in the case's timed windows
+    busy_samples: NonNegativeInt
+    busy_w: NonNegativeFloat
+    power_limit_w: NonNegativeFloat | None = None  # the enforced limit (700 W on an H100 SXM)
+    sm_mhz_p50: NonNegativeFloat | None = None  # of the busy samples; None: fewer busy samples than counted
+    sm_mhz_p10: NonNegativeFloat | None = None
+    power_w_p50: NonNegativeFloat | None = None
+    power_cap_frac: NonNegativeFloat | None = None  # busy samples held back by the power cap (sw_power_cap)
+    thermal_frac: NonNegativeFloat | None = None  # busy samples held back by heat (sw or hw thermal slowdown)
 
 
 class DeviceInfo(Record):
@@ -423,6 +442,9 @@ class ArchivedRecord(Record):
     tensor_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
+    # SDPA timed records since 2026-11-27: the GPU's SM clock and power while this case was timed (None: not
+    # timed, no NVML, or archived before)
+    clock: ClockSummary | None = None
     flags: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")

@@ -76,6 +76,32 @@ def _speed_table(run: RunArchive) -> list[str]:
     return lines
 
 
+def _clock_table(run: RunArchive) -> list[str]:
+    """SDPA: the SM clock and power while each timed case ran (records' `clock`, driver/clocks.py). A speedup
+    between two implementations at different clocks is partly a clock ratio: under a power cap, the one that
+    spends less energy per tile runs faster."""
+    recs = sorted((r for r in run.records if r.clock is not None and r.round_p50_us),
+                  key=lambda r: (r.config, r.timing_mode, _tier(r), r.impl))
+    if not recs:
+        return []
+    rows = ["## Clocks while timed", "",
+            ("GPU 0's SM clock and power, read every few ms while each case was timed; only samples at or above "
+             "`busy W` count (docs/TIMING.md). `capped`: share of them held back by the power cap."), "",
+            ("| config | impl | precision | timing | p50 us | SM MHz p50 (p10) | W p50 | capped | busy W / limit | "
+             "samples (busy) |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        c = r.clock
+        assert c is not None
+        mhz = f"{c.sm_mhz_p50:.0f} ({c.sm_mhz_p10:.0f})" if c.sm_mhz_p50 is not None and c.sm_mhz_p10 is not None \
+            else "- (too few busy samples)"
+        watts = f"{c.power_w_p50:.0f}" if c.power_w_p50 is not None else "-"
+        capped = _frac(c.power_cap_frac) if c.power_cap_frac is not None else "-"
+        limit = f"{c.busy_w:.0f} / {c.power_limit_w:.0f}" if c.power_limit_w else f"{c.busy_w:.0f} / -"
+        rows.append(f"| {r.config} | {r.impl} | {_tier(r)} | {r.timing_mode} | {r.measurement.p50_us:.2f} | {mhz} | "
+                    f"{watts} | {capped} | {limit} | {c.samples} ({c.busy_samples}) |")
+    return rows + [""]
+
+
 def _tier(r: ArchivedRecord) -> str:
     """The precision cell: the tier, and for the fp8 tier's runs how many E4M3 terms Q took (the runner's
     q_terms: two in short launches by default, so the same tier's numerics differ by shape)."""
@@ -294,7 +320,8 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
     return "\n".join(head + _gate_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
-                     accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings + skipped + [""] +
+                     _clock_table(run) + accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings +
+                     skipped + [""] +
                      pics) + "\n"
 
 

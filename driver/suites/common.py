@@ -96,9 +96,14 @@ class Samples(Generic[L]):
 
     by_key: dict[Hashable, list[L]] = field(default_factory=dict)
     peer_failures: dict[Hashable, str] = field(default_factory=dict)  # command key -> the error, one line
+    # per config key, when each of its rounds ran (time.time() before the case was sent, after its end line):
+    # the windows whose clock samples describe it (driver/clocks.py)
+    windows: dict[Hashable, list[tuple[float, float]]] = field(default_factory=dict)
 
-    def add(self, key: Hashable, line: L) -> None:
+    def add(self, key: Hashable, line: L, window: tuple[float, float] | None = None) -> None:
         self.by_key.setdefault(key, []).append(line)
+        if window is not None:
+            self.windows.setdefault(key, []).append(window)
 
     def representative(self, key: Hashable) -> tuple[L, list[float]]:
         """The round with the median p50, and every round's p50."""
@@ -143,7 +148,9 @@ def interleaved(
             progress(what, step=True)
             try:
                 with phases.timed("timing"):
+                    t0 = time.time()
                     lines = pool.run(cmd, model, what=what, timeout_s=timeout_s)
+                    window = (t0, time.time())
                 keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
                 if cmd_key not in peers:
@@ -152,7 +159,7 @@ def interleaved(
                 progress(f"peer {_name(cmd_key)} dropped: {exc.one_line()}")
                 continue
             for sample_key, line in keyed:
-                samples.add(sample_key, line)
+                samples.add(sample_key, line, window)
                 if on_line:
                     on_line(cmd_key, line)
         if r + 1 >= min_rounds and samples.settled(target_spread):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from driver import config, device, peers, phases
+from driver.clocks import ClockSampler, nvml_sampler
 from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered
 from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
@@ -286,10 +287,11 @@ Impl = tuple[str, str]  # (impl, precision tier): ("cpasync", "fp16"), ("cudnn_f
 def _run_shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
     shape_name: str, pool: Pool, cases: Cases, checker: ThreadPoolExecutor, tiers: tuple[str, ...],
-    not_offered: dict[str, str],
+    not_offered: dict[str, str], sampler: ClockSampler | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """`not_offered` (tier -> the runner's words) collects the tiers a runner refused with exit 5; they are
-    left out here and in the shapes after this one."""
+    left out here and in the shapes after this one. `sampler` (GPU 0's clock and power, read on a thread): each
+    timed record gets the summary of its rounds' samples."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
     serve = servers(exe_dir, peer_impls)
@@ -449,11 +451,13 @@ def _run_shape(
     def record(impl: str, tier: str, dist: str, seed: int, line: SdpaLine, p50s: list[float], mode: str | None,
                **kw) -> ArchivedRecord:
         peak = config.tensor_peak_tflops(dev.kind, gpu_name, tier) if mode else None
+        windows = samples.windows.get((impl, tier, mode)) if (mode and samples is not None) else None
+        clock = sampler.summary(windows) if (sampler is not None and windows) else None
         return ArchivedRecord(
             suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
             device=dev.kind, git_sha=git_sha, seed=seed, distribution=dist, measurement=line, round_p50_us=p50s,
             timing=mode, tensor_frac=line.tflops / peak if peak else None,
-            telemetry_before=before, telemetry_after=after, flags=flags, **kw,
+            telemetry_before=before, telemetry_after=after, clock=clock, flags=flags, **kw,
         )
 
     def error_fields(m: SdpaErrors) -> dict:
@@ -559,9 +563,12 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         cases = Cases(Path(tmp), list(opts.shapes), opts.seeds, opts.distributions, gpu_ref)
         stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
+        sampler = nvml_sampler(1)  # GPU 0's clock and power while each case is timed (driver/clocks.py)
+        if sampler is not None:
+            stack.callback(sampler.stop)
         for shape_name, _shape_dims in opts.shapes:
             records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, here_t, shape_name, pool, cases,
-                                          checker, tiers_t, not_offered)
+                                          checker, tiers_t, not_offered, sampler)
             cases.release(shape_name)
             result.records += records
             result.skipped += skipped
