@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from driver.records import ClockSummary
 
-PERIOD_S = 0.004  # between two reads of every GPU
+PERIOD_S = 0.002  # between two reads of every GPU
 BUSY_FRAC = 0.4  # of the enforced power limit: a sample at or above it counts (280 W on a 700 W part)
 MIN_BUSY = 5  # fewer counted samples than this: no clock for the record
 
