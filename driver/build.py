@@ -57,6 +57,15 @@ def _source_hash(t: Target, arch: str, recorded_cmd: list[str], tc: Toolchain) -
     return h.hexdigest()
 
 
+def cached_record(stamp: Path, log_file: Path, lang: str) -> TargetBuild:
+    """A cached build's record, its ptxas report read again from the build's log: a cached build is judged by
+    today's parser (inspect_ptx), not the one that stamped it (since 2026-11-27: the parser learnt C75xx)."""
+    cached = TargetBuild.model_validate_json(stamp.read_text())
+    if lang == "cuda" and log_file.is_file():
+        cached = cached.model_copy(update={"ptxas": inspect_ptx.parse_ptxas(log_file.read_text(errors="replace"))})
+    return cached
+
+
 def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) -> tuple[TargetBuild, bool]:
     """Return (record, compiled): compiled is False when the cache was valid."""
     out_dir = paths.build_dir() / arch
@@ -68,7 +77,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
         recorded = _portable(cmd, out, keep_dir)
         key = _source_hash(t, arch, recorded, tc)
         if not force and out.is_file() and stamp.is_file():
-            cached = TargetBuild.model_validate_json(stamp.read_text())
+            cached = cached_record(stamp, out_dir / f"{t.name}.log", t.lang)
             if cached.source_hash == key:
                 return cached, False
         if not Path(paths.ROOT / t.entry).is_file():

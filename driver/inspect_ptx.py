@@ -19,9 +19,13 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
-# ptxas info C7520 (nvcc 12.3+): "wgmma.mma_async instructions are serialized due to <reason> in the
-# function '<name>'" -- it may come before or after the function's own report lines.
-_WGMMA_SERIAL = re.compile(r"\(C7520\).*wgmma\.mma_async instructions are serialized due to (.*?),? in the function '([^']+)'")
+# ptxas info C75xx (nvcc 12.3+): "wgmma.mma_async instructions are serialized due to <reason> in the
+# function '<name>'" -- it may come before or after the function's own report lines. The code names the reason:
+# C7520 (a compiler-inserted warpgroup.arrive in a divergent path), C7511 (too few registers for the wgmma
+# pipeline), C7514 (non-wgmma instructions read an accumulator inside the pipeline), ... (nvcc 13.0). Until
+# 2026-11-27 only C7520 was read, so a kernel serialized for any other reason passed the build's gate.
+_WGMMA_SERIAL = re.compile(
+    r"\((C75\d\d)\)[^\n]*?wgmma\.mma_async instructions are serialized due to (.*?),? in the function '([^']+)'")
 
 
 def parse_ptxas(text: str) -> list[PtxasKernel]:
@@ -50,7 +54,7 @@ def parse_ptxas(text: str) -> list[PtxasKernel]:
                 )
             )
             name = arch = None
-    serialized = {m.group(2): m.group(1).strip() for m in _WGMMA_SERIAL.finditer(text)}
+    serialized = {m.group(3): f"{m.group(2).strip()} ({m.group(1)})" for m in _WGMMA_SERIAL.finditer(text)}
     return [k.model_copy(update={"wgmma_serialized": serialized[k.name]}) if k.name in serialized else k for k in kernels]
 
 

@@ -109,8 +109,8 @@ class PtxasKernel(Record):
     spill_store_bytes: NonNegativeInt
     spill_load_bytes: NonNegativeInt
     cmem_bytes: NonNegativeInt = 0
-    # ptxas serialized the kernel's warpgroup MMAs (info C7520, "wgmma.mma_async instructions are
-    # serialized due to ..."): every wgmma waits for the one before; the reason ptxas gave, else "".
+    # ptxas serialized the kernel's warpgroup MMAs (info C75xx, "wgmma.mma_async instructions are
+    # serialized due to ..."): every wgmma waits for the one before; the reason ptxas gave and its code, else "".
     wgmma_serialized: str = ""
 
 

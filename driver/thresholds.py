@@ -16,6 +16,14 @@ from driver.errors import ConfigError
 from driver.records import SDPA_PEER_PRECISION, Precision, Record, TimingMode
 
 
+class SerializedOk(Record):
+    """A kernel whose wgmma ptxas may serialize: a diagnostic whose output is not a result (an ablation), never
+    what a gate times or checks. `reason` says so; an entry without one does not load."""
+
+    pattern: str = Field(min_length=1)  # a substring of the PTX entry name
+    reason: str = Field(min_length=1)
+
+
 class KernelGates(Record):
     """Resource gates for one kernel family, in place of [build]'s defaults.
 
@@ -28,6 +36,10 @@ class KernelGates(Record):
     max_registers_per_thread: int = Field(gt=0)
     max_smem_bytes_per_block: int = Field(gt=0)
     max_spill_bytes: int = Field(ge=0)
+    wgmma_serialized_ok: list[SerializedOk] = Field(default_factory=list)
+
+    def serialized_ok(self, name: str) -> SerializedOk | None:
+        return next((ok for ok in self.wgmma_serialized_ok if ok.pattern in name), None)
 
 
 class BuildGates(Record):
@@ -35,6 +47,9 @@ class BuildGates(Record):
     max_smem_bytes_per_block: int = Field(gt=0)
     max_spill_bytes: int = Field(ge=0)
     kernels: list[KernelGates] = Field(default_factory=list)
+
+    def serialized_ok(self, name: str) -> SerializedOk | None:
+        return None  # the defaults allow no serialized wgmma
 
     def for_entry(self, name: str) -> KernelGates | BuildGates:
         """The gates for one PTX entry: its family's, else the defaults."""

@@ -44,13 +44,17 @@ CAPTURED_C7520 = Path(__file__).parent / "data" / "captured" / "ptxas_wgmma_seri
 
 
 def test_parse_ptxas_marks_serialized_wgmma():
-    """ptxas info C7520 (captured): the three kernels it names carry its reason; every other kernel none."""
+    """ptxas info C75xx (captured): the kernels it names carry its reason and code; every other kernel none. The
+    capture has three C7520 and one C7511 (the no_compute ablation of the three-warpgroup kernel); the C7511 was
+    not read before 2026-11-27."""
     kernels = parse_ptxas(CAPTURED_C7520.read_text())
     serialized = {k.name: k.wgmma_serialized for k in kernels if k.wgmma_serialized}
-    assert set(serialized) == {
-        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi128ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
-        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi64ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
-        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff",
+    c7520 = "program dependence on compiler-inserted WG.AR in divergent path (C7520)"
+    assert serialized == {
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi128ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff": c7520,
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_9Fp8TraitsILi64ELb1ELi0ELb0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff": c7520,
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi0EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff": c7520,
+        "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi1EEEEEvNS_8TileMapsEPK6__halfPKhS8_PS4_iNS_8TilePlanEff":
+            "insufficient register resources for the wgmma pipeline (C7511)",
     }
-    assert set(serialized.values()) == {"program dependence on compiler-inserted WG.AR in divergent path"}
     assert len(kernels) > len(serialized) and all(k.registers > 0 for k in kernels)

@@ -61,3 +61,22 @@ def test_not_toml_and_missing_file(tmp_path):
         thresholds.load(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         thresholds.load(tmp_path / "missing.toml")
+
+
+def test_a_serialized_wgmma_is_allowed_only_where_named_with_a_reason(tmp_path):
+    """thresholds.toml names the diagnostic entries whose wgmma ptxas may serialize; no other entry (nor the
+    [build] defaults) allows it, and an entry without its reason does not load."""
+    b = thresholds.load().build
+    ablation = "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi1EEEEEvNS_8TileMapsE"
+    timed = "_ZN9sdpa_sm9020sdpa_fp8_sm90_kernelINS_10Fp8Traits3ILi64ELb1ELi0EEEEEvNS_8TileMapsE"
+    ok = b.for_entry(ablation).serialized_ok(ablation)
+    assert ok is not None and "ablation" in ok.reason
+    assert b.for_entry(timed).serialized_ok(timed) is None and b.for_entry(HOPPER_F16).serialized_ok(HOPPER_F16) is None
+    assert b.serialized_ok(ablation) is None  # the defaults
+    text, n = re.subn(r'^reason = "the cpasync build.*$', "", thresholds.paths.thresholds_file().read_text(),
+                      flags=re.MULTILINE)
+    assert n == 1
+    bad = tmp_path / "t.toml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match="reason"):
+        thresholds.load(bad)
