@@ -44,14 +44,18 @@ def test_build_gates_per_kernel_family():
     assert b.smem_limit("mma_sync_sm80") == b.smem_limit(None) == b.max_smem_bytes_per_block
 
 
-def test_misspelt_field_is_rejected(tmp_path):
-    text, n = re.subn(r"^max_abs_err =", "max_abs_error =", thresholds.paths.thresholds_file().read_text(),
-                      flags=re.MULTILINE)
+def _refused_after(tmp_path, pattern: str, repl: str, error: str) -> None:
+    """The repo's thresholds file with one line edited (`pattern`, exactly one match) does not load: `error`."""
+    text, n = re.subn(pattern, repl, thresholds.paths.thresholds_file().read_text(), flags=re.MULTILINE)
     assert n == 1
     bad = tmp_path / "t.toml"
     bad.write_text(text)
-    with pytest.raises(ConfigError, match="max_abs_error"):
+    with pytest.raises(ConfigError, match=error):
         thresholds.load(bad)
+
+
+def test_misspelt_field_is_rejected(tmp_path):
+    _refused_after(tmp_path, r"^max_abs_err =", "max_abs_error =", "max_abs_error")
 
 
 def test_not_toml_and_missing_file(tmp_path):
@@ -73,10 +77,4 @@ def test_a_serialized_wgmma_is_allowed_only_where_named_with_a_reason(tmp_path):
     assert ok is not None and "ablation" in ok.reason
     assert b.for_entry(timed).serialized_ok(timed) is None and b.for_entry(HOPPER_F16).serialized_ok(HOPPER_F16) is None
     assert b.serialized_ok(ablation) is None  # the defaults
-    text, n = re.subn(r'^reason = "the cpasync build.*$', "", thresholds.paths.thresholds_file().read_text(),
-                      flags=re.MULTILINE)
-    assert n == 1
-    bad = tmp_path / "t.toml"
-    bad.write_text(text)
-    with pytest.raises(ConfigError, match="reason"):
-        thresholds.load(bad)
+    _refused_after(tmp_path, r'^reason = "the cpasync build.*$', "", "reason")
