@@ -745,22 +745,28 @@ def launch_kernel[
 @always_inline
 def ce_last_split_pct(ngpus: Int) -> Int:
     """AR_CE_LAST_SPLIT_PCT_<ngpus>GPU: percent of a part in the second copy of 2stage_ce's last
-    reduce-scatter round (0: that round is one copy)."""
-    if ngpus == 2:
-        return AR_CE_LAST_SPLIT_PCT_2GPU
-    if ngpus == 4:
-        return AR_CE_LAST_SPLIT_PCT_4GPU
-    return AR_CE_LAST_SPLIT_PCT_8GPU
+    reduce-scatter round (0: that round is one copy; also for a count without a define, which is refused
+    before any launch)."""
+    return max(
+        0,
+        _of_count(
+            ngpus,
+            AR_CE_LAST_SPLIT_PCT_2GPU,
+            AR_CE_LAST_SPLIT_PCT_4GPU,
+            AR_CE_LAST_SPLIT_PCT_8GPU,
+        ),
+    )
 
 
 @always_inline
 def ce_ag_split(ngpus: Int) -> Bool:
     """AR_CE_AG_SPLIT_<ngpus>GPU: 2stage_ce's all-gather is cut where the last round is (when it is cut)."""
-    if ngpus == 2:
-        return AR_CE_AG_SPLIT_2GPU != 0
-    if ngpus == 4:
-        return AR_CE_AG_SPLIT_4GPU != 0
-    return AR_CE_AG_SPLIT_8GPU != 0
+    return (
+        _of_count(
+            ngpus, AR_CE_AG_SPLIT_2GPU, AR_CE_AG_SPLIT_4GPU, AR_CE_AG_SPLIT_8GPU
+        )
+        > 0
+    )
 
 
 @always_inline

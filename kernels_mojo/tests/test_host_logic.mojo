@@ -6,7 +6,9 @@
 from std.testing import assert_equal, assert_true, assert_false
 from allreduce.dispatch import (
     select_kernel, kernel_name, kernel_exists, one_stage_max_bytes, push_slot_packs, scratch_elements, whole_message_scratch,
-    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages, ce_cut, ce_last_split_pct,
+    push_max_bytes, cpasync_min_bytes, cpasync_max_bytes, cpasync_stages, ce_cut, ce_last_split_pct, ce_ag_split,
+    AR_CE_LAST_SPLIT_PCT_2GPU, AR_CE_LAST_SPLIT_PCT_4GPU, AR_CE_LAST_SPLIT_PCT_8GPU, AR_CE_AG_SPLIT_2GPU,
+    AR_CE_AG_SPLIT_4GPU, AR_CE_AG_SPLIT_8GPU,
 )
 from allreduce.kernels import (
     KERNEL_ID_1STAGE, KERNEL_ID_2STAGE, KERNEL_ID_PUSH, KERNEL_ID_2STAGE_PUSH, KERNEL_ID_PUSHFLAG, KERNEL_ID_BULK,
@@ -370,6 +372,20 @@ def test_serve_lines() raises:
     assert_false(Bool(take_line(pending, True)))
 
 
+def test_2stage_ce_per_count_defines() raises:
+    """2stage_ce's split defines are read per GPU count (dispatch._of_count, as the windows are); a count with no
+    define (refused before any launch) gets no split."""
+    assert_equal(ce_last_split_pct(2), AR_CE_LAST_SPLIT_PCT_2GPU)
+    assert_equal(ce_last_split_pct(4), AR_CE_LAST_SPLIT_PCT_4GPU)
+    assert_equal(ce_last_split_pct(8), AR_CE_LAST_SPLIT_PCT_8GPU)
+    assert_equal(ce_ag_split(2), AR_CE_AG_SPLIT_2GPU != 0)
+    assert_equal(ce_ag_split(4), AR_CE_AG_SPLIT_4GPU != 0)
+    assert_equal(ce_ag_split(8), AR_CE_AG_SPLIT_8GPU != 0)
+    for ngpus in [1, 3, 16]:
+        assert_equal(ce_last_split_pct(ngpus), 0)
+        assert_false(ce_ag_split(ngpus))
+
+
 def main() raises:
     test_sizes()
     test_arg_list_and_codes()
@@ -377,6 +393,7 @@ def main() raises:
     test_names_and_selection()
     test_new_kernels()
     test_2stage_ce_layout()
+    test_2stage_ce_per_count_defines()
     test_stats()
     test_check()
     test_chunked_host_work()
