@@ -118,9 +118,6 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
     except Exception:  # noqa: BLE001 - no NVML: no clocks, the run goes on
         return None
     limits = [device._safe(nv.nvmlDeviceGetEnforcedPowerLimit, h) for h in handles]
-    cap = getattr(nv, "nvmlClocksEventReasonSwPowerCap", 0x4)
-    heat = getattr(nv, "nvmlClocksEventReasonSwThermalSlowdown", 0x20) | getattr(
-        nv, "nvmlClocksEventReasonHwThermalSlowdown", 0x40)
     instant_field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
 
     def power_mw(h) -> float:
@@ -133,10 +130,11 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
     def read() -> list[ClockSample]:
         now, out = time.time(), []
         for h in handles:
-            reasons = nv.nvmlDeviceGetCurrentClocksEventReasons(h)
+            # the reasons named by the one table the before/after telemetry uses (device._throttle_names)
+            reasons = device._throttle_names(nv, nv.nvmlDeviceGetCurrentClocksEventReasons(h))
             out.append(ClockSample(t=now, sm_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                                   power_w=power_mw(h) / 1000, power_capped=bool(reasons & cap),
-                                   thermal=bool(reasons & heat)))
+                                   power_w=power_mw(h) / 1000, power_capped="sw_power_cap" in reasons,
+                                   thermal="sw_thermal" in reasons or "hw_thermal" in reasons))
         return out
 
     return ClockSampler(read, [lim / 1000 if lim else None for lim in limits], period_s,
