@@ -130,7 +130,7 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
     def read() -> list[ClockSample]:
         now, out = time.time(), []
         for h in handles:
-            # the reasons named by the one table the before/after telemetry uses (device._throttle_names)
+            # the reasons named as the before/after telemetry names them (device._throttle_names)
             reasons = device._throttle_names(nv, nv.nvmlDeviceGetCurrentClocksEventReasons(h))
             out.append(ClockSample(t=now, sm_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
                                    power_w=power_mw(h) / 1000, power_capped="sw_power_cap" in reasons,
