@@ -113,16 +113,16 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
     from driver import device  # NVML only where a suite runs
 
     try:
-        nv = device._nvml()
+        nv = device.start_nvml()
         handles = device.visible_handles(nv)[:gpu_count]
     except Exception:  # noqa: BLE001 - no NVML: no clocks, the run goes on
         return None
-    limits = [device._safe(nv.nvmlDeviceGetEnforcedPowerLimit, h) for h in handles]
+    limits = [device.nvml_or_none(nv.nvmlDeviceGetEnforcedPowerLimit, h) for h in handles]
     instant_field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
 
     def power_mw(h) -> float:
         if instant_field is not None:
-            got = device._safe(nv.nvmlDeviceGetFieldValues, h, [instant_field])
+            got = device.nvml_or_none(nv.nvmlDeviceGetFieldValues, h, [instant_field])
             if got and got[0].nvmlReturn == 0:
                 return float(got[0].value.uiVal)
         return float(nv.nvmlDeviceGetPowerUsage(h))
@@ -130,12 +130,12 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
     def read() -> list[ClockSample]:
         now, out = time.time(), []
         for h in handles:
-            # the reasons named as the before/after telemetry names them (device._throttle_names)
-            reasons = device._throttle_names(nv, nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+            # the reasons named as the before/after telemetry names them (device.throttle_names)
+            reasons = device.throttle_names(nv, nv.nvmlDeviceGetCurrentClocksEventReasons(h))
             out.append(ClockSample(t=now, sm_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
                                    power_w=power_mw(h) / 1000, power_capped="sw_power_cap" in reasons,
                                    thermal="sw_thermal" in reasons or "hw_thermal" in reasons))
         return out
 
     return ClockSampler(read, [lim / 1000 if lim else None for lim in limits], period_s,
-                        close=lambda: device._safe(nv.nvmlShutdown)).start()
+                        close=lambda: device.nvml_or_none(nv.nvmlShutdown)).start()

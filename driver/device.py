@@ -14,7 +14,8 @@ from driver.errors import NoGPU
 from driver.records import DeviceInfo, GpuInfo
 
 
-def _nvml():
+def start_nvml():
+    """pynvml, initialised (the caller shuts it down); NoGPU with what to do where it cannot start."""
     try:
         import pynvml
     except ImportError:
@@ -26,14 +27,16 @@ def _nvml():
     return pynvml
 
 
-def _safe(fn, *args, default=None):
+def nvml_or_none(fn, *args, default=None):
+    """fn(*args), or `default` where NVML does not support that query on this part."""
     try:
         return fn(*args)
     except Exception:  # noqa: BLE001 - NVML raises per-field "not supported" errors of several kinds on some parts
         return default
 
 
-def _throttle_names(nv, mask: int | None) -> list[str]:
+def throttle_names(nv, mask: int | None) -> list[str]:
+    """The clock-event reasons set in `mask` (nvmlDeviceGetCurrentClocksEventReasons), by the short names records use."""
     if not mask:
         return []
     # nvidia-ml-py's names (until 2026-11-27 this table lacked their `nvml` prefix, so no reason was ever named
@@ -63,7 +66,7 @@ def visible_handles(nv) -> list:
         return every
     uuids = []
     for h in every:
-        uuid = _safe(nv.nvmlDeviceGetUUID, h, default="")
+        uuid = nvml_or_none(nv.nvmlDeviceGetUUID, h, default="")
         uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
     shown: list = []
     for token in (t.strip() for t in env.split(",")):
@@ -96,7 +99,7 @@ def _this_run_pids() -> set[int]:
 
 
 def probe() -> DeviceInfo:
-    nv = _nvml()
+    nv = start_nvml()
     try:
         if nv.nvmlDeviceGetCount() == 0:
             raise NoGPU("NVML reports 0 GPUs")
@@ -104,35 +107,35 @@ def probe() -> DeviceInfo:
         gpus = []
         for i, h in enumerate(visible_handles(nv)):  # i: the CUDA device ordinal the executables use
             name = nv.nvmlDeviceGetName(h)
-            procs = _safe(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
-            power_mw = _safe(nv.nvmlDeviceGetPowerUsage, h)
+            procs = nvml_or_none(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
+            power_mw = nvml_or_none(nv.nvmlDeviceGetPowerUsage, h)
             gpus.append(
                 GpuInfo(
                     index=i,
                     name=name.decode() if isinstance(name, bytes) else name,
                     memory_mib=nv.nvmlDeviceGetMemoryInfo(h).total >> 20,
-                    sm_clock_mhz=_safe(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-                    mem_clock_mhz=_safe(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
-                    temperature_c=_safe(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                    sm_clock_mhz=nvml_or_none(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                    mem_clock_mhz=nvml_or_none(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+                    temperature_c=nvml_or_none(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                     power_w=round(power_mw / 1000, 1) if power_mw is not None else None,
-                    throttle_reasons=_throttle_names(nv, _safe(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
+                    throttle_reasons=throttle_names(nv, nvml_or_none(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
                     other_processes=sum(1 for p in procs if p.pid not in ours),
                 )
             )
         driver = nv.nvmlSystemGetDriverVersion()
         return DeviceInfo(driver_version=driver.decode() if isinstance(driver, bytes) else driver, gpus=gpus)
     finally:
-        _safe(nv.nvmlShutdown)
+        nvml_or_none(nv.nvmlShutdown)
 
 
 def arch_of(gpu_index: int = 0) -> str:
     """`sm_90` for an H100/H200: the arch the bench builds and runs."""
-    nv = _nvml()
+    nv = start_nvml()
     try:
         major, minor = nv.nvmlDeviceGetCudaComputeCapability(visible_handles(nv)[gpu_index])
         return f"sm_{major}{minor}"
     finally:
-        _safe(nv.nvmlShutdown)
+        nvml_or_none(nv.nvmlShutdown)
 
 
 def require_gpus(dev: DeviceInfo, ngpus: tuple[int, ...] | None) -> None:

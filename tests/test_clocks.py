@@ -136,5 +136,5 @@ def test_nvml_clock_event_reasons_are_named():
     # nvidia-ml-py's own constants: the names were once looked up without their `nvml` prefix and never matched.
     mask = (pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonGpuIdle
             | pynvml.nvmlClocksEventReasonHwThermalSlowdown)
-    assert device._throttle_names(pynvml, mask) == ["hw_thermal", "idle", "sw_power_cap"]
-    assert device._throttle_names(pynvml, 0) == []
+    assert device.throttle_names(pynvml, mask) == ["hw_thermal", "idle", "sw_power_cap"]
+    assert device.throttle_names(pynvml, 0) == []
