@@ -117,12 +117,12 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
         handles = device.visible_handles(nv)[:gpu_count]
     except Exception:  # noqa: BLE001 - no NVML: no clocks, the run goes on
         return None
-    limits = [device.nvml_or_none(nv.nvmlDeviceGetEnforcedPowerLimit, h) for h in handles]
+    limits = [device.nvml_query(nv.nvmlDeviceGetEnforcedPowerLimit, h) for h in handles]
     instant_field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
 
     def power_mw(h) -> float:
         if instant_field is not None:
-            got = device.nvml_or_none(nv.nvmlDeviceGetFieldValues, h, [instant_field])
+            got = device.nvml_query(nv.nvmlDeviceGetFieldValues, h, [instant_field])
             if got and got[0].nvmlReturn == 0:
                 return float(got[0].value.uiVal)
         return float(nv.nvmlDeviceGetPowerUsage(h))
@@ -138,4 +138,4 @@ def nvml_sampler(gpu_count: int, period_s: float = PERIOD_S) -> ClockSampler | N
         return out
 
     return ClockSampler(read, [lim / 1000 if lim else None for lim in limits], period_s,
-                        close=lambda: device.nvml_or_none(nv.nvmlShutdown)).start()
+                        close=lambda: device.nvml_query(nv.nvmlShutdown)).start()

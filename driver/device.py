@@ -27,7 +27,7 @@ def start_nvml():
     return pynvml
 
 
-def nvml_or_none(fn, *args, default=None):
+def nvml_query(fn, *args, default=None):
     """fn(*args), or `default` where NVML does not support that query on this part."""
     try:
         return fn(*args)
@@ -66,7 +66,7 @@ def visible_handles(nv) -> list:
         return every
     uuids = []
     for h in every:
-        uuid = nvml_or_none(nv.nvmlDeviceGetUUID, h, default="")
+        uuid = nvml_query(nv.nvmlDeviceGetUUID, h, default="")
         uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
     shown: list = []
     for token in (t.strip() for t in env.split(",")):
@@ -107,25 +107,25 @@ def probe() -> DeviceInfo:
         gpus = []
         for i, h in enumerate(visible_handles(nv)):  # i: the CUDA device ordinal the executables use
             name = nv.nvmlDeviceGetName(h)
-            procs = nvml_or_none(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
-            power_mw = nvml_or_none(nv.nvmlDeviceGetPowerUsage, h)
+            procs = nvml_query(nv.nvmlDeviceGetComputeRunningProcesses, h, default=[]) or []
+            power_mw = nvml_query(nv.nvmlDeviceGetPowerUsage, h)
             gpus.append(
                 GpuInfo(
                     index=i,
                     name=name.decode() if isinstance(name, bytes) else name,
                     memory_mib=nv.nvmlDeviceGetMemoryInfo(h).total >> 20,
-                    sm_clock_mhz=nvml_or_none(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-                    mem_clock_mhz=nvml_or_none(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
-                    temperature_c=nvml_or_none(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                    sm_clock_mhz=nvml_query(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+                    mem_clock_mhz=nvml_query(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+                    temperature_c=nvml_query(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
                     power_w=round(power_mw / 1000, 1) if power_mw is not None else None,
-                    throttle_reasons=throttle_names(nv, nvml_or_none(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
+                    throttle_reasons=throttle_names(nv, nvml_query(nv.nvmlDeviceGetCurrentClocksEventReasons, h)),
                     other_processes=sum(1 for p in procs if p.pid not in ours),
                 )
             )
         driver = nv.nvmlSystemGetDriverVersion()
         return DeviceInfo(driver_version=driver.decode() if isinstance(driver, bytes) else driver, gpus=gpus)
     finally:
-        nvml_or_none(nv.nvmlShutdown)
+        nvml_query(nv.nvmlShutdown)
 
 
 def arch_of(gpu_index: int = 0) -> str:
@@ -135,7 +135,7 @@ def arch_of(gpu_index: int = 0) -> str:
         major, minor = nv.nvmlDeviceGetCudaComputeCapability(visible_handles(nv)[gpu_index])
         return f"sm_{major}{minor}"
     finally:
-        nvml_or_none(nv.nvmlShutdown)
+        nvml_query(nv.nvmlShutdown)
 
 
 def require_gpus(dev: DeviceInfo, ngpus: tuple[int, ...] | None) -> None:

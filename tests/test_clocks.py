@@ -138,3 +138,59 @@ def test_nvml_clock_event_reasons_are_named():
             | pynvml.nvmlClocksEventReasonHwThermalSlowdown)
     assert device.throttle_names(pynvml, mask) == ["hw_thermal", "idle", "sw_power_cap"]
     assert device.throttle_names(pynvml, 0) == []
+
+
+class _FakeNvml:
+    """Two GPUs' answers in nvidia-ml-py's calling convention (its constants from the real module): GPU 0 under the
+    power cap at 1890 MHz, GPU 1 free at 1980 MHz; power through the instantaneous field. Counts shutdowns."""
+
+    def __init__(self):
+        self.shutdowns = 0
+
+    def __getattr__(self, name):  # the constants (NVML_CLOCK_SM, the clock event reasons, ...)
+        return getattr(pynvml, name)
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700_000
+
+    def nvmlDeviceGetFieldValues(self, h, fields):
+        value = type("V", (), {"uiVal": 696_000 if h == 0 else 532_000})()
+        return [type("F", (), {"nvmlReturn": 0, "value": value})()]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return pynvml.nvmlClocksEventReasonSwPowerCap if h == 0 else 0
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        assert kind == pynvml.NVML_CLOCK_SM
+        return 1890 if h == 0 else 1980
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+
+def test_nvml_sampler_reads_each_gpu_through_the_device_helpers(monkeypatch):
+    # The sampler's NVML path runs only on a GPU host in a bench; here a fake NVML stands in, so a renamed helper
+    # or a wrong field fails on any machine.
+    fake = _FakeNvml()
+    monkeypatch.setattr(device, "start_nvml", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    from driver.clocks import nvml_sampler
+
+    sampler = nvml_sampler(2, period_s=0.001)
+    assert sampler is not None
+    deadline = time.time() + 5
+    while min(len(s) for s in sampler.samples) < MIN_BUSY and time.time() < deadline:
+        time.sleep(0.005)
+    sampler.stop()
+    assert sampler.error is None and fake.shutdowns == 1
+    assert sampler.power_limit_w == [700.0, 700.0]
+    everything = [(0.0, time.time())]
+    capped, free = sampler.summary(everything, gpu=0), sampler.summary(everything, gpu=1)
+    assert (capped.sm_mhz_p50, capped.power_w_p50, capped.power_cap_frac) == (1890, 696.0, 1.0)
+    assert (free.sm_mhz_p50, free.power_w_p50, free.power_cap_frac) == (1980, 532.0, 0.0)
