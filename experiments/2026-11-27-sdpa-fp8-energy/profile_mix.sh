@@ -53,7 +53,7 @@ timeout 240 $NCU --clock-control none -k regex:sdpa_fp8_sm90_kernel --launch-ski
   --iters 1 --warmup 0 > "$OUT/ours_mix.csv" 2> "$OUT/ours_mix.err"
 echo "ours mix rc=$?"
 python3 - "$OUT/ours_mix.csv" "$OUT/cudnn_mix.csv" <<'PY'
-import csv, sys
+import csv, re, sys
 def load(p):
     rows = list(csv.reader(open(p)))
     i = next(k for k, r in enumerate(rows) if r and r[0] == "ID")
@@ -61,6 +61,8 @@ def load(p):
     data = [r for r in rows[i + 1:] if len(r) == len(head)]
     return dict(zip(head, data[-1]))
 def ops(cell):
+    # "TOTAL (NAME: n; NAME: n; ...)": the instances of an instanced metric, after its total
+    cell = re.sub(r"^[\d,.]+\s*\(", "", cell.strip()).rstrip(")")
     out = {}
     for part in cell.split(";"):
         if ":" in part:
