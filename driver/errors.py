@@ -87,6 +87,14 @@ class ClusterFailed(DriverError):
     label = "cluster run failed"
 
 
+class IOFailed(DriverError):
+    """The machine refused a read or write the run needed: a full disk, a read-only tree, a file that cannot be
+    read back. The message names the path and the operating system's reason; nothing half-written stays."""
+
+    exit_code = 10
+    label = "I/O error"
+
+
 class Interrupted(DriverError):
     """Ctrl-C: what was running was stopped (a Slurm job array cancelled); the message says what is left."""
 
@@ -103,4 +111,5 @@ ALL_ERRORS: tuple[type[DriverError], ...] = (
     WrongResults,
     PerfGateFailed,
     ClusterFailed,
+    IOFailed,
 )
