@@ -74,19 +74,25 @@ def encode_e4m3_sim(x: np.ndarray) -> np.ndarray:
 
 
 def _encode(a: np.ndarray) -> np.ndarray:
+    """The codes by arithmetic, not by search: a finite magnitude m <= 448 has the binade e = max(floor(log2 m), -6)
+    (-6: E4M3's smallest normal binade, which also spaces the subnormals), and its codes in that binade are
+    spaced 2^(e-3) apart; so q = rint(m / 2^(e-3)) (numpy's rint rounds half to even) is the rounded value in
+    those steps, and the code is 8 e + 48 + q: the binade's first code (8 (e + 7) for exponent field e + 7; 0 for
+    the subnormals) plus q - 8. q = 16 (rounded up into the next binade) lands on that binade's first code,
+    and the code's parity is q's, so ties go to the even code. Scaling by a power of two is exact, so this
+    is the nearest code, as the search over every code value was (tests/test_sdpa_reference.py keeps that
+    search as the oracle); it is about ten times faster, which the bench's inputs of 100 M values feel."""
     if np.isnan(a).any():
         raise ValueError("encode_e4m3_sim: NaN input")
     mag = np.minimum(np.abs(a), E4M3_MAX)
-    hi = np.searchsorted(_POS, mag, side="left")  # first code with value >= mag
-    hi = np.minimum(hi, 0x7E)
-    lo = np.maximum(hi - 1, 0)
-    d_lo = mag - _POS[lo]
-    d_hi = _POS[hi] - mag
-    exact = d_hi == 0
-    take_hi = exact | (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
-    code = np.where(take_hi, hi, lo).astype(np.uint8)
-    code = code | np.where(np.signbit(a), 0x80, 0).astype(np.uint8)
-    return code.astype(np.uint8)
+    _, e = np.frexp(mag)  # mag = f * 2^e with f in [0.5, 1): floor(log2 mag) = e - 1
+    e = np.maximum(e - 1, -6)
+    e[mag == 0] = -6  # frexp(0) gives e = 0
+    q = np.rint(np.ldexp(mag, 3 - e))
+    code = (8 * e + 48).astype(np.int16) + q.astype(np.int16)
+    code = code.astype(np.uint8)
+    code |= np.signbit(a).astype(np.uint8) << 7
+    return code
 
 
 @dataclass(frozen=True)
