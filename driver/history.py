@@ -247,7 +247,8 @@ def pngs(picked: list[Series], runs: list[TimedRun]) -> dict[str, bytes]:
         for s in group:
             def pts(want: tuple[str, ...], s: Series = s) -> list[tuple[int, float]]:
                 return [(x_of[p.run.run_id], p.record.measurement.p50_us) for p in s.points if p.step in want]
-            lines.append((s.label[1], pts(("", "slower", "faster")), pts(("slower",)), pts(("faster",))))
+            colour = s.key[2] if suite == "sweep" else s.label[1]  # a sweep is all ours: one colour per kernel
+            lines.append((colour, pts(("", "slower", "faster")), pts(("slower",)), pts(("faster",))))
         png = plots.history(f"{suite} p50 per config on {kind}, {len(shown)} archived runs in commit order",
                             [_sha(p) for p in shown], lines)
         if png is not None:

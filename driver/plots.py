@@ -109,7 +109,8 @@ def history(title: str, commits: list[str], lines: list[HistoryLine]) -> bytes |
     except ImportError:
         return None
     impls = sorted({impl for impl, *_ in lines})
-    colors = {impl: f"C{i % 10}" for i, impl in enumerate(impls)}
+    palette = [f"C{i}" for i in range(10)] if len(impls) <= 10 else list(matplotlib.colormaps["tab20"].colors)
+    colors = {impl: palette[i % len(palette)] for i, impl in enumerate(impls)}
     fig, ax = plt.subplots(figsize=(max(10.0, min(18.0, 0.25 * len(commits))), 5))
     # one collection per implementation, one scatter per kind of step: thousands of sweep lines draw in a second
     for impl in impls:
@@ -120,7 +121,7 @@ def history(title: str, commits: list[str], lines: list[HistoryLine]) -> bytes |
     for which, marker, color in ((2, "v", "red"), (3, "^", "green")):
         marks = [xy for line in lines for xy in line[which]]
         ax.scatter([x for x, _ in marks], [y for _, y in marks], s=30, marker=marker, color=color, zorder=3,
-                   label=f"{'slower' if which == 2 else 'faster'} than the run before, beyond the noise")
+                   label=f"{'slower' if which == 2 else 'faster'} step (past the noise)")
     ax.autoscale()
     step = max(1, len(commits) // 40)
     ax.set_xticks(range(0, len(commits), step), commits[::step], rotation=90, fontsize=6)
