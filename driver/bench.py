@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from driver import archive, build, device, gates, paths, phases, plots, report, targets, thresholds
+from driver import archive, build, device, gates, history, paths, phases, plots, report, targets, thresholds
 from driver.config import DEFAULT_ARCH
 from driver.errors import BuildFailed, NoGPU
 from driver.host import git_state, host_info, utc_now
@@ -82,6 +82,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     folder = report.publish(run_rec, meta, thresholds_text, {**figures, **results.extra_files})
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
+    print(history.since_previous(run_rec, limits.noise.min_rel_noise, folder.parent), file=sys.stderr)
     failure = gates.exit_decision(run_rec.gates, folder)
     if failure:
         raise failure

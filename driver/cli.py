@@ -243,6 +243,14 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return compare.main(ns.runs)
 
 
+def cmd_history(ns: argparse.Namespace) -> int:
+    from driver import history
+
+    out = _given(ns.out, "--out")
+    return history.main(_given(ns.device, "--device"), _given(ns.suite, "--suite"), _given(ns.config, "--config"),
+                        Path(out) if out else None)
+
+
 def _limits_gates() -> tuple[float, thresholds.Thresholds]:
     """The noise band and the gates the known-limits table is read against: today's thresholds.toml."""
     gates = thresholds.load()
@@ -386,6 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")
     lm.add_argument("--write", action="store_true", help="write the table into README.md between its limits markers")
     lm.set_defaults(func=cmd_limits)
+
+    hi = sub.add_parser("history", help="every archived run's p50 per device kind and config in commit order, "
+                        "steps beyond the noise flagged with their commit")
+    hi.add_argument("--device", default=None, help="one device kind, e.g. 2xH200 (default: every kind archived)")
+    hi.add_argument("--suite", default=None, help="allreduce, sdpa, sweep (comma list; default: all)")
+    hi.add_argument("--config", default=None, help="only configs containing this text, e.g. 16777216B or large_d128")
+    hi.add_argument("--out", default=None, help="also write one PNG per device kind and suite into this folder "
+                    "(`index` writes them into bench_results/history/)")
+    hi.set_defaults(func=cmd_history)
 
     sm = sub.add_parser("submit", help="build once, submit the bench or stress matrix as one Slurm job array, "
                         "watch it, collect the run folders and compare the GPU kinds")

@@ -27,6 +27,15 @@ def _spread(r: ArchivedRecord) -> float:
     return (m.p90_us - m.p50_us) / m.p50_us if m.p50_us > 0 else 0.0
 
 
+def judge(old: ArchivedRecord, new: ArchivedRecord, min_noise: float) -> tuple[float, float, str]:
+    """The one rule for whether a config moved between two runs (`compare`, `history`, the end line of `bench`):
+    (change of p50, noise band, "slower" | "faster" | "" for within the noise). The band is the larger of
+    thresholds.toml's `noise.min_rel_noise` and each run's own p50-to-p90 spread."""
+    change = new.measurement.p50_us / old.measurement.p50_us - 1
+    noise = max(min_noise, _spread(old), _spread(new))
+    return change, noise, "" if abs(change) <= noise else "slower" if change > 0 else "faster"
+
+
 def _default_pair() -> tuple[Path, Path]:
     """The newest run and the newest older one on the same device kind."""
     runs = [(folder, archive.load_run(folder).device.kind) for folder in reversed(archive.archived_runs())]
@@ -63,14 +72,9 @@ def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[st
         o = old_by.get(_key(r))
         if o is None or o.measurement.p50_us <= 0:
             continue
-        change = r.measurement.p50_us / o.measurement.p50_us - 1
-        noise = max(min_noise, _spread(o), _spread(r))
-        if abs(change) <= noise:
-            verdict = "within noise"
-        elif change > 0:
-            verdict, regressions = "REGRESSION", regressions + 1
-        else:
-            verdict = "faster"
+        change, noise, step = judge(o, r, min_noise)
+        verdict = {"slower": "REGRESSION", "faster": "faster", "": "within noise"}[step]
+        regressions += step == "slower"
         impl = f"{r.impl} ({r.precision})" if r.precision else r.impl
         rows.append(f"| {r.suite} | {impl} | {r.kernel} | {r.config} | {r.timing_mode} ({r.timing_method}) | "
                     f"{o.measurement.p50_us:.2f} | "

@@ -58,3 +58,16 @@ def git_state() -> tuple[str, bool]:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", True
     return (sha or "unknown"), bool(status.strip())
+
+
+def commit_positions() -> dict[str, int]:
+    """Every commit of HEAD's history (full sha) and its place in it, oldest first (`git rev-list --topo-order`):
+    the order `history` puts archived runs in. Empty in a bundle (it carries no history) or without git."""
+    if paths.is_bundle():
+        return {}
+    try:
+        out = subprocess.run(["git", "rev-list", "--topo-order", "--reverse", "HEAD"], cwd=paths.ROOT,
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {sha: i for i, sha in enumerate(out.split())}

@@ -89,3 +89,51 @@ def render(run: RunArchive) -> dict[str, bytes]:
         out["sdpa_p50.png"] = _figure_bytes(fig)
         plt.close(fig)
     return out
+
+
+# One history line: its implementation (the colour), (x, p50 us) per run, and the points that stepped past the
+# noise, slower and faster (driver/history.py).
+HistoryLine = tuple[str, list[tuple[int, float]], list[tuple[int, float]], list[tuple[int, float]]]
+
+
+def history(title: str, commits: list[str], lines: list[HistoryLine]) -> bytes | None:
+    """p50 per config over the runs in commit order (x: the runs, labelled by commit), log scale, one colour per
+    implementation; a step beyond the noise is marked where it happened. None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        from matplotlib.collections import LineCollection
+    except ImportError:
+        return None
+    impls = sorted({impl for impl, *_ in lines})
+    palette = [f"C{i}" for i in range(10)] if len(impls) <= 10 else list(matplotlib.colormaps["tab20"].colors)
+    colors = {impl: palette[i % len(palette)] for i, impl in enumerate(impls)}
+    fig, ax = plt.subplots(figsize=(max(10.0, min(18.0, 0.25 * len(commits))), 5))
+    # one collection per implementation, one scatter per kind of step: thousands of sweep lines draw in a second
+    for impl in impls:
+        segs = [pts for i, pts, _s, _f in lines if i == impl]
+        ax.add_collection(LineCollection(segs, colors=colors[impl], linewidths=0.8, alpha=0.6, label=impl))
+        dots = [xy for seg in segs for xy in seg]
+        ax.scatter([x for x, _ in dots], [y for _, y in dots], s=4, color=colors[impl], alpha=0.6)
+    for which, marker, color in ((2, "v", "red"), (3, "^", "green")):
+        marks = [xy for line in lines for xy in line[which]]
+        ax.scatter([x for x, _ in marks], [y for _, y in marks], s=30, marker=marker, color=color, zorder=3,
+                   label=f"{'slower' if which == 2 else 'faster'} step (past the noise)")
+    ax.autoscale()
+    step = max(1, len(commits) // 40)
+    ax.set_xticks(range(0, len(commits), step), commits[::step], rotation=90, fontsize=6)
+    ax.set_yscale("log")
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # tick labels are most of the drawing time
+    ax.set_xlabel("archived runs in commit order (commit)")
+    ax.set_ylabel("p50 (us, lower is better)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.subplots_adjust(left=0.07, right=0.78, top=0.92, bottom=0.2)  # fixed: a tight box draws the figure twice
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver import archive, config, gates, paths, peers, phases, plots
+from driver import archive, config, gates, history, paths, peers, phases, plots, thresholds
 from driver.config import TIMING_MODES
 from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
@@ -369,11 +369,14 @@ def index_markdown(root: Path) -> str:
         except ValueError:
             continue
         rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {headline(run)} |")
-    return "\n".join(rows) + "\n"
+    rows += ["", *history.index_section(root, thresholds.load().noise.min_rel_noise)]
+    return "\n".join(rows).rstrip("\n") + "\n"
 
 
 def update_index(root: Path | None = None) -> None:
+    """The index, after the history PNGs its history section links (`<results>/history/`)."""
     root = root or paths.results_dir()
+    history.index_pngs(root, thresholds.load().noise.min_rel_noise)
     paths.write_atomic(root / INDEX_FILE, index_markdown(root))
 
 
