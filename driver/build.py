@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from driver import archive, gates, inspect_ptx, paths, toolchain
 from driver.errors import BuildFailed, Interrupted, IOFailed
 from driver.host import git_state, host_info, utc_now
-from driver.launch import kill_tree, run_process
+from driver.launch import run_process
 from driver.records import BuildMeta, BuiltFile, TargetBuild, Toolchain
 from driver.targets import Target
 from driver.thresholds import BuildGates
@@ -142,8 +142,9 @@ def stop_compiler(token: str) -> None:
     for group in groups - {os.getpgrp()}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-    for p in procs:
-        kill_tree(p.pid)
+    for p in procs:  # one that left its group (setsid) too
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline:
         alive = []
