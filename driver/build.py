@@ -1,35 +1,51 @@
-"""Build: compile every target for every requested arch, with a content-hash cache.
+"""Build: compile every target for every requested arch, with a content-hash cache that checks what it trusts.
 
-A target rebuilds only when its sources, its command line (flags, defines, arch)
-or its toolchain version change. Each result is a TargetBuild record kept in a
-stamp beside the executable, so a cached build still reports its ptxas numbers.
+A target rebuilds only when its sources, its command line (flags, defines, arch) or its toolchain (version and
+pins, never its path) change, or when a file it wrote is no longer what its stamp says (size and sha256).
+Each result is a TargetBuild record kept in a stamp beside the executable, so a cached build still reports its
+ptxas numbers. A compiler writes under a temporary name that is renamed into place only after it succeeded;
+an interrupted build kills the compiler's whole process group before the driver exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
+import signal
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from driver import gates, inspect_ptx, paths, toolchain
-from driver.errors import BuildFailed
+import psutil
+from pydantic import ValidationError
+
+from driver import archive, gates, inspect_ptx, paths, toolchain
+from driver.errors import BuildFailed, Interrupted, IOFailed
 from driver.host import git_state, host_info, utc_now
 from driver.launch import run_process
-from driver.records import BuildMeta, TargetBuild, Toolchain
+from driver.records import BuildMeta, BuiltFile, TargetBuild, Toolchain
 from driver.targets import Target
 from driver.thresholds import BuildGates
 
 BUILD_TIMEOUT_S = 1800
+KEEP_DIR = "<keep-dir>"  # nvcc's -keep-dir as recorded: a temporary folder
+# Every process of one compile carries this variable (a fresh value per compile): an interrupted build finds and
+# kills them by it, with their process groups, even those whose parent has already died.
+COMPILE_TOKEN_VAR = "DRIVER_BUILD_TOKEN"
+STOP_WAIT_S = 10.0
+BUILD_DIR_HINT = "make build/ writable, or build in a writable copy of the checkout"
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> list[str]:
+def _command(t: Target, arch: str, tc: Toolchain, out: Path | str, keep_dir: Path | str) -> list[str]:
     if t.lang == "mojo":
         assert tc.mojo is not None
         cmd = [tc.mojo.path, "build", "-I", "kernels_mojo", "--target-accelerator", arch]
@@ -42,19 +58,30 @@ def _command(t: Target, arch: str, tc: Toolchain, out: Path, keep_dir: Path) -> 
     return cmd + ["-keep", "-keep-dir", str(keep_dir), t.entry, "-o", str(out)]
 
 
-def _portable(cmd: list[str], out: Path, keep_dir: Path) -> list[str]:
-    """The command as recorded: no temporary folders, output relative to the repo."""
-    rel = os.path.relpath(out, paths.ROOT)
-    return [rel if c == str(out) else "<keep-dir>" if c == str(keep_dir) else c for c in cmd]
+def _recorded(t: Target, arch: str, tc: Toolchain, out: Path) -> list[str]:
+    """The command as recorded: no temporary folder or name, the output relative to the repo."""
+    return _command(t, arch, tc, os.path.relpath(out, paths.ROOT), KEEP_DIR)
 
 
 def _source_hash(t: Target, arch: str, recorded_cmd: list[str], tc: Toolchain) -> str:
+    """The cache key: the sources (named relative to the repo), the command line and the compiler's fingerprint
+    (toolchain.fingerprint); the compiler's path, the one absolute path in the command, stays out of it."""
     h = hashlib.sha256()
     for src in t.sources():
         h.update(str(src.relative_to(paths.ROOT)).encode() + b"\0" + src.read_bytes() + b"\0")
     tool = tc.mojo if t.lang == "mojo" else tc.nvcc
-    h.update(json.dumps([arch, recorded_cmd, tool.version if tool else None]).encode())
+    cmd = [tool.name if tool else "", *recorded_cmd[1:]]
+    h.update(json.dumps([arch, cmd, toolchain.fingerprint(tool) if tool else None]).encode())
     return h.hexdigest()
+
+
+def _built_file(path: Path, name: str | None = None) -> BuiltFile:
+    """`path`'s size and sha256, under `name` (default: its own)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return BuiltFile(name=name or path.name, size_bytes=path.stat().st_size, sha256=h.hexdigest())
 
 
 def cached_record(stamp: Path, log_file: Path, lang: str) -> TargetBuild:
@@ -66,53 +93,138 @@ def cached_record(stamp: Path, log_file: Path, lang: str) -> TargetBuild:
     return cached
 
 
+def _stale(stamp: Path, log_file: Path, key: str, lang: str) -> tuple[TargetBuild | None, str]:
+    """(the cached record, "") while the stamp's key matches and every file it lists is unchanged; else (None,
+    why the target compiles: "" where it never was)."""
+    if not stamp.is_file():
+        return None, ""
+    folder = stamp.parent
+    try:
+        cached = cached_record(stamp, log_file, lang)
+    except (OSError, ValidationError, ValueError) as exc:
+        return None, f"its stamp {stamp.name} is unreadable ({type(exc).__name__})"
+    if cached.source_hash != key:
+        return None, "sources, flags or toolchain changed"
+    if not cached.outputs:
+        return None, "its stamp predates output hashes"
+    for want in cached.outputs:
+        path = folder / want.name
+        if not path.is_file():
+            return None, f"output {want.name} is missing"
+        size = path.stat().st_size
+        if size != want.size_bytes or _built_file(path) != want:
+            return None, (f"output {want.name} changed since it was built ({size} bytes, its stamp says "
+                          f"{want.size_bytes}{', another sha256' if size == want.size_bytes else ''})")
+    return cached, ""
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An OSError while writing into build/ is one IOFailed line naming the path."""
+    try:
+        yield
+    except OSError as exc:
+        raise IOFailed(f"cannot write {path}: {archive.os_reason(exc)}", BUILD_DIR_HINT) from None
+
+
+def stop_compiler(token: str) -> None:
+    """Kill every process of one compile (found by COMPILE_TOKEN_VAR in its environment) with its whole process
+    group, and wait until they are gone: after this nothing of the compile writes anything."""
+    procs = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.pid != os.getpid() and p.environ().get(COMPILE_TOKEN_VAR) == token:
+                procs.append(p)
+    groups = set()
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(p.pid))
+    for group in groups - {os.getpgrp()}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for p in procs:  # one that left its group (setsid) too
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        alive = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+        if not alive:
+            return
+        time.sleep(0.05)
+
+
 def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) -> tuple[TargetBuild, bool]:
-    """Return (record, compiled): compiled is False when the cache was valid."""
+    """Return (record, compiled): compiled is False when the cache was valid.
+
+    A cache hit writes nothing (a read-only checkout builds when everything is cached)."""
     out_dir = paths.build_dir() / arch
     out = out_dir / t.name
     stamp = out_dir / f"{t.name}.stamp.json"
-    with tempfile.TemporaryDirectory(prefix=f"keep-{t.name}-") as keep:
-        keep_dir = Path(keep)
-        cmd = _command(t, arch, tc, out, keep_dir)
-        recorded = _portable(cmd, out, keep_dir)
-        key = _source_hash(t, arch, recorded, tc)
-        if not force and out.is_file() and stamp.is_file():
-            cached = cached_record(stamp, out_dir / f"{t.name}.log", t.lang)
-            if cached.source_hash == key:
-                return cached, False
-        if not Path(paths.ROOT / t.entry).is_file():
-            raise BuildFailed(f"{t.name}: source {t.entry} does not exist")
+    log_path = out_dir / f"{t.name}.log"
+    recorded = _recorded(t, arch, tc, out)
+    key = _source_hash(t, arch, recorded, tc)
+    cached, why = (None, "--force") if force else _stale(stamp, log_path, key, t.lang)
+    if cached is not None:
+        return cached, False
+    if not Path(paths.ROOT / t.entry).is_file():
+        raise BuildFailed(f"{t.name}: source {t.entry} does not exist")
+    with _writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
-        log(f"[build] {arch} {t.name}: compiling ...")
-        res = run_process(cmd, timeout_s=BUILD_TIMEOUT_S, cwd=paths.ROOT)
-        log_path = out_dir / f"{t.name}.log"
-        paths.write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
-        if res.timed_out or res.returncode != 0:
-            first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()), res.last_error_line())
-            raise BuildFailed(f"{t.name} for {arch}: {first.strip()}", f"full log: {log_path}")
-        ptxas: list = []
-        if t.lang == "cuda":
-            ptxas = inspect_ptx.parse_ptxas(res.stderr + res.stdout)
-            ptx_text = "".join(p.read_text(errors="replace") for p in sorted(keep_dir.glob("*.ptx")))
-            kernels = inspect_ptx.scan_ptx(ptx_text)
-        else:
-            kernels = inspect_ptx.scan_binary_ptx(out)
-    cuobjdump = toolchain.find_cuobjdump() if t.lang == "cuda" else None
-    record = TargetBuild(
-        target=t.name,
-        lang=t.lang,
-        arch=arch,
-        source_hash=key,
-        command=recorded,
-        defines=t.defines_for(arch),
-        flags=list(t.flags),
-        output=os.path.relpath(out, paths.ROOT),
-        build_seconds=round(res.seconds, 2),
-        ptxas=ptxas,
-        ptx_kernels=kernels,
-        sass=inspect_ptx.sass_check(cuobjdump, out) if cuobjdump else None,
-    )
-    paths.write_atomic(stamp, record.model_dump_json(indent=1))
+        fd, name = tempfile.mkstemp(dir=out_dir, prefix=f".{t.name}-building-")  # no suffix: the compiler
+        os.close(fd)  # reads none into the output's kind; the name is the compile's, and the folder is writable
+    tmp_out = Path(name)
+    tmp_out.unlink()
+    token = secrets.token_hex(8)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"keep-{t.name}-") as keep:
+            keep_dir = Path(keep)
+            log(f"[build] {arch} {t.name}: {why + ': rebuilding' if why else 'compiling'} ...")
+            res = run_process(_command(t, arch, tc, tmp_out, keep_dir), timeout_s=BUILD_TIMEOUT_S, cwd=paths.ROOT,
+                              env={**os.environ, COMPILE_TOKEN_VAR: token})
+            with _writing(log_path):
+                paths.write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
+            if res.timed_out or res.returncode != 0 or not tmp_out.is_file():
+                first = next((ln for ln in res.stderr.splitlines() if "error" in ln.lower()), res.last_error_line())
+                if res.returncode == 0 and not res.timed_out:
+                    first = f"the compiler exited 0 but wrote no {tmp_out.name}"
+                raise BuildFailed(f"{t.name} for {arch}: {first.strip()}", f"full log: {log_path}")
+            ptxas: list = []
+            if t.lang == "cuda":
+                ptxas = inspect_ptx.parse_ptxas(res.stderr + res.stdout)
+                ptx_text = "".join(p.read_text(errors="replace") for p in sorted(keep_dir.glob("*.ptx")))
+                kernels = inspect_ptx.scan_ptx(ptx_text)
+            else:
+                kernels = inspect_ptx.scan_binary_ptx(tmp_out)
+        cuobjdump = toolchain.find_cuobjdump() if t.lang == "cuda" else None
+        record = TargetBuild(
+            target=t.name,
+            lang=t.lang,
+            arch=arch,
+            source_hash=key,
+            command=recorded,
+            defines=t.defines_for(arch),
+            flags=list(t.flags),
+            output=os.path.relpath(out, paths.ROOT),
+            build_seconds=round(res.seconds, 2),
+            ptxas=ptxas,
+            ptx_kernels=kernels,
+            sass=inspect_ptx.sass_check(cuobjdump, tmp_out) if cuobjdump else None,
+            outputs=[_built_file(tmp_out, out.name), _built_file(log_path)],
+        )
+        with _writing(out):
+            os.replace(tmp_out, out)  # the stamp, written last, is what makes it a cache hit
+        with _writing(stamp):
+            paths.write_atomic(stamp, record.model_dump_json(indent=1))
+    except KeyboardInterrupt as exc:
+        stop_compiler(token)
+        raise Interrupted(f"build of {t.name} for {arch} stopped and its compiler killed; it was not cached",
+                          "the next build compiles it again") from exc
+    finally:
+        tmp_out.unlink(missing_ok=True)
     log(f"[build] {arch} {t.name}: compiled in {res.seconds:.1f} s")
     return record, True
 
@@ -140,22 +252,30 @@ def build_all(
                 compiled.append(rec)
             records.append(rec)
             violations += gates.static_violations(t, rec, build_gates)
-    sha, dirty = git_state()
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
     try:
-        before = load_meta()
-        earlier = [r for r in before.targets if (r.target, r.arch) not in {(n.target, n.arch) for n in records}]
-        if earlier:  # the kept targets' toolchains stay on record too
-            tc = tc.model_copy(update={k: getattr(tc, k) or getattr(before.toolchain, k) for k in ("mojo", "nvcc", "ptxas")})
-    except (BuildFailed, ValueError):
-        earlier = []
+        before: BuildMeta | None = load_meta()
+    except (BuildFailed, ValueError, OSError):
+        before = None
+    earlier = [r for r in before.targets if (r.target, r.arch) not in {(n.target, n.arch) for n in records}] \
+        if before else []
+    if earlier:  # the kept targets' toolchains stay on record too
+        kept = {k: getattr(tc, k) or getattr(before.toolchain, k) for k in ("mojo", "nvcc", "ptxas")}
+        tc = tc.model_copy(update=kept)
     all_records = sorted(earlier + records, key=lambda r: (r.arch, r.target))
-    meta = BuildMeta(
-        created_utc=utc_now(), git_sha=sha, git_dirty=dirty, toolchain=tc, host=host_info(),
-        archs=sorted({r.arch for r in all_records}), targets=all_records,
-    )
-    paths.write_atomic(paths.build_dir() / "build_meta.json", meta.model_dump_json(indent=1))
+    archs_built = sorted({r.arch for r in all_records})
+    if before is not None and not compiled and before.targets == all_records and before.archs == archs_built:
+        meta = before  # it describes these very executables: a cached build writes nothing
+    else:
+        sha, dirty = git_state()
+        meta = BuildMeta(
+            created_utc=utc_now(), git_sha=sha, git_dirty=dirty, toolchain=tc, host=host_info(),
+            archs=archs_built, targets=all_records,
+        )
+        meta_path = paths.build_dir() / "build_meta.json"
+        with _writing(meta_path):
+            paths.write_atomic(meta_path, meta.model_dump_json(indent=1))
     if violations:
         raise BuildFailed(f"{len(violations)} static gate(s) failed: " + "; ".join(violations))
     return meta, compiled

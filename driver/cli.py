@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from driver import build, config, paths, targets, thresholds
-from driver.errors import ConfigError, DriverError
+from driver.errors import ConfigError, DriverError, Interrupted, Terminated
 from driver.options import RunOptions, SubmitOptions
 from driver.records import SCHEMA_MODELS, published_schema
 
@@ -434,9 +436,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# What each command's Ctrl-C line says was lost; a build names the target it stopped (build.build_target).
+INTERRUPTED = {"build": "the build stopped; nothing half-built was cached", "bench": "nothing was archived",
+               "stress": "nothing was archived", "sweep": "nothing was archived"}
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+    raise Terminated()
+
+
+def _interrupt_code(exc: BaseException) -> int:
+    """143 where a SIGTERM is behind `exc` (itself, or what it was raised from), else 130."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, Terminated):
+            return Terminated.exit_code
+        seen = seen.__cause__ or seen.__context__
+    return Interrupted.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    cmd = "the command"
     try:
         ns, extra = build_parser().parse_known_args(argv)
+        cmd = ns.cmd
         if ns.cmd == "submit":  # what submit does not know is the tasks' bench/stress arguments
             if "--" in extra:
                 extra.remove("--")
@@ -446,7 +472,10 @@ def main(argv: list[str] | None = None) -> int:
         return ns.func(ns)
     except DriverError as exc:
         print(exc.one_line(), file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: nothing was archived", file=sys.stderr)
-        return 130
+        return _interrupt_code(exc) if isinstance(exc, Interrupted) else exc.exit_code
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: {INTERRUPTED.get(cmd, f'{cmd} stopped')}", file=sys.stderr)
+        return _interrupt_code(exc)
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)

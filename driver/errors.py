@@ -102,6 +102,14 @@ class Interrupted(DriverError):
     label = "interrupted"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a `kill`, a Slurm time limit), raised by cli.main's handler so that it takes Ctrl-C's path: what
+    runs is stopped and cleaned up (a build's compiler killed with its process group, nothing half-written kept),
+    one `interrupted:` line, and this exit code."""
+
+    exit_code = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
+
+
 ALL_ERRORS: tuple[type[DriverError], ...] = (
     ConfigError,
     ToolchainMissing,

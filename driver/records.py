@@ -122,6 +122,15 @@ class PtxKernel(Record):
     has_mma: bool
 
 
+class BuiltFile(Record):
+    """A file a build wrote into build/<arch>/ (the executable, the compiler's log), as its stamp holds it: the cache
+    calls the target built only while every one still has this size and content."""
+
+    name: str  # in the stamp's folder, so that a copied checkout's stamps still hold
+    size_bytes: NonNegativeInt
+    sha256: str
+
+
 class TargetBuild(Record):
     target: str
     lang: Literal["mojo", "cuda"]
@@ -135,6 +144,9 @@ class TargetBuild(Record):
     ptxas: list[PtxasKernel] = Field(default_factory=list)
     ptx_kernels: list[PtxKernel] = Field(default_factory=list)
     sass: dict[str, bool] | None = None
+    # What the build wrote, checked before a cache hit; empty in stamps made before the cache checked its outputs
+    # (2026-11-28), which are rebuilt once.
+    outputs: list[BuiltFile] = Field(default_factory=list)
 
 
 class BuildMeta(Record):

@@ -32,11 +32,17 @@ def install_mojo_hint() -> str:
     return f"pip install {' '.join(f'{k}=={v}' for k, v in pins().items())}, or run through nox, which does it"
 
 
-def _version_line(exe: str, pattern: str) -> str:
+@cache
+def _version_text(exe: str) -> str:
+    """`exe --version`, whole (a release and a build id)."""
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run([exe, "--version"], capture_output=True, text=True, errors="replace", timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainMissing(f"{exe} does not run: {exc}") from None
+
+
+def _version_line(exe: str, pattern: str) -> str:
+    out = _version_text(exe)
     m = re.search(pattern, out)
     return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
 
@@ -111,6 +117,16 @@ def find_cuobjdump() -> str | None:
     if wheel.is_file() and (wheel.parent / "nvdisasm").is_file():
         return str(wheel)
     return None
+
+
+def fingerprint(tool: ToolVersion) -> str:
+    """What a build's cache key holds of its compiler: the name, the whole `--version` text and, for Mojo, the
+    pinned packages (the standard library comes with them). Never the path: a copied checkout, or the same
+    toolchain installed elsewhere, keeps its cache."""
+    parts = [tool.name, _version_text(tool.path).strip()]
+    if tool.name == "mojo":
+        parts.append(" ".join(f"{k}=={v}" for k, v in sorted(pins().items())))
+    return "\n".join(parts)
 
 
 def describe(need_mojo: bool, need_cuda: bool) -> Toolchain:
