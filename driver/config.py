@@ -181,7 +181,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     """`256K,16M` -> every size given, in order (a repeat too: the CLI folds them, config.fold)."""
     parts = [p for p in text.split(",")]
     if not text.strip() or any(not p.strip() for p in parts):
-        raise ConfigError(f"malformed size list {text!r}", "give comma-separated sizes, e.g. 256K,16M")
+        raise ConfigError(f"malformed size list {_brief(text)}", "give comma-separated sizes, e.g. 256K,16M")
     return tuple(parse_size(p) for p in parts)
 
 
@@ -222,7 +222,7 @@ def _parse_choice_list(text: str, allowed: tuple[str, ...], what: str) -> tuple[
         raise ConfigError(f"empty {what} list", f"choose from {', '.join(allowed)}")
     for item in items:
         if item not in allowed:
-            raise ConfigError(f"unknown {what} {item!r}", f"choose from {', '.join(allowed)}")
+            raise ConfigError(f"unknown {what} {_brief(item)}", f"choose from {', '.join(allowed)}")
     return items
 
 
@@ -253,7 +253,7 @@ def parse_kernel(text: str) -> str:
     if name in ALLREDUCE_KERNELS or name in ALLREDUCE_KERNEL_NAMES:
         return name
     allowed = dict.fromkeys([*ALLREDUCE_KERNELS, *ALLREDUCE_KERNEL_NAMES])
-    raise ConfigError(f"unknown kernel {text!r}", f"choose from {', '.join(allowed)}")
+    raise ConfigError(f"unknown kernel {_brief(text)}", f"choose from {', '.join(allowed)}")
 
 
 def kernel_flags(kernel: str) -> list[str]:
@@ -291,11 +291,11 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
                           f"B, H, S and D are whole numbers from 1 to {SHAPE_DIM_MAX}")
     b, h, s, d = (int(p) for p in m.groups())
     if s == 0:
-        raise ConfigError(f"shape {text!r} has S = 0: there is no sequence to attend over", "S must be at least 1")
+        raise ConfigError(f"shape {_brief(text)} has S = 0: there is no sequence to attend over", "S must be at least 1")
     if min(b, h, s, d) <= 0:
-        raise ConfigError(f"shape {text!r} has a zero dimension", "B, H, S and D must be at least 1")
+        raise ConfigError(f"shape {_brief(text)} has a zero dimension", "B, H, S and D must be at least 1")
     if d not in SDPA_HEAD_DIMS:
-        raise ConfigError(f"unsupported head dim {d} in {text!r}", f"supported: {SDPA_HEAD_DIMS}")
+        raise ConfigError(f"unsupported head dim {d} in {_brief(text)}", f"supported: {SDPA_HEAD_DIMS}")
     return f"{b}x{h}x{s}x{d}", (b, h, s, d)
 
 
@@ -322,7 +322,7 @@ def parse_q_terms(text: str, precisions: tuple[str, ...]) -> str:
     """`--q-terms auto|1|2`: the fp8 tier's E4M3 terms of Q, passed to our runners for that tier only."""
     value = text.strip()
     if value not in Q_TERMS:
-        raise ConfigError(f"unknown --q-terms {text!r}", f"give one of {', '.join(Q_TERMS)} (docs/SDPA.md)")
+        raise ConfigError(f"unknown --q-terms {_brief(text)}", f"give one of {', '.join(Q_TERMS)} (docs/SDPA.md)")
     if value != "auto" and "fp8" not in precisions:
         raise ConfigError(f"--q-terms {value} applies to the fp8 tier, and --precision {','.join(precisions)} "
                           "leaves it out", "add fp8 to --precision, or leave --q-terms out")
