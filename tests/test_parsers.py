@@ -75,7 +75,7 @@ NUMBER_FAULTS = [
     (["bench", "--timeout", "9" * 400], ["--timeout '99999999999999999999...' is out of range"]),
     (["bench", "--iters", "10000001"], ["--iters '10000001' is out of range"]),
     (["bench", "--warmup", "-1"], ["malformed --warmup '-1'", "--warmup must be a whole number >= 0"]),
-    (["stress", "--minutes", SUPERSCRIPT_TWO], ["malformed --minutes '²'"]),
+    (["stress", "--minutes", ARABIC_THREE], ["malformed --minutes '٣'"]),  # float() reads it as 3.0
     (["stress", "--minutes", "1" * 400], ["malformed --minutes"]),
     (["submit", "--partitions", "h100", "--poll", SUPERSCRIPT_TWO], ["malformed --poll '²'"]),
     (["submit", "--partitions", "h100", "--gpus", SUPERSCRIPT_TWO], ["malformed --gpus '²'"]),
