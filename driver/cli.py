@@ -72,7 +72,8 @@ def _once(values: tuple, flag: str, folded: list[str], key=lambda v: v, show=str
     """`values` with each one once (config.fold); the repeats, as the user wrote them, go into `folded`."""
     kept, repeats = config.fold(values, key)
     if repeats:
-        shown = dict.fromkeys(show(v) + ("" if show(v) == show(first) else f" (= {show(first)})") for v, first in repeats)
+        shown = dict.fromkeys(show(v) + ("" if show(v) == show(first) else f" (= {show(first)})")
+                              for v, first in repeats)
         folded.append(f"{flag} {', '.join(shown)}")
     return kept
 

@@ -144,7 +144,8 @@ def parse_whole(text: str, what: str, bounds: tuple[int, int] | None = None) -> 
     return int(token)
 
 
-def fold(values: Sequence[T], key: Callable[[T], object] = lambda v: v) -> tuple[tuple[T, ...], tuple[tuple[T, T], ...]]:
+def fold(values: Sequence[T],
+         key: Callable[[T], object] = lambda v: v) -> tuple[tuple[T, ...], tuple[tuple[T, T], ...]]:
     """Each value once, in the order first given, and every later repeat with the value it repeats (same `key`).
     A list option that names a value twice runs it once, and the CLI says which it folded (docs/BUILD.md)."""
     kept: dict[object, T] = {}
@@ -291,7 +292,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
                           f"B, H, S and D are whole numbers from 1 to {SHAPE_DIM_MAX}")
     b, h, s, d = (int(p) for p in m.groups())
     if s == 0:
-        raise ConfigError(f"shape {_brief(text)} has S = 0: there is no sequence to attend over", "S must be at least 1")
+        raise ConfigError(f"shape {_brief(text)} has S = 0: there is no sequence to attend over",
+                          "S must be at least 1")
     if min(b, h, s, d) <= 0:
         raise ConfigError(f"shape {_brief(text)} has a zero dimension", "B, H, S and D must be at least 1")
     if d not in SDPA_HEAD_DIMS:

@@ -291,7 +291,8 @@ PARSERS = {
     "parse_seeds": (config.parse_seeds, lambda p, v: v and all(0 <= s <= config.SEED_RANGE[1] for s in v)
                     and p(",".join(map(str, v))) == v),
     "parse_precisions": (config.parse_precisions, _choice_list(config.PRECISIONS)),
-    "parse_q_terms": (lambda t: config.parse_q_terms(t, ("fp16", "fp8")), lambda p, v: v in config.Q_TERMS and p(v) == v),
+    "parse_q_terms": (lambda t: config.parse_q_terms(t, ("fp16", "fp8")),
+                      lambda p, v: v in config.Q_TERMS and p(v) == v),
     "parse_distributions": (config.parse_distributions, lambda p, v: _choice_list(_distributions())(p, v)),
     "parse_whole": (lambda t: config.parse_whole(t, "--iters"), _check_whole),
     "parse_minutes": (config.parse_minutes, lambda p, v: isinstance(v, float) and 0 <= v <= config.MAX_SOAK_MINUTES
