@@ -70,14 +70,25 @@ def _given(value: str | None, flag: str) -> str | None:
     return value
 
 
-def _suites(ns: argparse.Namespace) -> tuple[str, ...]:
-    if ns.cmd == "sweep":
-        return ("sweep",)
-    return ("stress",) if ns.cmd == "stress" else config.parse_suite(ns.suite)
+def _once(values: tuple, flag: str, folded: list[str], key=lambda v: v, show=str) -> tuple:
+    """`values` with each one once (config.fold); the repeats, as the user wrote them, go into `folded`."""
+    kept, repeats = config.fold(values, key)
+    if repeats:
+        shown = dict.fromkeys(show(v) + ("" if show(v) == show(first) else f" (= {show(first)})")
+                              for v, first in repeats)
+        folded.append(f"{flag} {', '.join(shown)}")
+    return kept
 
 
-def _run_options(ns: argparse.Namespace) -> RunOptions:
-    """Every string is validated here, before any build or GPU work starts."""
+def _say_folded(folded: list[str]) -> None:
+    """One line on stderr naming every value given twice, or nothing: the run goes on with each once."""
+    if folded:
+        print(f"note: given more than once, run once: {'; '.join(folded)}", file=sys.stderr)
+
+
+def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> RunOptions:
+    """Every string is validated here, before any build or GPU work starts. A value a list option names twice
+    runs once: said on stderr in one line, or added to `folded` for the caller to say."""
     tpath = Path(ns.thresholds) if _given(ns.thresholds, "--thresholds") else None
     thresholds.load(tpath)  # a misspelt field fails now, not after a 3-minute run
     write = getattr(ns, "write", False)
@@ -85,44 +96,61 @@ def _run_options(ns: argparse.Namespace) -> RunOptions:
         raise ConfigError("a bundle has no source tree to write the dispatch windows into",
                           "run the sweep without --write, copy its run folder into the source tree's bench_results/ "
                           "and merge it there: python -m driver sweep --from bench_results/<run> --write")
-    suite = getattr(ns, "suite", "all")
-    sizes, dtypes = _given(ns.sizes, "--sizes"), config.parse_dtypes(ns.dtype)
-    sizes_bytes = config.parse_sizes(sizes or "256K,16M")
+    notes: list[str] = []
+    chosen = _once(config.parse_suite(getattr(ns, "suite", "all")), "--suite", notes)
+    suites = {"sweep": ("sweep",), "stress": ("stress",)}.get(ns.cmd, chosen)
+    sizes = _given(ns.sizes, "--sizes")
+    dtypes = _once(config.parse_dtypes(ns.dtype), "--dtype", notes)
+    sizes_bytes = _once(config.parse_sizes(sizes or "256K,16M"), "--sizes", notes, show=config.format_size)
     config.check_sizes(sizes_bytes, dtypes)  # the executables would refuse them only after the build
     ngpus, arch = _given(ns.ngpus, "--ngpus"), _given(ns.arch, "--arch")
-    precisions = config.parse_precisions(getattr(ns, "precision", ",".join(config.DEFAULT_PRECISIONS)))
+    archs = _once(config.parse_archs(arch), "--arch", notes) if arch else (None,)
+    if len(archs) > 1:
+        raise ConfigError(f"--arch {arch}: {ns.cmd} runs on one architecture, its GPU's, and would leave out "
+                          f"{', '.join(archs[1:])}",
+                          "give one architecture, or leave --arch out for GPU 0's; `build --arch` takes a list")
+    precisions = _once(config.parse_precisions(getattr(ns, "precision", ",".join(config.DEFAULT_PRECISIONS))),
+                       "--precision", notes)
     q_terms = config.parse_q_terms(getattr(ns, "q_terms", "auto"), precisions)
-    distributions = config.parse_distributions(getattr(ns, "distributions", ",".join(config.BENCH_SDPA_DISTRIBUTIONS)))
-    if ns.cmd == "bench" and "sdpa" in _suites(ns) and "normal" not in distributions:
+    distributions = _once(config.parse_distributions(getattr(ns, "distributions",
+                                                             ",".join(config.BENCH_SDPA_DISTRIBUTIONS))),
+                          "--distributions", notes)
+    if ns.cmd == "bench" and "sdpa" in suites and "normal" not in distributions:
         raise ConfigError(f"--distributions {','.join(distributions)} leaves out normal",
                           "the SDPA timing runs on normal inputs and its outputs are checked there: add normal")
-    return RunOptions(
-        suites=_suites(ns),
-        stress_parts=(*config.parse_suite(suite), *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
+    opts = RunOptions(
+        suites=suites,
+        stress_parts=(*chosen, *(() if getattr(ns, "no_sanitizers", False) else ("sanitizers",)),
                       *(() if getattr(ns, "no_profile", False) else ("profile",))),
         sizes_bytes=sizes_bytes,
         sizes_given=sizes is not None,
         write_windows=write,
         dtypes=dtypes,
-        ngpus=config.parse_ngpus(ngpus) if ngpus else None,
-        shapes=config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))),
-        seeds=config.parse_seeds(getattr(ns, "seeds", "0")),
+        ngpus=_once(config.parse_ngpus(ngpus), "--ngpus", notes) if ngpus else None,
+        shapes=_once(config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))), "--shapes",
+                     notes, key=lambda s: s[1], show=lambda s: s[0]),
+        seeds=_once(config.parse_seeds(getattr(ns, "seeds", "0")), "--seeds", notes),
         precisions=precisions,
         q_terms=q_terms,
         distributions=distributions,
-        iters=config.parse_positive_int(ns.iters, "--iters"),
-        warmup=int(ns.warmup) if ns.warmup.isdigit() else config.parse_positive_int(ns.warmup, "--warmup"),
-        batch=config.parse_positive_int(ns.batch, "--batch"),
-        timing=config.parse_timing(ns.timing) if ns.timing is not None else None,
+        iters=config.parse_whole(ns.iters, "--iters"),
+        warmup=config.parse_whole(ns.warmup, "--warmup"),
+        batch=config.parse_whole(ns.batch, "--batch"),
+        timing=_once(config.parse_timing(ns.timing), "--timing", notes) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
         kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
-        arch=config.parse_archs(arch)[0] if arch else None,
-        rounds=config.parse_positive_int(ns.rounds, "--rounds"),
-        timeout_s=float(config.parse_positive_int(ns.timeout, "--timeout")),
+        arch=archs[0],
+        rounds=config.parse_whole(ns.rounds, "--rounds"),
+        timeout_s=float(config.parse_whole(ns.timeout, "--timeout")),
         thresholds=tpath,
         build=not ns.no_build,
         workers=not ns.no_workers,
     )
+    if folded is None:
+        _say_folded(notes)
+    else:
+        folded.extend(notes)
+    return opts
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
@@ -267,28 +295,31 @@ def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOpt
     import os
 
 
-    suites = _parse_suites(ns.suite)
-    for suite in suites:  # the tasks' own arguments fail here, not on the nodes an hour later
-        _run_options(build_parser().parse_args([suite, *driver_args]))
-    partitions = tuple(dict.fromkeys(p.strip() for p in ns.partitions.split(",")))
+    notes: list[str] = []
+    suites = _once(_parse_suites(ns.suite), "--suite", notes)
+    for i, suite in enumerate(suites):  # the tasks' own arguments fail here, not on the nodes an hour later
+        _run_options(build_parser().parse_args([suite, *driver_args]), notes if i == 0 else [])
+    partitions = _once(tuple(p.strip() for p in ns.partitions.split(",")), "--partitions", notes)
     if not all(partitions):
         raise ConfigError(f"malformed partition list {ns.partitions!r}", "e.g. --partitions h100,h200")
     given_gpus, given_timeout = _given(ns.gpus, "--gpus"), _given(ns.timeout, "--timeout")
-    gpus = tuple(dict.fromkeys(config.parse_positive_int(g, "--gpus") for g in given_gpus.split(","))) \
+    gpus = _once(tuple(config.parse_whole(g, "--gpus") for g in given_gpus.split(",")), "--gpus", notes) \
         if given_gpus else None
     timeout = given_timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
     shared = _given(ns.shared, "--shared") or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
-    return SubmitOptions(
+    opts = SubmitOptions(
         suites=suites, partitions=partitions, gpus=gpus,
-        time_limit_s=config.parse_positive_int(timeout, "--timeout"), shared_dir=Path(shared),
+        time_limit_s=config.parse_whole(timeout, "--timeout", config.TASK_TIME_LIMIT_S), shared_dir=Path(shared),
         pythons=tuple(ns.python.split(",")), node_python=ns.node_python, sbatch_args=tuple(ns.sbatch),
-        driver_args=tuple(driver_args), poll_s=float(config.parse_positive_int(ns.poll, "--poll")),
+        driver_args=tuple(driver_args), poll_s=float(config.parse_whole(ns.poll, "--poll")),
         watch=not ns.no_watch,
     )
+    _say_folded(notes)
+    return opts
 
 
 def _parse_suites(text: str) -> tuple[str, ...]:
-    suites = tuple(dict.fromkeys(s.strip() for s in text.split(",")))
+    suites = tuple(s.strip() for s in text.split(","))
     for s in suites:
         if s not in DEFAULT_TASK_TIMEOUT_S:
             raise ConfigError(f"unknown cluster suite {s!r}", "submit takes --suite bench, stress or bench,stress; "
@@ -321,8 +352,8 @@ def cmd_collect(ns: argparse.Namespace) -> int:
     from driver import archive
     from driver.cluster import collect, submit, watch
 
+    poll = float(config.parse_whole(ns.poll, "--poll"))  # the option first, then the folder it reads
     sub = submit.load(Path(ns.folder))
-    poll = float(config.parse_positive_int(ns.poll, "--poll"))
     archive.check_writable(paths.results_dir())  # before the wait, not after it
     collect.collect(sub, watch.watch(sub, poll))
     return 0

@@ -7,8 +7,12 @@ what is accepted, so a typo never reaches a compiler or a GPU.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from driver.errors import ConfigError
+
+T = TypeVar("T")
 
 SUPPORTED_ARCHS = ("sm_90", "sm_89", "sm_80")
 DEFAULT_ARCH = "sm_90"
@@ -97,9 +101,62 @@ def tensor_peak_tflops(device_kind: str, gpu_name: str, precision: str) -> float
         return None
     return TENSOR_PEAK_TFLOPS.get(model, {}).get(precision)
 
-_SIZE_RE = re.compile(r"^(\d+)([KMG]?)$")
+_SIZE_RE = re.compile(r"([0-9]+)([KMG]?)")  # ASCII digits: \d and str.isdigit also take `٣` and `²`
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE_BYTES = 16 << 30
+# The most digits a number on the command line may have: more than any option takes (16G is 11 digits), and few
+# enough that int() never refuses the text (it does past 4300 digits) nor float() overflows on it.
+MAX_DIGITS = 12
+
+# The whole-number options and the range each takes (parse_whole). The SDPA runners refuse more than 10^7 timed or
+# warm-up launches and more than 10^5 launches a batch (kernels_cuda/sdpa_fp8/runner.cu): the driver refuses
+# them first, for every executable.
+WHOLE_RANGES: dict[str, tuple[int, int]] = {
+    "--iters": (1, 10_000_000),
+    "--warmup": (0, 10_000_000),
+    "--batch": (1, 100_000),
+    "--rounds": (1, 1000),
+    "--timeout": (1, 7 * 24 * 3600),  # seconds before a launch counts as hung
+    "--poll": (1, 3600),  # seconds between Slurm state queries
+    "--gpus": (1, 1024),  # GPUs per cluster task
+}
+TASK_TIME_LIMIT_S = (60, 365 * 24 * 3600)  # submit --timeout: a Slurm task's time limit, seconds
+SEED_RANGE = (0, (1 << 32) - 1)  # --seeds: numpy's generator takes any, a 32-bit seed is what anyone passes
+SHAPE_DIM_MAX = (1 << 31) - 1  # B, H, S and D of an explicit shape: a CUDA grid dimension's int
+MAX_SOAK_MINUTES = 7 * 24 * 60
+
+
+def _brief(text: str) -> str:
+    """A user's string for an error line, its first characters only where it is long (a 5000-digit --sizes)."""
+    return repr(text if len(text) <= 24 else text[:20] + "...")
+
+
+def parse_whole(text: str, what: str, bounds: tuple[int, int] | None = None) -> int:
+    """A whole number in [lo, hi] (`bounds`, else WHOLE_RANGES[what]): ASCII digits only, at most MAX_DIGITS of
+    them, around them only blanks. The one parser of every whole-number option."""
+    lo, hi = bounds or WHOLE_RANGES[what]
+    token = text.strip()
+    hint = f"{what} must be a whole number >= {lo}, at most {hi}"
+    if not re.fullmatch(r"[0-9]+", token):
+        raise ConfigError(f"malformed {what} {_brief(text)}", hint)
+    if len(token) > MAX_DIGITS or not lo <= int(token) <= hi:
+        raise ConfigError(f"{what} {_brief(token)} is out of range", hint)
+    return int(token)
+
+
+def fold(values: Sequence[T],
+         key: Callable[[T], object] = lambda v: v) -> tuple[tuple[T, ...], tuple[tuple[T, T], ...]]:
+    """Each value once, in the order first given, and every later repeat with the value it repeats (same `key`).
+    A list option that names a value twice runs it once, and the CLI says which it folded (docs/BUILD.md)."""
+    kept: dict[object, T] = {}
+    repeats: list[tuple[T, T]] = []
+    for v in values:
+        k = key(v)
+        if k in kept:
+            repeats.append((v, kept[k]))
+        else:
+            kept[k] = v
+    return tuple(kept.values()), tuple(repeats)
 
 
 def parse_size(text: str) -> int:
@@ -107,22 +164,25 @@ def parse_size(text: str) -> int:
     token = text.strip().upper()
     if token.endswith("B") and len(token) > 1 and token[-2] in "KMG":
         token = token[:-1]
-    m = _SIZE_RE.match(token)
+    m = _SIZE_RE.fullmatch(token)
     if not m:
         raise ConfigError(
-            f"malformed size {text!r}",
+            f"malformed size {_brief(text)}",
             "sizes are whole byte counts with an optional K, M or G suffix, e.g. 256K,16M,1G",
         )
+    if len(m.group(1)) > MAX_DIGITS:
+        raise ConfigError(f"size {_brief(text)} is above the {MAX_SIZE_BYTES >> 30}G limit")
     value = int(m.group(1)) * _UNITS[m.group(2)]
     if value > MAX_SIZE_BYTES:
-        raise ConfigError(f"size {text!r} is {value} bytes, above the {MAX_SIZE_BYTES >> 30}G limit")
+        raise ConfigError(f"size {_brief(text)} is {value} bytes, above the {MAX_SIZE_BYTES >> 30}G limit")
     return value
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
+    """`256K,16M` -> every size given, in order (a repeat too: the CLI folds them, config.fold)."""
     parts = [p for p in text.split(",")]
     if not text.strip() or any(not p.strip() for p in parts):
-        raise ConfigError(f"malformed size list {text!r}", "give comma-separated sizes, e.g. 256K,16M")
+        raise ConfigError(f"malformed size list {_brief(text)}", "give comma-separated sizes, e.g. 256K,16M")
     return tuple(parse_size(p) for p in parts)
 
 
@@ -163,7 +223,7 @@ def _parse_choice_list(text: str, allowed: tuple[str, ...], what: str) -> tuple[
         raise ConfigError(f"empty {what} list", f"choose from {', '.join(allowed)}")
     for item in items:
         if item not in allowed:
-            raise ConfigError(f"unknown {what} {item!r}", f"choose from {', '.join(allowed)}")
+            raise ConfigError(f"unknown {what} {_brief(item)}", f"choose from {', '.join(allowed)}")
     return items
 
 
@@ -176,16 +236,16 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 
 
 def parse_suite(text: str) -> tuple[str, ...]:
-    """`allreduce,sdpa` -> both, in that order; `all` -> every suite."""
+    """`allreduce,sdpa` -> both, in that order; `all` -> every suite (a suite named twice is there twice)."""
     items = _parse_choice_list(text, SUITES, "suite")
-    return tuple(dict.fromkeys(s for item in items for s in (("allreduce", "sdpa") if item == "all" else (item,))))
+    return tuple(s for item in items for s in (("allreduce", "sdpa") if item == "all" else (item,)))
 
 
 def parse_timing(text: str) -> tuple[str, ...]:
     """`--timing cold,hot` -> ("cold", "hot"); `device` and `host` are aliases of cold and hot."""
     allowed = (*TIMING_MODES, *TIMING_ALIASES)
     items = _parse_choice_list(text, allowed, "timing mode")
-    return tuple(dict.fromkeys(TIMING_ALIASES.get(i, i) for i in items))
+    return tuple(TIMING_ALIASES.get(i, i) for i in items)
 
 
 def parse_kernel(text: str) -> str:
@@ -194,7 +254,7 @@ def parse_kernel(text: str) -> str:
     if name in ALLREDUCE_KERNELS or name in ALLREDUCE_KERNEL_NAMES:
         return name
     allowed = dict.fromkeys([*ALLREDUCE_KERNELS, *ALLREDUCE_KERNEL_NAMES])
-    raise ConfigError(f"unknown kernel {text!r}", f"choose from {', '.join(allowed)}")
+    raise ConfigError(f"unknown kernel {_brief(text)}", f"choose from {', '.join(allowed)}")
 
 
 def kernel_flags(kernel: str) -> list[str]:
@@ -207,9 +267,9 @@ def parse_ngpus(text: str) -> tuple[int, ...]:
     out = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit() or int(part) not in SUPPORTED_NGPUS:
+        if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, part) or int(part) not in SUPPORTED_NGPUS:
             raise ConfigError(
-                f"unsupported GPU count {part!r}",
+                f"unsupported GPU count {_brief(part)}",
                 f"the allreduce kernels are built for {', '.join(map(str, SUPPORTED_NGPUS))} GPUs",
             )
         out.append(int(part))
@@ -217,23 +277,27 @@ def parse_ngpus(text: str) -> tuple[int, ...]:
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
-    """A named shape (`mission`) or an explicit `BxHxSxD`."""
+    """A named shape (`mission`) or an explicit `BxHxSxD` (ASCII digits); the name runs call it by."""
     name = text.strip()
     if name in SDPA_SHAPES:
         return name, SDPA_SHAPES[name]
-    parts = name.lower().split("x")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+    m = re.fullmatch(r"([0-9]+)[xX]([0-9]+)[xX]([0-9]+)[xX]([0-9]+)", name)
+    if not m:
         raise ConfigError(
-            f"malformed shape {text!r}",
+            f"malformed shape {_brief(text)}",
             f"use a name ({', '.join(SDPA_SHAPES)}) or BxHxSxD, e.g. 1x8x512x64",
         )
-    b, h, s, d = (int(p) for p in parts)
+    if any(len(p) > MAX_DIGITS or int(p) > SHAPE_DIM_MAX for p in m.groups()):
+        raise ConfigError(f"shape {_brief(text)} has a dimension above {SHAPE_DIM_MAX}",
+                          f"B, H, S and D are whole numbers from 1 to {SHAPE_DIM_MAX}")
+    b, h, s, d = (int(p) for p in m.groups())
     if s == 0:
-        raise ConfigError(f"shape {text!r} has S = 0: there is no sequence to attend over", "S must be at least 1")
+        raise ConfigError(f"shape {_brief(text)} has S = 0: there is no sequence to attend over",
+                          "S must be at least 1")
     if min(b, h, s, d) <= 0:
-        raise ConfigError(f"shape {text!r} has a zero dimension", "B, H, S and D must be at least 1")
+        raise ConfigError(f"shape {_brief(text)} has a zero dimension", "B, H, S and D must be at least 1")
     if d not in SDPA_HEAD_DIMS:
-        raise ConfigError(f"unsupported head dim {d} in {text!r}", f"supported: {SDPA_HEAD_DIMS}")
+        raise ConfigError(f"unsupported head dim {d} in {_brief(text)}", f"supported: {SDPA_HEAD_DIMS}")
     return f"{b}x{h}x{s}x{d}", (b, h, s, d)
 
 
@@ -245,25 +309,22 @@ def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, int, int, int]], ...]
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(","))
-    except ValueError:
-        raise ConfigError(f"malformed seed list {text!r}", "give comma-separated integers, e.g. 0,1,2") from None
-    if any(s < 0 for s in seeds):
-        raise ConfigError(f"negative seed in {text!r}")
-    return seeds
+    """`0,1,2` -> every seed given, in order."""
+    if not text.strip() or any(not p.strip() for p in text.split(",")):
+        raise ConfigError(f"malformed seed list {_brief(text)}", "give comma-separated whole numbers, e.g. 0,1,2")
+    return tuple(parse_whole(p, "--seeds", SEED_RANGE) for p in text.split(","))
 
 
 def parse_precisions(text: str) -> tuple[str, ...]:
     """`--precision fp16,fp8`: the SDPA precision tiers to check and time, in that order."""
-    return tuple(dict.fromkeys(_parse_choice_list(text, PRECISIONS, "precision tier")))
+    return _parse_choice_list(text, PRECISIONS, "precision tier")
 
 
 def parse_q_terms(text: str, precisions: tuple[str, ...]) -> str:
     """`--q-terms auto|1|2`: the fp8 tier's E4M3 terms of Q, passed to our runners for that tier only."""
     value = text.strip()
     if value not in Q_TERMS:
-        raise ConfigError(f"unknown --q-terms {text!r}", f"give one of {', '.join(Q_TERMS)} (docs/SDPA.md)")
+        raise ConfigError(f"unknown --q-terms {_brief(text)}", f"give one of {', '.join(Q_TERMS)} (docs/SDPA.md)")
     if value != "auto" and "fp8" not in precisions:
         raise ConfigError(f"--q-terms {value} applies to the fp8 tier, and --precision {','.join(precisions)} "
                           "leaves it out", "add fp8 to --precision, or leave --q-terms out")
@@ -277,21 +338,17 @@ def parse_distributions(text: str) -> tuple[str, ...]:
     names = tuple(DISTRIBUTIONS)
     if text.strip() == "all":
         return names
-    return tuple(dict.fromkeys(_parse_choice_list(text, names, "input distribution")))
-
-
-def parse_positive_int(text: str, what: str) -> int:
-    if not text.strip().isdigit() or int(text) <= 0:
-        raise ConfigError(f"malformed {what} {text!r}", f"{what} must be a positive integer")
-    return int(text)
+    return _parse_choice_list(text, names, "input distribution")
 
 
 def parse_minutes(text: str) -> float:
-    """`--minutes`: a non-negative number of minutes (0 = soak by count only)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"malformed --minutes '{text}'", "give a number of minutes >= 0, e.g. --minutes 10")
+    """`--minutes`: a non-negative number of minutes, ASCII digits with an optional decimal point (0 = soak by
+    count only), at most MAX_SOAK_MINUTES."""
+    token = text.strip()
+    hint = f"give a number of minutes >= 0, at most {MAX_SOAK_MINUTES}, e.g. --minutes 10"
+    if not re.fullmatch(r"[0-9]{1,%d}(\.[0-9]{0,%d})?|\.[0-9]{1,%d}" % (MAX_DIGITS, MAX_DIGITS, MAX_DIGITS), token):
+        raise ConfigError(f"malformed --minutes {_brief(text)}", hint)
+    value = float(token)
+    if value > MAX_SOAK_MINUTES:
+        raise ConfigError(f"--minutes {_brief(token)} is out of range", hint)
     return value

@@ -7,6 +7,7 @@ and whether other processes share the GPUs, so a number can be trusted or not.
 from __future__ import annotations
 
 import os
+import re
 
 import psutil
 
@@ -70,7 +71,7 @@ def visible_handles(nv) -> list:
         uuids.append(uuid.decode() if isinstance(uuid, bytes) else uuid)
     shown: list = []
     for token in (t.strip() for t in env.split(",")):
-        if token.isdigit() and int(token) < count:
+        if re.fullmatch(r"[0-9]{1,9}", token) and int(token) < count:  # ASCII: `²`.isdigit() too
             pick = int(token)
         else:
             named = [i for i, u in enumerate(uuids) if token and u and u.startswith(token if token.startswith("GPU-")

@@ -176,6 +176,11 @@ class OptionalGate(Record):
         return fnmatch.fnmatchcase(gate, self.gates) and any(fnmatch.fnmatchcase(device_kind, h) for h in self.hosts)
 
 
+# The thresholds.toml version this driver reads (its `version`; the file's header says what each bump changed):
+# bump both together. A file of another version is refused, not read as if its gates meant what they mean now.
+VERSION = 4
+
+
 class Thresholds(Record):
     version: int
     build: BuildGates
@@ -183,6 +188,13 @@ class Thresholds(Record):
     sdpa: SdpaGates
     noise: NoiseModel
     optional: list[OptionalGate] = Field(default_factory=list)
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version != VERSION:
+            raise ValueError(f"version {version} is not the one this driver reads ({VERSION})")
+        return version
 
     def optional_reason(self, gate: str, device_kind: str) -> str | None:
         """Why `gate` may go unmeasured on this host, or None: then its absence fails the run."""
@@ -243,10 +255,22 @@ def _unmeasurable(t: Thresholds) -> list[str]:
     return bad
 
 
+def _field_error(e) -> str:
+    """One pydantic error as `sdpa.speedup.0.min_ratio: Input should be a valid number (got true)`: a value of the
+    wrong type (float_type, int_type, ...) is shown as the file has it."""
+    text = f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+    if e["type"].endswith("_type") and isinstance(e.get("input"), (bool, int, float, str)):
+        text += f" (got {json.dumps(e['input'])[:40]})"  # as TOML writes it: true, 1.5, "x"
+    return text
+
+
 def load(path: Path | None = None) -> Thresholds:
+    """thresholds.toml, validated strictly: a number field takes a TOML number, never a boolean or a string
+    (pydantic's lax mode would read `min_ratio = true` as 1.0), and only the VERSION this driver knows. A
+    byte-order mark before the first line (some editors save one) is skipped."""
     path = path or paths.thresholds_file()
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except OSError as exc:
         raise ConfigError(f"cannot read thresholds file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:  # a binary file, or text in another encoding
@@ -255,12 +279,11 @@ def load(path: Path | None = None) -> Thresholds:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
     try:
-        gates = Thresholds.model_validate(data)
+        gates = Thresholds.model_validate(data, strict=True)
     except ValidationError as exc:
         # A misspelt field shows up twice (unknown + missing): name the unknown one.
         errs = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
-        text = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs)
-        raise ConfigError(f"thresholds file {path}: {text}") from None
+        raise ConfigError(f"thresholds file {path}: {'; '.join(_field_error(e) for e in errs)}") from None
     bad = _unmeasurable(gates)
     if bad:
         raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",

@@ -86,7 +86,8 @@ def test_a_suite_list_keeps_every_suite():
     assert config.parse_suite("allreduce,sdpa") == ("allreduce", "sdpa")
     assert config.parse_suite("sdpa,allreduce") == ("sdpa", "allreduce")
     assert config.parse_suite("all") == ("allreduce", "sdpa")
-    assert config.parse_suite("sdpa,all,sdpa") == ("sdpa", "allreduce")  # each once, in the order named
+    assert config.parse_suite("sdpa,all,sdpa") == ("sdpa", "allreduce", "sdpa", "sdpa")  # all = allreduce,sdpa
+    assert config.fold(config.parse_suite("sdpa,all,sdpa"))[0] == ("sdpa", "allreduce")  # the CLI runs each once
     with pytest.raises(ConfigError, match="unknown suite 'gemm'"):
         config.parse_suite("allreduce,gemm")
 
