@@ -36,7 +36,7 @@ CONFIG_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDI
                            errno.ENAMETOOLONG, errno.ELOOP})
 IO_HINTS = {errno.ENOSPC: "free space on that disk, then run again",
             errno.EDQUOT: "free space within your disk quota, then run again",
-            errno.EROFS: "a read-only file system: point BENCH_RESULTS_DIR at a writable folder"}
+            errno.EROFS: "remount it read-write, or point BENCH_RESULTS_DIR at a writable folder"}
 
 
 def check_writable(folder: Path, what: str = "results folder", hint: str = RESULTS_HINT) -> None:

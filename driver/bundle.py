@@ -194,6 +194,7 @@ def _fill(tmp: Path, meta: BuildMeta, archs: tuple[str, ...], pythons: tuple[str
     shutil.copytree(paths.ROOT / "tests", tmp / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy2(paths.ROOT / "pyproject.toml", tmp / "pyproject.toml")
     kept = [t for t in meta.targets if t.arch in archs]
+    (tmp / "bin").mkdir()
     for t in kept:
         dest = tmp / "bin" / t.arch / t.target
         dest.parent.mkdir(parents=True, exist_ok=True)
