@@ -108,11 +108,11 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        (tmp / RESULTS_FILE).write_bytes(gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0))
-        (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
-        (tmp / "thresholds.toml").write_text(thresholds_text)
-        for name, data in ({} if files is None else files).items():
-            (tmp / name).write_bytes(data)
+        own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
+               "build_meta.json": meta.model_dump_json(indent=1).encode(), "thresholds.toml": thresholds_text.encode()}
+        for name, data in itertools.chain(own.items(), ({} if files is None else files).items()):
+            with paths.naming(tmp / name):  # a full disk's OSError names no file
+                (tmp / name).write_bytes(data)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

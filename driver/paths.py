@@ -7,8 +7,10 @@ know which of the two it runs from.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 from driver.errors import ConfigError
@@ -121,6 +123,18 @@ def new_file_mode() -> int:
     return 0o666 & ~mask
 
 
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError without a path (a full disk found by `write()`, which names none) gets `path`, so that the
+    one line it becomes says which file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace `path` whole (a stamp, build_meta.json, a re-rendered COMPARE.md, the index): a reader
     sees the old file or the new one, never half of one. The file keeps the mode it had; a new one gets
@@ -133,7 +147,7 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "w") as fh:
+        with naming(tmp), os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.chmod(tmp, mode)
         os.replace(tmp, path)

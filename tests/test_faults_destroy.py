@@ -336,7 +336,7 @@ def _disk_full_after(monkeypatch, under: Path, nth: int) -> None:
         count["n"] += self.is_relative_to(under)
         if count["n"] == nth and self.is_relative_to(under):
             real(self, data[: len(data) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+            raise OSError(errno.ENOSPC, "No space left on device")  # as write() raises it: no file named
         return real(self, data)
 
     monkeypatch.setattr(pathlib.Path, "write_bytes", write_bytes)
@@ -383,6 +383,7 @@ def test_a_full_disk_while_writing_the_index_keeps_the_old_index(results_dir, ca
     assert code == IOFailed.exit_code and out == ""
     line = _one_line(err)
     assert line.startswith(f"I/O error: cannot write the index of {results_dir}") and "No space left" in line, line
+    assert f"No space left on device: {results_dir}/.README.md." in line, line
     assert _snapshot(results_dir) == before
 
     index = (results_dir / "README.md").read_bytes()
