@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import gzip
 import itertools
 import os
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from driver import paths
-from driver.errors import ConfigError
+from driver.errors import ConfigError, IOFailed
 from driver.records import BuildMeta, RunArchive
 
 # The run's records, gzip-compressed JSON (`zcat results.json.gz`; schema in bench_results/schema/): an SDPA bench's
@@ -28,6 +29,14 @@ from driver.records import BuildMeta, RunArchive
 RESULTS_FILE = "results.json.gz"
 LEGACY_RESULTS_FILE = "results.json"
 RESULTS_HINT = "make it a writable folder, or point BENCH_RESULTS_DIR at one"
+# What an OSError while writing says about the request (ConfigError, exit 2: a folder the user named that is no
+# folder or not theirs to write, which check_writable finds before the work): every other errno is the machine
+# refusing the write (IOFailed, exit 10: ENOSPC, EROFS, EIO, EDQUOT, ...).
+CONFIG_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT,
+                           errno.ENAMETOOLONG, errno.ELOOP})
+IO_HINTS = {errno.ENOSPC: "free space on that disk, then run again",
+            errno.EDQUOT: "free space within your disk quota, then run again",
+            errno.EROFS: "remount it read-write, or point BENCH_RESULTS_DIR at a writable folder"}
 
 
 def check_writable(folder: Path, what: str = "results folder", hint: str = RESULTS_HINT) -> None:
@@ -40,9 +49,18 @@ def check_writable(folder: Path, what: str = "results folder", hint: str = RESUL
     if not probe.is_dir():
         where = "it is" if probe == folder else f"{probe} is"
         raise ConfigError(f"cannot write the {what} {folder}: {where} a file, not a folder", hint)
+    where = "" if probe == folder else f" ({probe}, where it would be made)"
+    if _read_only(probe):
+        raise IOFailed(f"cannot write the {what} {folder}: a read-only file system{where}", IO_HINTS[errno.EROFS])
     if not os.access(probe, os.W_OK | os.X_OK):
-        where = "" if probe == folder else f" ({probe}, where it would be made)"
         raise ConfigError(f"cannot write the {what} {folder}: no write permission{where}", hint)
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def os_reason(exc: OSError) -> str:
@@ -55,14 +73,22 @@ def os_reason(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
+def write_failed(what: str, exc: OSError, hint: str = RESULTS_HINT) -> ConfigError | IOFailed:
+    """One line for an OSError while writing `what`: a ConfigError (with `hint`) where the errno is about the
+    folder asked for (`CONFIG_ERRNOS`), else an IOFailed (a full disk, a read-only file system, a failing device)."""
+    if exc.errno in CONFIG_ERRNOS:
+        return ConfigError(f"cannot write {what}: {os_reason(exc)}", hint)
+    return IOFailed(f"cannot write {what}: {os_reason(exc)}", IO_HINTS.get(exc.errno))
+
+
 @contextlib.contextmanager
 def writing(what: str, hint: str = RESULTS_HINT) -> Iterator[None]:
-    """An OSError while writing `what` becomes one ConfigError line naming the path. The writers replace
+    """An OSError while writing `what` becomes one line naming the path (`write_failed`). The writers replace
     whole files and folders (`paths.write_atomic`, `write_run`), so nothing half-written stays behind."""
     try:
         yield
     except OSError as exc:
-        raise ConfigError(f"cannot write {what}: {os_reason(exc)}", hint) from None
+        raise write_failed(what, exc, hint) from None
 
 
 def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
@@ -82,11 +108,11 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        (tmp / RESULTS_FILE).write_bytes(gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0))
-        (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
-        (tmp / "thresholds.toml").write_text(thresholds_text)
-        for name, data in ({} if files is None else files).items():
-            (tmp / name).write_bytes(data)
+        own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
+               "build_meta.json": meta.model_dump_json(indent=1).encode(), "thresholds.toml": thresholds_text.encode()}
+        for name, data in itertools.chain(own.items(), ({} if files is None else files).items()):
+            with paths.naming(tmp / name):  # a full disk's OSError names no file
+                (tmp / name).write_bytes(data)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

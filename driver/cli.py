@@ -208,7 +208,7 @@ def cmd_bundle(ns: argparse.Namespace) -> int:
     from driver import bundle
 
     archs = config.parse_archs(ns.arch)
-    out = bundle.make(Path(ns.out), archs, tuple(ns.python.split(",")))
+    out = bundle.make(Path(_given(ns.out, "--out")), archs, tuple(ns.python.split(",")))
     print(f"bundle: {out}")
     return 0
 
@@ -239,6 +239,11 @@ def cmd_index(ns: argparse.Namespace) -> int:
                 report.rerender_compare(folder)
         report.update_index(root)
     print(f"index: {root / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+    from driver import limits
+
+    if why := limits.why_not_written(archive.archived_runs()):  # the index of a foreign folder, and no more
+        print(f"limits: {limits.TABLE_FILE} left alone: {why}")
+        return 0
     _write_limits()
     return 0
 
@@ -259,6 +264,10 @@ def cmd_limits(ns: argparse.Namespace) -> int:
     from driver import archive, limits
 
     if ns.write:
+        if why := limits.why_not_written(archive.archived_runs()):
+            raise ConfigError(f"limits --write: {limits.TABLE_FILE} left alone: {why}",
+                              "unset BENCH_RESULTS_DIR to write it from bench_results/, or print the table "
+                              "with `python -m driver limits`")
         if not _write_limits():
             raise ConfigError(f"{limits.TABLE_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
@@ -292,9 +301,6 @@ DEFAULT_TASK_TIMEOUT_S = {"bench": 3600, "stress": 4 * 3600}
 
 def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOptions:
     """Every submit argument, the forwarded bench/stress ones included, validated before Slurm is asked."""
-    import os
-
-
     notes: list[str] = []
     suites = _once(_parse_suites(ns.suite), "--suite", notes)
     for i, suite in enumerate(suites):  # the tasks' own arguments fail here, not on the nodes an hour later
@@ -306,7 +312,7 @@ def _submit_options(ns: argparse.Namespace, driver_args: list[str]) -> SubmitOpt
     gpus = _once(tuple(config.parse_whole(g, "--gpus") for g in given_gpus.split(",")), "--gpus", notes) \
         if given_gpus else None
     timeout = given_timeout or str(max(DEFAULT_TASK_TIMEOUT_S[s] for s in suites))
-    shared = _given(ns.shared, "--shared") or os.environ.get("DRIVER_CLUSTER_DIR") or str(paths.ROOT / "cluster_runs")
+    shared = _given(ns.shared, "--shared") or str(paths.cluster_dir())
     opts = SubmitOptions(
         suites=suites, partitions=partitions, gpus=gpus,
         time_limit_s=config.parse_whole(timeout, "--timeout", config.TASK_TIME_LIMIT_S), shared_dir=Path(shared),

@@ -12,13 +12,14 @@ suite's targets in driver/targets.py), or whose checkout has uncommitted changes
 what changed; where there is no git history to ask (a bundle, a shallow clone) the row says so.
 
 `python -m driver limits` prints the table; `--write` (and `python -m driver index`) puts it into docs/LIMITS.md
-between the two markers (the README links there), so the known limits follow the newest archived runs.
+between the two markers (the README links there), so the known limits follow the newest archived runs. Only the
+checkout's own bench_results/ holding archived runs writes it (`why_not_written`): a BENCH_RESULTS_DIR elsewhere,
+or a folder with no runs, leaves the tracked table alone.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
 import tomllib
 from collections.abc import Iterable
@@ -53,6 +54,7 @@ _ZERO = re.compile(rf"^{_MODE}p50 vs (?P<peer>\S+): our time is 0$")
 _MISSING = re.compile(r"^(?:peer )?(?P<peer>\S+) not measured(?: \((?P<mode>cold|hot)\))?$")
 _UNTIMED = re.compile(r"^gate vs (?P<peer>\S+) is on (?P<mode>cold|hot) timing, which this run did not measure")
 _SEED = re.compile(r"/seed\d+$")
+NO_RUNS = "No archived run measured a speed gate of thresholds.toml: nothing is known, nothing passed."
 
 
 class GateState(Record):
@@ -343,8 +345,10 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
             by = f"{s.short_by:.0%}" if s.short_by is not None else "-"
             fresh = history.freshness(s.suite, s.git_sha).cell()
             lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {state} | {_where(s)} | {fresh} |")
-    else:
+    elif met:
         lines.append("Every gate passed in its newest archived run.")
+    else:  # nothing archived (or nothing gated): that passes no gate
+        lines.append(NO_RUNS)
     if met:
         def mark(s: GateState) -> str:
             f = history.freshness(s.suite, s.git_sha)
@@ -371,6 +375,17 @@ def section(readme: Path | None = None) -> str | None:
     return text[start + len(BEGIN) + 1: end] if 0 <= start < end else None
 
 
+def why_not_written(folders: list[Path]) -> str | None:
+    """Why the archived runs `folders` (of paths.results_dir()) must not rewrite the tracked table; None where
+    they may: they are the checkout's own bench_results/ and there is at least one."""
+    root = paths.results_dir()
+    if not paths.own_results():
+        return f"{root} is not this checkout's bench_results/, whose runs alone the tracked table follows"
+    if not folders:
+        return f"{root} holds no archived runs"
+    return None
+
+
 def write_table(table: str, readme: Path | None = None) -> bool:
     """Replace what lies between the markers; False (and nothing written) when the file has no markers."""
     readme = readme or TABLE_FILE
@@ -383,11 +398,5 @@ def write_table(table: str, readme: Path | None = None) -> bool:
         return False
     new = text[: start + len(BEGIN)] + "\n" + table + text[end:]
     if new != text:
-        tmp = readme.with_name(f".{readme.name}.tmp")
-        try:
-            tmp.write_text(new)
-            os.replace(tmp, readme)
-        except BaseException:  # no half-written copy left beside the page
-            tmp.unlink(missing_ok=True)
-            raise
+        paths.write_atomic(readme, new)  # the page's mode kept; no half-written copy left beside it
     return True

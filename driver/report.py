@@ -326,11 +326,16 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
-    """Archive the run with its COMPARE.md (and any plots in `extra`), then refresh the index."""
+    """Archive the run with its COMPARE.md (and any plots in `extra`), then refresh the index. A write the
+    machine refuses (a full disk) is one line naming the path (archive.writing), and leaves no part of the run."""
     extra = dict(extra or {})
     compare = compare_markdown(run, sorted(n for n in extra if n.endswith(".png")))
-    folder = archive.write_run(run, meta, thresholds_text, {COMPARE_FILE: compare.encode(), **extra})
-    update_index(folder.parent)
+    root = paths.results_dir()
+    with archive.writing(f"the run {run.run_id} into {root}"):
+        folder = archive.write_run(run, meta, thresholds_text, {COMPARE_FILE: compare.encode(), **extra})
+    with archive.writing(f"the index of {folder.parent} (the run itself is archived in {folder}; "
+                         "`python -m driver index` writes the index again)"):
+        update_index(folder.parent)
     return folder
 
 
