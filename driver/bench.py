@@ -82,7 +82,8 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     folder = report.publish(run_rec, meta, thresholds_text, {**figures, **results.extra_files})
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
-    failure = gates.exit_decision(run_rec.gates, folder)
+    failure = gates.exit_decision(run_rec.gates, folder, strict=opts.strict)
     if failure:
         raise failure
+    print(gates.exit_line(run_rec.gates, strict=opts.strict), file=sys.stderr)
     return folder
