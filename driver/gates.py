@@ -128,8 +128,8 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
     v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
                       peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
-    untrusted = list(dict.fromkeys(why for rec in (subject, peer) for why in (overrun_reason(rec), shared_gpu_reason(rec))
-                                   if why))
+    untrusted = list(dict.fromkeys(why for rec in (subject, peer)
+                                   for why in (overrun_reason(rec), shared_gpu_reason(rec)) if why))
     # A wrong peer is still a peer to time against (it is a comparison, never gated); the gate says so.
     notes = [f"{g.peer}'s own result was wrong (recorded, not gated): {'; '.join(peer.correctness.reasons)}"
              ] if peer.correctness.status == "fail" else []

@@ -55,7 +55,8 @@ _UNTIMED = re.compile(r"^gate vs (?P<peer>\S+) is on (?P<mode>cold|hot) timing, 
 # What the gate stage says after a ratio: a p50 it does not trust (host time inside the hold, or another process
 # on the GPU: that ratio's gates read inconclusive), a peer's own wrong result, a known gate's mark.
 _UNTRUSTED = re.compile(rf"^(?:(?P<impl>\S+) timing not trusted: |{re.escape(gating.SHARED_GPU_NOTE)} )")
-_NOTE = re.compile(rf"^(?:\S+'s own result was wrong |{re.escape(gating.KNOWN_NOTE)}: |{re.escape(gating.XPASS_NOTE)}: )")
+_NOTE = re.compile(rf"^(?:\S+'s own result was wrong |{re.escape(gating.KNOWN_NOTE)}: |"
+                   rf"{re.escape(gating.XPASS_NOTE)}: )")
 _SEED = re.compile(r"/seed\d+$")
 
 
@@ -383,8 +384,8 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
             fresh = history.freshness(s.suite, s.git_sha).cell()
             lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {s.state} | {_where(s)} | {fresh} |")
         if any(s.known for s in short):
-            lines += ["", ("KNOWN, XPASS and (known): gates marked `known` in `thresholds.toml`, whose mark says why, since "
-                           "when and which archived runs measured the shortfall.")]
+            lines += ["", ("KNOWN, XPASS and (known): gates marked `known` in `thresholds.toml`, whose mark says why, "
+                           "since when and which archived runs measured the shortfall.")]
     else:
         lines.append("Every gate passed in its newest archived run.")
     if met:

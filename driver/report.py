@@ -340,7 +340,8 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _gate_table(run) + _shared_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
+    return "\n".join(head + _gate_table(run) + _shared_table(run) +
+                     _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
                      _clock_table(run) + accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings +
                      skipped + [""] +
                      pics) + "\n"

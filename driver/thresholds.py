@@ -315,7 +315,8 @@ def load(path: Path | None = None) -> Thresholds:
     bad = _known_marks(data)  # before the model's own check, which would say only "extra inputs"
     if bad:
         raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
-                          'a known shortfall is a speed gate\'s `known = "<why, since when, the run that measured it>"`')
+                          "a known shortfall is a speed gate's "
+                          '`known = "<why, since when, the run that measured it>"`')
     try:
         gates = Thresholds.model_validate(data)
     except ValidationError as exc:
