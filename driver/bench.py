@@ -83,7 +83,8 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
     print(history.since_previous(run_rec, limits.noise.min_rel_noise, folder.parent), file=sys.stderr)
-    failure = gates.exit_decision(run_rec.gates, folder)
+    failure = gates.exit_decision(run_rec.gates, folder, strict=opts.strict)
     if failure:
         raise failure
+    print(gates.exit_line(run_rec.gates, strict=opts.strict), file=sys.stderr)
     return folder

@@ -60,6 +60,9 @@ def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str, dist
     p.add_argument("--distributions", default=distributions,
                    help="SDPA input distributions every shape and seed is checked on, comma list or `all` "
                         f"(default {distributions}); timing uses normal only (docs/SDPA.md)")
+    p.add_argument("--strict", action="store_true",
+                   help="a speed gate marked `known` in thresholds.toml that passed (XPASS) fails the run (exit 8), "
+                        "so that its mark comes off; without it XPASS is reported only (docs/BUILD.md)")
 
 
 def _given(value: str | None, flag: str) -> str | None:
@@ -145,6 +148,7 @@ def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> Run
         thresholds=tpath,
         build=not ns.no_build,
         workers=not ns.no_workers,
+        strict=getattr(ns, "strict", False),
     )
     if folded is None:
         _say_folded(notes)

@@ -38,7 +38,7 @@ from driver.launch import run_process
 from driver.options import RunOptions
 from driver.records import Record, RunArchive
 from driver.reference.sdpa import DISTRIBUTIONS
-from driver.thresholds import Thresholds
+from driver.thresholds import AllreduceSpeedup, SdpaSpeedup, Thresholds
 
 TABLE_FILE = paths.ROOT / "docs" / "LIMITS.md"  # the README links to it (one screen, issue of 2026-11-26)
 BEGIN = "<!-- limits:begin (written by `python -m driver limits --write` from bench_results/; edits here are overwritten) -->"
@@ -53,6 +53,11 @@ _RATIO = re.compile(
 _ZERO = re.compile(rf"^{_MODE}p50 vs (?P<peer>\S+): our time is 0$")
 _MISSING = re.compile(r"^(?:peer )?(?P<peer>\S+) not measured(?: \((?P<mode>cold|hot)\))?$")
 _UNTIMED = re.compile(r"^gate vs (?P<peer>\S+) is on (?P<mode>cold|hot) timing, which this run did not measure")
+# What the gate stage says after a ratio: a p50 it does not trust (host time inside the hold, or another process
+# on the GPU: that ratio's gates read inconclusive), a peer's own wrong result, a known gate's mark.
+_UNTRUSTED = re.compile(rf"^(?:(?P<impl>\S+) timing not trusted: |{re.escape(gating.SHARED_GPU_NOTE)} )")
+_NOTE = re.compile(rf"^(?:\S+'s own result was wrong |{re.escape(gating.KNOWN_NOTE)}: |"
+                   rf"{re.escape(gating.XPASS_NOTE)}: )")
 _SEED = re.compile(r"/seed\d+$")
 NO_RUNS = "No archived run measured a speed gate of thresholds.toml: nothing is known, nothing passed."
 
@@ -68,6 +73,7 @@ class GateState(Record):
     peer: str
     timing: str = "cold"  # the gate's timing mode
     status: Literal["pass", "fail", "inconclusive", "not_measured", "untimed"]  # untimed: the run did not time the mode
+    known: str | None = None  # today's thresholds.toml marks the gate known (why, since when, which run)
     ratio: float | None = None  # peer p50 / our p50, as archived (2 decimals)
     floor: float | None = None
     ours_us: float | None = None
@@ -81,6 +87,14 @@ class GateState(Record):
         """One gate: its peer and mode at a config. Not the candidate: a `best` gate judges whichever of our
         variants was fastest in that run, and a newer run's state replaces an older one's either way."""
         return self.device, self.suite, self.config, self.peer, self.timing
+
+    @property
+    def state(self) -> str:
+        """The state cell: a known gate's failure is KNOWN, its pass XPASS (the mark is out of date)."""
+        if self.known and self.status in ("fail", "pass"):
+            return "KNOWN" if self.status == "fail" else "XPASS"
+        word = {"not_measured": "peer not measured", "untimed": "mode not timed"}.get(self.status, self.status)
+        return f"{word} (known)" if self.known else word
 
     @property
     def short_by(self) -> float | None:
@@ -107,6 +121,9 @@ def gate_states(run: RunArchive, noise: float) -> list[GateState]:
             continue
         common = {"device": run.device.kind, "suite": r.suite, "config": _SEED.sub("", r.config), "impl": r.impl,
                   "kernel": r.kernel, "run_id": run.run_id, "created_utc": run.created_utc, "git_sha": run.git_sha}
+        # A p50 the gate did not trust leaves each of its ratios inconclusive: every gate of this record where
+        # another process shared the GPU or ours outlasted the hold, else the gates against the untrusted peer.
+        untrusted = {m["impl"] or "*" for reason in r.performance.reasons if (m := _UNTRUSTED.match(reason))}
         for reason in r.performance.reasons:
             if m := _UNTIMED.match(reason):
                 out.append(GateState(peer=m["peer"], timing=m["mode"], status="untimed", **common))
@@ -118,6 +135,8 @@ def gate_states(run: RunArchive, noise: float) -> list[GateState]:
             if m.re is _RATIO:
                 ours, peer_us, floor = float(m["ours"]), float(m["peer_us"]), float(m["floor"])
                 status = ratio_verdict("", ours_us=ours, peer_us=peer_us, min_ratio=floor, noise=noise).status
+                if untrusted & {"*", r.impl, m["peer"]}:
+                    status = "inconclusive"
                 out.append(GateState(peer=m["peer"], timing=mode, status=status, ratio=float(m["ratio"]),
                                      floor=floor, ours_us=ours, peer_us=peer_us, **common))
             else:
@@ -129,16 +148,33 @@ def gate_states(run: RunArchive, noise: float) -> list[GateState]:
 _AR_CONFIG = re.compile(r"^(?P<dtype>\w+)/(?P<ngpus>\d+)gpu/(?P<bytes>\d+)B$")
 
 
-def is_current(s: GateState, gates: Thresholds) -> bool:
-    """Whether `gates` (today's thresholds.toml) still holds the gate this state measured, mode included:
-    a state from a gate that has since changed its mode or was dropped is no known limit."""
+def current_gate(s: GateState, gates: Thresholds) -> AllreduceSpeedup | SdpaSpeedup | None:
+    """The gate of `gates` (today's thresholds.toml) that still holds what this state measured, mode included;
+    None for a state from a gate that has since changed its mode or was dropped."""
     if s.suite == "allreduce":
         m = _AR_CONFIG.match(s.config)
-        return bool(m) and any((g.bytes, g.dtype, g.ngpus, g.peer, g.timing) ==
-                               (int(m["bytes"]), m["dtype"], int(m["ngpus"]), s.peer, s.timing)
-                               for g in gates.allreduce.speedup)
-    return any((g.shape, g.peer, g.timing) == (s.config, s.peer, s.timing) and g.impl in (s.impl, "best")
-               for g in gates.sdpa.speedup)
+        return next((g for g in gates.allreduce.speedup if m and (g.bytes, g.dtype, g.ngpus, g.peer, g.timing) ==
+                     (int(m["bytes"]), m["dtype"], int(m["ngpus"]), s.peer, s.timing)), None)
+    return next((g for g in gates.sdpa.speedup
+                 if (g.shape, g.peer, g.timing) == (s.config, s.peer, s.timing) and g.impl in (s.impl, "best")), None)
+
+
+def is_current(s: GateState, gates: Thresholds) -> bool:
+    """Whether today's thresholds.toml still holds the gate (a dropped or changed one is no known limit)."""
+    return current_gate(s, gates) is not None
+
+
+def _refloored(s: GateState, floor: float, noise: float) -> dict:
+    """A state's ratio judged against today's floor where the gate's floor changed since the run (the 2-GPU 256 KiB
+    NCCL gate's 4.0x became 1.5x on 2026-11-28): the update to make, empty where nothing changes. A state the run
+    read as inconclusive for another reason than its ratio (an untrusted p50) stays so."""
+    if s.ratio is None or s.floor is None or s.ours_us is None or s.peer_us is None or s.floor == floor:
+        return {}
+    then = ratio_verdict("", ours_us=s.ours_us, peer_us=s.peer_us, min_ratio=s.floor, noise=noise).status
+    if then != s.status:
+        return {}
+    return {"floor": floor, "status": ratio_verdict("", ours_us=s.ours_us, peer_us=s.peer_us, min_ratio=floor,
+                                                     noise=noise).status}
 
 
 def _options_of(run: RunArchive) -> RunOptions | None:
@@ -181,13 +217,17 @@ def newest(folders: Iterable[Path], default_noise: float, gates: Thresholds | No
             run = archive.load_run(folder)
         except (OSError, ValidationError):
             continue  # not a run folder this schema can read; `index` skips it the same way
-        states = gate_states(run, _noise(folder, default_noise))
+        noise_of = functools.partial(_noise, default=default_noise)
+        states = gate_states(run, noise_of(folder))
         if gates is not None:
             stored = {s.key for s in states}
             states += [s for s in rejudged(run, gates) if s.key not in stored]
         for s in states:
-            if gates is not None and not is_current(s, gates):
-                continue
+            if gates is not None:
+                gate = current_gate(s, gates)
+                if gate is None:
+                    continue
+                s = s.model_copy(update={"known": gate.known, **_refloored(s, gate.min_ratio, noise_of(folder))})
             if s.key not in best or s.created_utc > best[s.key].created_utc:
                 best[s.key] = s
     return sorted(best.values(), key=_order)
@@ -325,11 +365,12 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
     """The table of gates whose newest state is not a pass, and one line naming the ones that pass; each
     says whether its run measured what HEAD builds (`history`: this checkout's, by default)."""
     history = history or History()
-    short = [s for s in states if s.status != "pass"]
-    met = [s for s in states if s.status == "pass"]
-    lines = [("Speed gates (`thresholds.toml`) that the newest archived run measuring them did not pass. "
-              "speedup = peer p50 / our p50; short by = how far below the floor; at HEAD = whether that run "
-              "measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count), "
+    short = [s for s in states if s.status != "pass" or s.known]
+    met = [s for s in states if s.status == "pass" and not s.known]
+    lines = [("Speed gates (`thresholds.toml`) that the newest archived run measuring them did not pass, and those "
+              "marked `known` (KNOWN: failed as marked, not failing a run; XPASS: passed although marked, the mark "
+              "is out of date). speedup = peer p50 / our p50; short by = how far below the floor; at HEAD = whether "
+              "that run measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count), "
               "and if not, what changed since."), ""]
     if short:
         lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run | at HEAD |",
@@ -341,10 +382,12 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
                 floor = f"{s.floor:.2f}x"
             else:
                 measured = floor = "-"
-            state = {"not_measured": "peer not measured", "untimed": "mode not timed"}.get(s.status, s.status)
             by = f"{s.short_by:.0%}" if s.short_by is not None else "-"
             fresh = history.freshness(s.suite, s.git_sha).cell()
-            lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {state} | {_where(s)} | {fresh} |")
+            lines.append(f"| {s.device} | {gate} | {measured} | {floor} | {by} | {s.state} | {_where(s)} | {fresh} |")
+        if any(s.known for s in short):
+            lines += ["", ("KNOWN, XPASS and (known): gates marked `known` in `thresholds.toml`, whose mark says why, "
+                           "since when and which archived runs measured the shortfall.")]
     elif met:
         lines.append("Every gate passed in its newest archived run.")
     else:  # nothing archived (or nothing gated): that passes no gate

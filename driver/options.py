@@ -43,6 +43,7 @@ class RunOptions(Record):
     write_windows: bool = False  # sweep --write: the measured windows go to kernels_mojo/dispatch_windows.json
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
+    strict: bool = False  # --strict: a speed gate marked known that passed (XPASS) fails the run (exit 8)
 
     def modes(self, suite: str) -> tuple[str, ...]:
         """The timing modes `suite` runs, in order: --timing if given, else the suite's default."""

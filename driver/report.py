@@ -244,7 +244,8 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-STATUS_TEXT = {"fail": "FAIL", "not_measured": "NOT MEASURED", "inconclusive": "inconclusive", "pass": "pass"}
+STATUS_TEXT = {"fail": "FAIL", "not_measured": "NOT MEASURED", "inconclusive": "inconclusive", "pass": "pass",
+               "known": "KNOWN", "xpass": "XPASS"}
 
 
 def _state(g: GateResult) -> str:
@@ -252,13 +253,33 @@ def _state(g: GateResult) -> str:
 
 
 def _gate_table(run: RunArchive) -> list[str]:
-    """Every gate of the run and its state: failed and not measured first."""
+    """Every gate of the run and its state: failed and not measured first, then XPASS and KNOWN."""
     recorded = gates.recorded(run)
     if not recorded:
         return []
     note = "" if run.gates else " (schema 1 run: read back from its records' verdicts)"
-    rows = [f"## Gates{note}", "", "| state | gate | kind | why |", "|---|---|---|---|"]
+    rows = [f"## Gates{note}", ""]
+    if any(g.status in ("known", "xpass") for g in recorded):
+        rows += [("KNOWN: a speed gate thresholds.toml marks `known` (an expected shortfall) failed as marked; it does "
+                  "not fail the run. XPASS: a gate so marked passed; its mark is out of date, and under --strict it "
+                  "fails the run (docs/BUILD.md)."), ""]
+    rows += ["| state | gate | kind | why |", "|---|---|---|---|"]
     rows += [f"| {_state(g)} | {g.gate} | {g.kind} | {'; '.join(g.reasons)} |" for g in gates.ordered(recorded)]
+    return rows + [""]
+
+
+def _shared_table(run: RunArchive) -> list[str]:
+    """The timed cases NVML saw another process beside on their GPUs (records' telemetry, `flags`): their numbers
+    are not the kernels' alone, and every speed gate resting on one reads inconclusive."""
+    recs = [(r, why) for r in run.records if r.round_p50_us and (why := gates.shared_gpu_reason(r))]
+    if not recs:
+        return []
+    rows = ["## Timed on a shared GPU", "",
+            ("Another process used the GPU while these cases ran (NVML, before or after each config; the driver's own "
+             "workers are not counted): their p50s are not the kernels' alone, and the speed gates resting on them "
+             "read inconclusive, neither pass nor fail."), "",
+            "| config | impl | timing | flags |", "|---|---|---|---|"]
+    rows += [f"| {r.config} | {r.impl} | {r.timing_mode} | {'; '.join(r.flags) or why} |" for r, why in recs]
     return rows + [""]
 
 
@@ -319,7 +340,8 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _gate_table(run) + _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
+    return "\n".join(head + _gate_table(run) + _shared_table(run) +
+                     _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
                      _clock_table(run) + accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings +
                      skipped + [""] +
                      pics) + "\n"
@@ -356,7 +378,7 @@ def headline(run: RunArchive) -> str:
         group = [g for g in recorded if _state(g) == state]
         text = f"{len(group)} {state}"
         first = group[0]
-        if first.blocking:
+        if first.blocking or first.status == "xpass":
             why = "; ".join(first.reasons) or "no reason recorded"
             text += f" (e.g. {first.gate}: {why[:160]})"
         parts.append(text)

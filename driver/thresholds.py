@@ -68,6 +68,7 @@ class AllreduceSpeedup(Record):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     ngpus: int = 2
     min_ratio: PositiveFloat
+    known: str | None = None  # an expected shortfall: why, since when, the archived run that measured it
 
 
 class AllreduceGates(Record):
@@ -84,6 +85,7 @@ class SdpaSpeedup(Record):
     # The tier ours is timed in: a peer's gate is in the peer's tier (SDPA_PEER_PRECISION, and may only say
     # so); ours against ours defaults to fp16. A run that does not ask for the tier does not ask for the gate.
     precision: Precision | None = None
+    known: str | None = None  # an expected shortfall: why, since when, the archived run that measured it
 
     @property
     def tier(self) -> str:
@@ -112,9 +114,15 @@ class SdpaAccuracy(Record):
     max_ratio: PositiveFloat
 
 
+# The tier seed 003's absolute gates (max_abs_err, bad_err, max_bad_frac) were set for: its fp16 arithmetic. The
+# fp8 tier rounds Q and P to E4M3 and is held to its own derived bounds ([[sdpa.bounds]]) and to cuDNN FP8's error
+# on the same inputs ([[sdpa.accuracy]]), never to the fp16 tier's absolute numbers.
+SEED_TIER = "fp16"
+
+
 class SdpaGates(Record):
-    # Seed 003's absolute gates, set for N(0, 1) inputs and applied on the `normal` distribution only (an
-    # absolute error means something only for the output scale it was set at).
+    # Seed 003's absolute gates, set for N(0, 1) inputs and the fp16 tier: applied on the `normal` distribution of
+    # SEED_TIER only (an absolute error means something only for the output scale and arithmetic it was set at).
     max_abs_err: PositiveFloat
     bad_err: PositiveFloat
     max_bad_frac: float = Field(ge=0, le=1)
@@ -126,10 +134,15 @@ class SdpaGates(Record):
         """The bound of a tier on a distribution (load() makes sure there is exactly one)."""
         return next(b for b in self.bounds if b.precision == precision and distribution in b.distributions)
 
+    def absolute(self, precision: str, distribution: str) -> bool:
+        """Whether seed 003's absolute gates bind an output: the seeds' tier on the seeds' inputs."""
+        return precision == SEED_TIER and distribution == "normal"
+
     def bad_err_for(self, precision: str, distribution: str, ref_amax: float) -> float:
-        """The error above which an element counts as bad: bad_err on `normal`, elsewhere the tier's bound on
-        the worst element at this output's scale (an absolute bad_err means nothing at another scale)."""
-        if distribution == "normal":
+        """The error above which an element counts as bad: bad_err where the seed's absolute gates bind, elsewhere
+        the tier's bound on the worst element at this output's scale (an absolute bad_err means nothing at another
+        scale or in another tier's arithmetic)."""
+        if self.absolute(precision, distribution):
             return self.bad_err
         return self.bound(precision, distribution).max_abs_rel * ref_amax
 
@@ -201,10 +214,55 @@ class Thresholds(Record):
         return next((o.reason for o in self.optional if o.covers(gate, device_kind)), None)
 
 
-def _entry(table: str, i: int, gate: Record) -> str:
-    """A gate as thresholds.toml writes it: `[[sdpa.speedup]] #3 (impl = "best", ..., shape = "missoin", ...)`."""
-    fields = ", ".join(f"{k} = {json.dumps(v)}" for k, v in gate.model_dump().items())
+def _entry(table: str, i: int, gate: Record | dict) -> str:
+    """A gate as thresholds.toml writes it: `[[sdpa.speedup]] #3 (impl = "best", ..., shape = "missoin", ...)`
+    (its `known` mark left out: a sentence, not what names the gate)."""
+    data = gate if isinstance(gate, dict) else gate.model_dump()
+    fields = ", ".join(f"{k} = {json.dumps(v)}" for k, v in data.items()
+                       if k != "known" and not isinstance(v, dict) and not (isinstance(v, list) and
+                                                                           any(isinstance(x, dict) for x in v)))
     return f"[[{table}]] #{i} ({fields})"
+
+
+# Where thresholds.toml may say `known`: the speed gates. Every other table is a correctness, accuracy or static gate
+# (a wrong result or a broken build is never an expected failure), or names no gate at all.
+KNOWN_TABLES = ("allreduce.speedup", "sdpa.speedup")
+_GATE_TABLES = {"build": "static gates", "build.kernels": "static gates", "allreduce": "correctness gates",
+                "sdpa": "correctness gates", "sdpa.bounds": "accuracy bounds", "sdpa.accuracy": "accuracy gates"}
+
+
+def _tables(data: object, where: tuple[str, ...] = ()):
+    """Every table of the file: (its dotted name, its number in an array of tables or None, its keys)."""
+    if isinstance(data, dict):
+        yield ".".join(where), None, data
+        for key, value in data.items():
+            if isinstance(value, list):
+                for i, item in enumerate(value, 1):
+                    if isinstance(item, dict):
+                        yield from ((t, i if t == ".".join((*where, key)) else n, d)
+                                    for t, n, d in _tables(item, (*where, key)))
+            else:
+                yield from _tables(value, (*where, key))
+
+
+def _known_marks(data: object) -> list[str]:
+    """A `known` mark anywhere but on a speed gate, and an empty one on a speed gate, each naming its gate."""
+    bad = []
+    for table, i, keys in _tables(data):
+        if "known" not in keys:
+            continue
+        name = (_entry(table, i, keys) if i is not None else f"[{table}]") if table else "the top level"
+        if table in KNOWN_TABLES:
+            if isinstance(keys["known"], str) and not keys["known"].strip():
+                bad.append(f"{name}: known is empty (say why the gate is known to fail, since when, and the archived "
+                           "run that measured it; or remove the mark)")
+        elif kind := _GATE_TABLES.get(table):
+            bad.append(f"{name}: known on {kind}, which cannot be marked known (only the speed gates of "
+                       "[[allreduce.speedup]] and [[sdpa.speedup]] can)")
+        else:
+            bad.append(f"{name}: known names no gate (only the speed gates of [[allreduce.speedup]] and "
+                       "[[sdpa.speedup]] can be marked known)")
+    return bad
 
 
 def _sdpa_tiers(t: Thresholds) -> list[str]:
@@ -278,6 +336,11 @@ def load(path: Path | None = None) -> Thresholds:
                           f"{exc.object[exc.start:exc.start + 1]!r})", "TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"thresholds file {path} is not valid TOML: {exc}") from None
+    bad = _known_marks(data)  # before the model's own check, which would say only "extra inputs"
+    if bad:
+        raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
+                          "a known shortfall is a speed gate's "
+                          '`known = "<why, since when, the run that measured it>"`')
     try:
         gates = Thresholds.model_validate(data, strict=True)
     except ValidationError as exc:

@@ -87,7 +87,7 @@ def test_write_readme_replaces_only_between_the_markers(tmp_path):
 
 def test_every_archived_gate_reason_is_understood():
     """A change to how the gate stage words its reasons must show up here, not as rows silently missing."""
-    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED)
+    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED, limits._UNTRUSTED, limits._NOTE)
     for folder in REPO_RUNS:
         for r in archive.load_run(folder).records:
             for reason in (r.performance.reasons if r.performance else []):
@@ -174,7 +174,8 @@ def test_a_gate_added_after_a_run_is_judged_on_its_records():
         "fail", "cpasync", 0.82, 57.06, 47.02)
     assert today[("1xH100", "sdpa", "mission", "torch_sdpa", "hot")].status == "pass"
     states = {s.key: s for s in limits.newest([FP16_RUN], NOISE, GATES)}
-    assert states[batch8.key] == batch8
+    assert states[batch8.key] == batch8.model_copy(update={"known": states[batch8.key].known})
+    assert states[batch8.key].state == "KNOWN"  # today's thresholds.toml marks batch8 cold known
 
 
 def test_a_run_of_another_tier_does_not_measure_a_gate_added_after_it():
@@ -323,3 +324,57 @@ def test_without_git_history_the_table_says_so_instead_of_guessing(repo, tmp_pat
     assert limits.History(shallow).freshness("sdpa", run).why.startswith("this is a shallow clone")
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert limits.History(repo).freshness("sdpa", run) == Freshness("not_known", "git is not installed here")
+
+
+def _large_run(created: str, reasons: list[str], status: str) -> RunArchive:
+    run = _sdpa_run(created, reasons, status)
+    rec = run.records[0].model_copy(update={"config": "large/seed0"})
+    return run.model_copy(update={"records": [rec]})
+
+
+def test_known_gates_stay_rows_marked_known_and_a_passing_one_reads_xpass(tmp_path):
+    """Today's thresholds.toml marks `large` cold against torch known: a run where it fell short lists it KNOWN with
+    the mark beside the table; a newer run where it passed lists it XPASS, a row, never in the met line."""
+    old = _large_run("2026-11-27T10:00:00Z",
+                     ["cold p50 vs torch_sdpa: 0.96x (ours 84.02 us, peer 81.07 us, floor 1.00x)"], "known")
+    old_folder = _store(tmp_path, old)
+    (state,) = limits.newest([old_folder], NOISE, GATES)
+    assert (state.status, state.state) == ("fail", "KNOWN") and "fp16 tier behind torch SDPA" in state.known
+    table = limits.markdown([state])
+    assert ("| 2xH200 | sdpa large cold: cpasync (sdpa_fp8_cpasync) vs torch_sdpa | 0.96x (84.02 vs 81.07 us) | "
+            "1.00x | 4% | KNOWN |") in table
+    assert "KNOWN, XPASS and (known): gates marked `known` in `thresholds.toml`" in table
+    new = _large_run("2026-11-28T10:00:00Z",
+                     ["cold p50 vs torch_sdpa: 1.05x (ours 77.00 us, peer 80.85 us, floor 1.00x)"], "xpass")
+    (state,) = limits.newest([old_folder, _store(tmp_path, new)], NOISE, GATES)
+    assert state.state == "XPASS"
+    table = limits.markdown([state])
+    assert "| 1.05x (77.00 vs 80.85 us) | 1.00x | - | XPASS |" in table and "Met in their newest run" not in table
+
+
+def test_a_ratio_the_gate_did_not_trust_reads_inconclusive_in_the_table():
+    """Another process on the GPU (or ours outlasting the hold) left the gate inconclusive; the table, which re-reads
+    the ratio, says inconclusive too, not the fail the ratio alone would give."""
+    run = _sdpa_run("2026-11-28T10:00:00Z", [
+        "cold p50 vs torch_sdpa: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.00x)",
+        "timed while another process used the GPU (GPU0: 4 other process(es), NVML before or after the case): neither "
+        "pass nor fail; re-run with the GPUs to itself"], "inconclusive")
+    (state,) = limits.gate_states(run, noise=0.02)
+    assert state.status == "inconclusive"
+    run = _sdpa_run("2026-11-28T10:00:00Z", [
+        "cold p50 vs baseline: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.10x)",
+        "cold p50 vs torch_sdpa: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.00x)",
+        "torch_sdpa timing not trusted: 60 of 100 samples outlasted the stream hold (host enqueue time inside the "
+        "interval); re-run with fewer launches per sample or a longer hold"], "inconclusive")
+    states = {s.peer: s.status for s in limits.gate_states(run, noise=0.02)}
+    assert states == {"baseline": "fail", "torch_sdpa": "inconclusive"}
+
+
+def test_a_gate_whose_floor_changed_is_judged_against_todays_floor():
+    """The 2x H200 run of a7f2c552 archived the 256 KiB NCCL gate against its old 4.0x floor (fail at 1.70x); today's
+    floor is 1.5x, so the table reads it as met."""
+    folder = ROOT / "bench_results" / "20261127T034042Z-a7f2c552-2xH200"
+    (stored,) = [s for s in limits.gate_states(archive.load_run(folder), NOISE) if s.peer == "nccl"]
+    assert (stored.status, stored.floor, stored.ratio) == ("fail", 4.0, 1.70)
+    (today,) = [s for s in limits.newest([folder], NOISE, GATES) if s.peer == "nccl"]
+    assert (today.status, today.floor, today.ratio) == ("pass", 1.5, 1.70)
