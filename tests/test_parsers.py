@@ -200,9 +200,9 @@ def _edited(tmp_path: Path, pattern: str, repl: str) -> Path:
 
 
 @pytest.mark.parametrize("pattern, repl, needles", [
-    (r"^min_ratio = 4\.0$", "min_ratio = true", ["allreduce.speedup.0.min_ratio: Input should be a valid number",
+    (r"^min_ratio = 1\.5$", "min_ratio = true", ["allreduce.speedup.0.min_ratio: Input should be a valid number",
                                                  "(got true)"]),
-    (r"^min_ratio = 4\.0$", 'min_ratio = "4.0"', ["allreduce.speedup.0.min_ratio", '(got "4.0")']),
+    (r"^min_ratio = 1\.5$", 'min_ratio = "1.5"', ["allreduce.speedup.0.min_ratio", '(got "1.5")']),
     (r"^max_wrong = 0$", "max_wrong = false", ["allreduce.max_wrong: Input should be a valid integer", "(got false)"]),
     (r"^max_wrong = 0$", "max_wrong = 0.0", ["allreduce.max_wrong: Input should be a valid integer", "(got 0.0)"]),
     (r"^version = 4$", "version = 999", ["version: Value error, version 999 is not the one this driver reads (4)"]),
@@ -228,8 +228,8 @@ def test_a_thresholds_file_with_a_byte_order_mark_reads_as_without(capsys, ran, 
 
 
 def test_an_integer_min_ratio_loads(tmp_path):
-    t = thresholds.load(_edited(tmp_path, r"^min_ratio = 4\.0$", "min_ratio = 4"))
-    assert t.allreduce.speedup[0].min_ratio == 4.0 and isinstance(t.allreduce.speedup[0].min_ratio, float)
+    t = thresholds.load(_edited(tmp_path, r"^min_ratio = 1\.5$", "min_ratio = 2"))
+    assert t.allreduce.speedup[0].min_ratio == 2.0 and isinstance(t.allreduce.speedup[0].min_ratio, float)
 
 
 # ---------------------------------------------------------------- every parse_* of config.py, on any text
