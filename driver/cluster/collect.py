@@ -44,16 +44,16 @@ def move_run(src: Path, root: Path) -> RunArchive:
     Raises ClusterFailed, leaving `root` as it was, when the folder does not read as a run or a different
     run of the same id is already there. A folder collected before (the same records) is not copied twice.
     """
-    try:
-        run = archive.load_run(src)
-    except (OSError, ValueError) as exc:
-        raise ClusterFailed(f"{src} is not a readable run folder: {str(exc).splitlines()[0]}") from None
-    if run.run_id != src.name:
-        raise ClusterFailed(f"{src} holds run {run.run_id}, not {src.name}")
+    run = archive.try_load_run(src)  # a run that reads is named like its folder
+    if isinstance(run, archive.Unreadable):
+        raise ClusterFailed(f"{src} is not a readable run folder: {run.reason}")
     dest = root / src.name
     if dest.exists():
-        if archive.results_text(dest) != archive.results_text(src):
-            raise ClusterFailed(f"{dest} already holds a different run of the same id; {src} is left where it is")
+        there = archive.try_load_run(dest)
+        if there != run:
+            what = f"a run that does not read ({there.reason})" if isinstance(there, archive.Unreadable) else \
+                "a different run of the same id"
+            raise ClusterFailed(f"{dest} already holds {what}; {src} is left where it is")
         shutil.rmtree(src)
         return run
     root.mkdir(parents=True, exist_ok=True)
