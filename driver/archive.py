@@ -198,7 +198,8 @@ def _records_text(folder: Path) -> str | Unreadable:
     try:
         return data.decode()
     except UnicodeDecodeError as exc:
-        return Unreadable(folder, f"{path.name} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})")
+        bad = data[exc.start:exc.start + 1]
+        return Unreadable(folder, f"{path.name} is not UTF-8 text (byte {exc.start}: {bad!r})")
 
 
 def try_load_run(folder: Path) -> RunArchive | Unreadable:
