@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import gzip
 import itertools
 import os
@@ -102,6 +103,24 @@ def _fresh_tmp(root: Path, name: str) -> Path:
         except FileExistsError:
             continue
         return tmp
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` itself (flock, released when the descriptor closes): what is listed
+    and written under it (the index) is one step for every process. Where the filesystem has no locks (or the
+    folder is not there yet), none: the writes stay whole either way."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 FileMap = dict[str, bytes]

@@ -383,7 +383,8 @@ def index_markdown(root: Path, runs: list[tuple[Path, RunArchive | archive.Unrea
 def update_index(root: Path | None = None, runs: list[tuple[Path, RunArchive | archive.Unreadable]] | None = None
                  ) -> None:
     root = root or paths.results_dir()
-    paths.write_atomic(root / INDEX_FILE, index_markdown(root, runs))
+    with archive.locked(root):  # of two runs archived at once, the later index lists both
+        paths.write_atomic(root / INDEX_FILE, index_markdown(root, runs))
 
 
 def _column_names(runs: list[RunArchive]) -> list[str]:

@@ -158,6 +158,8 @@ def _check_whole(root: Path, folders: list[Path]) -> None:
         assert (folder / report.COMPARE_FILE).read_text().splitlines()[1] == f"# Run {folder.name}"
     assert sorted(archive.archived_runs(root)) == sorted(folders)
     assert not [p.name for p in root.iterdir() if p.name.startswith(".tmp-")]
+    index = (root / report.INDEX_FILE).read_text()
+    assert all(f"[{f.name}]({f.name}/COMPARE.md)" in index for f in folders)  # the last index lists every one
 
 
 def test_a_taken_run_id_gets_the_next_suffix_and_the_records_say_so(results_dir):
@@ -202,8 +204,7 @@ def test_threads_archiving_at_once_get_a_folder_each(results_dir):
     def one() -> None:
         barrier.wait()
         try:
-            folders.append(archive.write_run(run, _meta(), "", lambda r: {report.COMPARE_FILE: (
-                report.compare_markdown(r)).encode()}))
+            folders.append(report.publish(run, _meta(), ""))
         except BaseException as exc:
             errors.append(exc)
 
