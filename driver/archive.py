@@ -93,7 +93,7 @@ def _claim(root: Path, wanted: str) -> Path:
     raise AssertionError("unreachable")
 
 
-def _fresh_tmp(root: Path, name: str) -> Path:
+def fresh_tmp(root: Path, name: str) -> Path:
     """A new folder `.tmp-<name>-<random>` of this process alone (an earlier run killed while writing may have
     left a `.tmp-<name>-*` of its own)."""
     while True:
@@ -143,7 +143,7 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
     done = False
     try:
         run = run.model_copy(update={"run_id": final.name})
-        tmp = _fresh_tmp(root, final.name)
+        tmp = fresh_tmp(root, final.name)
         (tmp / RESULTS_FILE).write_bytes(gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0))
         (tmp / "build_meta.json").write_text(meta.model_dump_json(indent=1))
         (tmp / "thresholds.toml").write_text(thresholds_text)
