@@ -1,8 +1,10 @@
 """Archive: one run folder in bench_results/, written whole or not at all, and read back.
 
-Everything is written into `bench_results/.tmp-<run id>/` and renamed into place
-at the end, so an interrupted run leaves nothing that looks like a result. What the
-files say (COMPARE.md, the index) is rendered by driver/report.py.
+The run's folder name is claimed first (an empty folder: two runs at once never share one), everything is
+written into a `bench_results/.tmp-<run id>-<random>/` of its own and renamed onto the claimed name at the end,
+so an interrupted run leaves nothing that looks like a result. Reading goes through `try_load_run`: a run, or
+the reason a folder does not read as one. What the files say (COMPARE.md, the index) is rendered by
+driver/report.py.
 """
 
 from __future__ import annotations
@@ -10,16 +12,22 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import gzip
 import itertools
 import os
+import secrets
 import shutil
+import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple, TextIO
+
+from pydantic import ValidationError
 
 from driver import paths
-from driver.errors import ConfigError, IOFailed
+from driver.errors import ConfigError, DriverError, IOFailed
 from driver.records import BuildMeta, RunArchive
 
 # The run's records, gzip-compressed JSON (`zcat results.json.gz`; schema in bench_results/schema/): an SDPA bench's
@@ -92,31 +100,90 @@ def writing(what: str, hint: str = RESULTS_HINT) -> Iterator[None]:
 
 
 def run_id(created_utc: str, git_sha: str, device_kind: str) -> str:
-    """`<UTC time>-<sha>-<device>`; a second run archived within the same second gets `-2`, `-3`, ..."""
+    """`<UTC time>-<sha>-<device>`: the name a run asks for. `write_run` claims it, or, where another run of the
+    same commit and device was archived in the same second, the first free one of `-2`, `-3`, ..."""
     stamp = dt.datetime.strptime(created_utc, "%Y-%m-%dT%H:%M:%SZ").strftime("%Y%m%dT%H%M%SZ")
-    base = f"{stamp}-{git_sha[:8]}-{device_kind}"
-    taken = {p.name for p in archived_runs()}
-    return next(c for c in (base if n == 1 else f"{base}-{n}" for n in itertools.count(1)) if c not in taken)
+    return f"{stamp}-{git_sha[:8]}-{device_kind}"
 
 
-def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str, files: dict[str, bytes] | None = None) -> Path:
-    """results.json.gz, build_meta.json, the thresholds used and `files` (name -> bytes), as one folder."""
+def _claim(root: Path, wanted: str) -> Path:
+    """Make the empty folder `wanted` (or `wanted-2`, `-3`, ... where that name is taken) in `root`: mkdir is
+    atomic and fails on a name that exists, so of two runs asking for one name at once, one gets it."""
+    for n in itertools.count(1):
+        final = root / (wanted if n == 1 else f"{wanted}-{n}")
+        try:
+            final.mkdir()
+        except FileExistsError:
+            continue
+        return final
+    raise AssertionError("unreachable")
+
+
+def fresh_tmp(root: Path, name: str) -> Path:
+    """A new folder `.tmp-<name>-<random>` of this process alone (an earlier run killed while writing may have
+    left a `.tmp-<name>-*` of its own)."""
+    while True:
+        tmp = root / f".tmp-{name}-{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            continue
+        return tmp
+
+
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` itself (flock, released when the descriptor closes): what is listed
+    and written under it (the index) is one step for every process. Where the filesystem has no locks (or the
+    folder is not there yet), none: the writes stay whole either way."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+FileMap = dict[str, bytes]
+
+
+def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
+              files: FileMap | Callable[[RunArchive], FileMap] | None = None) -> Path:
+    """results.json.gz, build_meta.json, the thresholds used and `files` (name -> bytes, or a function of the
+    run that renders them), as one folder named by the run id it claimed, which its records carry.
+
+    The name is claimed first (an empty folder, `_claim`), so two runs archived at once never share a name or a
+    folder; the files are written into a temporary folder of this call alone, which then replaces the empty
+    claimed one (rename(2) onto an empty folder). A run id already taken gets the next free suffix, and the
+    records and `files` are made with the id claimed. On any failure or interrupt the temporary folder and the
+    claim are removed: no reader ever sees a part of a run (`archived_runs` lists only folders with records)."""
     root = paths.results_dir()
     root.mkdir(parents=True, exist_ok=True)
-    final = root / run.run_id
-    tmp = root / f".tmp-{run.run_id}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    final = _claim(root, run.run_id)
+    tmp: Path | None = None
+    done = False
     try:
+        run = run.model_copy(update={"run_id": final.name})
+        tmp = fresh_tmp(root, final.name)
         own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
                "build_meta.json": meta.model_dump_json(indent=1).encode(), "thresholds.toml": thresholds_text.encode()}
-        for name, data in itertools.chain(own.items(), ({} if files is None else files).items()):
+        rendered = files(run) if callable(files) else files
+        for name, data in itertools.chain(own.items(), ({} if rendered is None else rendered).items()):
             with paths.naming(tmp / name):  # a full disk's OSError names no file
                 (tmp / name).write_bytes(data)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        os.replace(tmp, final)  # onto the empty folder this call claimed
+        done = True
+    finally:
+        if not done:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                final.rmdir()  # only while still empty: never a run that was renamed into place
     return final
 
 
@@ -128,27 +195,118 @@ def results_path(folder: Path) -> Path | None:
     return None
 
 
-def results_text(folder: Path) -> str:
-    """The run's records as JSON text. Raises OSError (no such file, or a damaged gzip stream) or ValueError."""
+class Unreadable(NamedTuple):
+    """A folder that looks like a run (it holds a records file) but does not read as one, and why: a damaged
+    gzip stream, bytes that are not UTF-8, text that is not JSON or not a `RunArchive`, records that name
+    another run than the folder, or a read the machine refused (`os_error`)."""
+
+    folder: Path
+    reason: str
+    os_error: bool = False
+
+    def line(self) -> str:
+        """The one line a reader prints for a run it skips."""
+        return f"skipped {self.folder}: {self.reason}"
+
+    def error(self) -> DriverError:
+        """For a run that was asked for by name: a refused read is an I/O error (10), a damaged run a ConfigError
+        (2)."""
+        hint = "check the file's permissions and the disk" if self.os_error else \
+            "the run folder is damaged: restore it from git or the cluster's copy, or remove it"
+        cls = IOFailed if self.os_error else ConfigError
+        return cls(f"cannot read run {self.folder}: {self.reason}", hint)
+
+
+def validation_reason(exc: ValidationError, what: str = "a run record") -> str:
+    """A record that failed its model, in a few words: the first error and how many more."""
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if first["type"] == "json_invalid":
+        return f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
+    return f"not {what}: {where + ': ' if where else ''}{first['msg']}{more}"
+
+
+def _records_text(folder: Path) -> str | Unreadable:
     path = results_path(folder)
     if path is None:
-        raise FileNotFoundError(f"{folder} holds neither {RESULTS_FILE} nor {LEGACY_RESULTS_FILE}")
-    data = path.read_bytes()
+        return Unreadable(folder, f"holds neither {RESULTS_FILE} nor {LEGACY_RESULTS_FILE}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return Unreadable(folder, f"cannot read {path.name}: {os_reason(exc)}", os_error=True)
     if path.name.endswith(".gz"):
         try:
             data = gzip.decompress(data)
-        except (EOFError, zlib.error) as exc:  # truncated or damaged (BadGzipFile is an OSError already)
-            raise ValueError(f"{path}: not a whole gzip stream ({exc})") from None
-    return data.decode()
+        except (OSError, EOFError, zlib.error) as exc:  # truncated, damaged or not gzip (BadGzipFile: an OSError)
+            return Unreadable(folder, f"{path.name} is not a whole gzip stream ({exc})")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start:exc.start + 1]
+        return Unreadable(folder, f"{path.name} is not UTF-8 text (byte {exc.start}: {bad!r})")
+
+
+def try_load_run(folder: Path) -> RunArchive | Unreadable:
+    """The one reader of a run folder: its `RunArchive`, or `Unreadable` with the reason in a few words; never
+    raises for what is in the folder. A run that reads has `run_id == folder.name` (a records file naming
+    another run, `../../etc` say, is Unreadable), so a path or link made from a run's id is its folder's."""
+    text = _records_text(folder)
+    if isinstance(text, Unreadable):
+        return text
+    name = results_path(folder).name
+    try:
+        run = RunArchive.model_validate_json(text)
+    except ValidationError as exc:
+        return Unreadable(folder, f"{name} is {validation_reason(exc)}")
+    if run.run_id != folder.resolve().name:  # `compare .` inside a run folder, or a link to one, is that folder
+        return Unreadable(folder, f"{name} names run {run.run_id!r}, not the folder's own name")
+    return run
 
 
 def load_run(folder: Path) -> RunArchive:
-    return RunArchive.model_validate_json(results_text(folder))
+    """A run asked for by name: its `RunArchive`, or the reason it does not read as a DriverError (exit 2, or 10
+    for a read the machine refused)."""
+    got = try_load_run(folder)
+    if isinstance(got, Unreadable):
+        raise got.error()
+    return got
+
+
+def results_text(folder: Path) -> str:
+    """The run's records file as JSON text, unparsed (a DriverError where `try_load_run` could not read it)."""
+    text = _records_text(folder)
+    if isinstance(text, Unreadable):
+        raise text.error()
+    return text
 
 
 def archived_runs(root: Path | None = None) -> list[Path]:
-    """Run folders, oldest first: not a `.tmp-*` folder that a killed run left half-written."""
+    """Run folders, oldest first: not a `.tmp-*` folder that a killed run left half-written, nor a name claimed
+    by a run still writing (no records file yet). A results folder that cannot be listed is an IOFailed."""
     root = root or paths.results_dir()
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and results_path(p) is not None)
+    try:
+        return sorted(p for p in root.iterdir()
+                      if p.is_dir() and not p.name.startswith(".") and results_path(p) is not None)
+    except OSError as exc:
+        raise IOFailed(f"cannot read the results folder {root}: {os_reason(exc)}",
+                       "make it readable, or point BENCH_RESULTS_DIR at another folder") from None
+
+
+def read_runs(root: Path | None = None) -> list[tuple[Path, RunArchive | Unreadable]]:
+    """Every run folder (`archived_runs`), oldest first, with what `try_load_run` made of it."""
+    return [(folder, try_load_run(folder)) for folder in archived_runs(root)]
+
+
+def readable_runs(root: Path | None = None, out: TextIO | None = None) -> list[tuple[Path, RunArchive]]:
+    """Every run folder that reads as a run, oldest first, with its records; each one that does not is named on
+    `out` (stderr by default) in one line and skipped. The reader for every command that goes over the archive."""
+    kept = []
+    for folder, got in read_runs(root):
+        if isinstance(got, Unreadable):
+            print(got.line(), file=out or sys.stderr)
+        else:
+            kept.append((folder, got))
+    return kept

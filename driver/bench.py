@@ -80,6 +80,7 @@ def run(opts: RunOptions, argv: list[str]) -> Path:
     run_rec = run_rec.model_copy(update={"wall_s": round(phases.wall_s(), 3), "phases_s": phases.snapshot()})
     progress(f"time: {phases.one_line(run_rec.wall_s, run_rec.phases_s)}")
     folder = report.publish(run_rec, meta, thresholds_text, {**figures, **results.extra_files})
+    run_rec = run_rec.model_copy(update={"run_id": folder.name})  # the id write_run claimed (a suffix if taken)
     print(report.compare_markdown(run_rec))
     print(f"archived: {folder}", file=sys.stderr)
     print(history.since_previous(run_rec, limits.noise.min_rel_noise, folder.parent), file=sys.stderr)

@@ -237,25 +237,35 @@ def cmd_index(ns: argparse.Namespace) -> int:
 
     root = paths.results_dir()
     archive.check_writable(root)
+    runs = archive.read_runs(root)
+    readable = [(folder, run) for folder, run in runs if not isinstance(run, archive.Unreadable)]
+    for _folder, run in runs:
+        if isinstance(run, archive.Unreadable):
+            print(run.line(), file=sys.stderr)
     with archive.writing(f"the index of {root}"):
         if ns.rerender:
-            for folder in archive.archived_runs():
-                report.rerender_compare(folder)
-        report.update_index(root)
-    print(f"index: {root / 'README.md'} lists {len(archive.archived_runs())} run(s)")
+            for folder, run in readable:
+                report.rerender_compare(folder, run)
+        report.update_index(root, runs)
+    unreadable = f" ({len(runs) - len(readable)} unreadable, skipped)" if len(readable) < len(runs) else ""
+    print(f"index: {root / 'README.md'} lists {len(runs)} run(s){unreadable}")
     from driver import limits
 
-    if why := limits.why_not_written(archive.archived_runs()):  # the index of a foreign folder, and no more
+    folders = [folder for folder, _run in readable]
+    if why := limits.why_not_written(folders):  # the index of a foreign folder, and no more
         print(f"limits: {limits.TABLE_FILE} left alone: {why}")
         return 0
-    _write_limits()
+    _write_limits(folders)
     return 0
 
 
-def _write_limits() -> bool:
+def _write_limits(folders: list[Path] | None = None) -> bool:
+    """The known-limits table from `folders` (default: every run folder that reads, each other one named)."""
     from driver import archive, limits
 
-    table = limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates()))
+    if folders is None:
+        folders = [folder for folder, _run in archive.readable_runs()]
+    table = limits.markdown(limits.newest(folders, *_limits_gates()))
     with archive.writing(f"the known limits into {limits.TABLE_FILE}",
                          "make it writable, or print the table with `python -m driver limits`"):
         written = limits.write_table(table)
@@ -276,7 +286,8 @@ def cmd_limits(ns: argparse.Namespace) -> int:
             raise ConfigError(f"{limits.TABLE_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
         return 0
-    print(limits.markdown(limits.newest(archive.archived_runs(), *_limits_gates())), end="")
+    folders = [folder for folder, _run in archive.readable_runs()]  # each unreadable one named on stderr
+    print(limits.markdown(limits.newest(folders, *_limits_gates())), end="")
     return 0
 
 

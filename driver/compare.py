@@ -36,12 +36,13 @@ def judge(old: ArchivedRecord, new: ArchivedRecord, min_noise: float) -> tuple[f
     return change, noise, "" if abs(change) <= noise else "slower" if change > 0 else "faster"
 
 
-def _default_pair() -> tuple[Path, Path]:
-    """The newest run and the newest older one on the same device kind."""
-    runs = [(folder, archive.load_run(folder).device.kind) for folder in reversed(archive.archived_runs())]
-    for i, (newer, kind) in enumerate(runs):
-        for older, other in runs[i + 1 :]:
-            if other == kind:
+def _default_pair() -> tuple[RunArchive, RunArchive]:
+    """The newest run and the newest older one on the same device kind; a run folder that does not read is
+    named on stderr and skipped."""
+    runs = [run for _folder, run in reversed(archive.readable_runs())]
+    for i, newer in enumerate(runs):
+        for older in runs[i + 1 :]:
+            if older.device.kind == newer.device.kind:
                 return older, newer
     raise ConfigError(f"no two archived runs on one device kind in {paths.results_dir()}", "name two run folders")
 
@@ -85,8 +86,8 @@ def compare(old: RunArchive, new: RunArchive, min_noise: float) -> tuple[list[st
 def main(run_args: list[str]) -> int:
     if len(run_args) not in (0, 2):
         raise ConfigError(f"compare takes two run folders or none, not {len(run_args)}")
-    a, b = (_resolve(x) for x in run_args) if run_args else _default_pair()
-    old, new = archive.load_run(a), archive.load_run(b)
+    # A run named here that does not read is an error naming it (exit 2); the default pair skips such runs.
+    old, new = (archive.load_run(_resolve(x)) for x in run_args) if run_args else _default_pair()
     if old.device.kind != new.device.kind:
         print(f"warning: comparing {old.device.kind} with {new.device.kind}", file=sys.stderr)
     rows, regressions = compare(old, new, thresholds.load().noise.min_rel_noise)

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError
-
 from driver import archive, paths
 from driver import gates as gating
 from driver import targets as build_targets
@@ -213,10 +211,9 @@ def newest(folders: Iterable[Path], default_noise: float, gates: Thresholds | No
     records judge them today."""
     best: dict[tuple[str, ...], GateState] = {}
     for folder in folders:
-        try:
-            run = archive.load_run(folder)
-        except (OSError, ValidationError):
-            continue  # not a run folder this schema can read; `index` skips it the same way
+        run = archive.try_load_run(folder)
+        if isinstance(run, archive.Unreadable):
+            continue  # the commands name it (archive.readable_runs); `index` skips it the same way
         noise_of = functools.partial(_noise, default=default_noise)
         states = gate_states(run, noise_of(folder))
         if gates is not None:

@@ -348,22 +348,28 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
 
 
 def publish(run: RunArchive, meta: BuildMeta, thresholds_text: str, extra: dict[str, bytes] | None = None) -> Path:
-    """Archive the run with its COMPARE.md (and any plots in `extra`), then refresh the index. A write the
-    machine refuses (a full disk) is one line naming the path (archive.writing), and leaves no part of the run."""
+    """Archive the run with its COMPARE.md (and any plots in `extra`), then refresh the index. The folder's name
+    is the run id `write_run` claimed (the run's own, or with a `-2` suffix where another run took it first);
+    the records and COMPARE.md name that id. A write the machine refuses (a full disk) is one line naming the path
+    (archive.writing), and leaves no part of the run."""
     extra = dict(extra or {})
-    compare = compare_markdown(run, sorted(n for n in extra if n.endswith(".png")))
+
+    def files(claimed: RunArchive) -> dict[str, bytes]:  # rendered with the run id write_run claimed
+        compare = compare_markdown(claimed, sorted(n for n in extra if n.endswith(".png")))
+        return {COMPARE_FILE: compare.encode(), **extra}
+
     root = paths.results_dir()
     with archive.writing(f"the run {run.run_id} into {root}"):
-        folder = archive.write_run(run, meta, thresholds_text, {COMPARE_FILE: compare.encode(), **extra})
+        folder = archive.write_run(run, meta, thresholds_text, files)
     with archive.writing(f"the index of {folder.parent} (the run itself is archived in {folder}; "
                          "`python -m driver index` writes the index again)"):
         update_index(folder.parent)
     return folder
 
 
-def rerender_compare(folder: Path) -> None:
+def rerender_compare(folder: Path, run: RunArchive | None = None) -> None:
     """COMPARE.md is derived from results.json.gz (and the plots beside it): write it again, whole."""
-    run = archive.load_run(folder)
+    run = run or archive.load_run(folder)
     pngs = sorted(p.name for p in folder.glob("*.png"))
     paths.write_atomic(folder / COMPARE_FILE, compare_markdown(run, pngs or None))
 
@@ -385,26 +391,30 @@ def headline(run: RunArchive) -> str:
     return "; ".join(parts).replace("|", "/")
 
 
-def index_markdown(root: Path) -> str:
+def index_markdown(root: Path, runs: list[tuple[Path, RunArchive | archive.Unreadable]] | None = None) -> str:
+    """The index of the run folders in `root` (`runs`: as `archive.read_runs` read them), newest first; a run
+    is linked by its folder's name, and one that does not read as a run is listed with the reason."""
     rows = [generated("driver/report.py (`python -m driver index`)", "the run folders"),
             "# bench_results", "", "Archived runs, newest first. Each folder holds results.json.gz (`zcat`; schema in schema/),",
             "build_meta.json, the thresholds used and COMPARE.md.", "",
             "| run | device | git | headline |", "|---|---|---|---|"]
-    for folder in reversed(archive.archived_runs(root)):
-        try:
-            run = archive.load_run(folder)
-        except ValueError:
+    for folder, run in reversed(archive.read_runs(root) if runs is None else runs):
+        if isinstance(run, archive.Unreadable):
+            rows.append(f"| {folder.name} | - | - | unreadable: {run.reason.replace('|', '/')} |")
             continue
-        rows.append(f"| [{run.run_id}]({run.run_id}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | {headline(run)} |")
+        rows.append(f"| [{folder.name}]({folder.name}/COMPARE.md) | {run.device.kind} | {run.git_sha[:8]} | "
+                    f"{headline(run)} |")
     rows += ["", *history.index_section(root, thresholds.load().noise.min_rel_noise)]
     return "\n".join(rows).rstrip("\n") + "\n"
 
 
-def update_index(root: Path | None = None) -> None:
+def update_index(root: Path | None = None, runs: list[tuple[Path, RunArchive | archive.Unreadable]] | None = None
+                 ) -> None:
     """The index, after the history PNGs its history section links (`<results>/history/`)."""
     root = root or paths.results_dir()
-    history.index_pngs(root, thresholds.load().noise.min_rel_noise)
-    paths.write_atomic(root / INDEX_FILE, index_markdown(root))
+    with archive.locked(root):  # of two runs archived at once, the later index lists both
+        history.index_pngs(root, thresholds.load().noise.min_rel_noise)
+        paths.write_atomic(root / INDEX_FILE, index_markdown(root, runs))
 
 
 def _column_names(runs: list[RunArchive]) -> list[str]:

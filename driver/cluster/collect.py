@@ -1,9 +1,10 @@
 """Collect: finished run folders moved whole into bench_results/, the index, the cross-device table.
 
-A run folder is taken only when its name is final (the archive renames `.tmp-<id>` into
-place last) and its results.json.gz reads as a RunArchive. It is copied to
-`bench_results/.tmp-<id>` and renamed into place, so bench_results/ never holds part of one,
-even when the shared filesystem is another device. Every task that did not complete with
+A run folder is taken only when its name is final (the archive renames its `.tmp-<id>-*` onto it
+last) and its results.json.gz reads as a RunArchive named like the folder. Its name is claimed in
+bench_results/ (an empty folder, as the archive claims one), it is copied to a `.tmp-<id>-*` of its own
+and renamed onto the claim, so bench_results/ never holds part of one, even when the shared filesystem
+is another device. Every task that did not complete with
 exit 0 is reported with its Slurm state, exit code and the tail of its log, and the command
 fails: with the driver's own exit code when every failed task exited with the same one
 (all "no GPU" is exit 5), else as a cluster failure. What the report says is rendered by
@@ -12,6 +13,7 @@ driver/report.py (`cluster_markdown`, `cross_device`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -44,27 +46,33 @@ def move_run(src: Path, root: Path) -> RunArchive:
     Raises ClusterFailed, leaving `root` as it was, when the folder does not read as a run or a different
     run of the same id is already there. A folder collected before (the same records) is not copied twice.
     """
-    try:
-        run = archive.load_run(src)
-    except (OSError, ValueError) as exc:
-        raise ClusterFailed(f"{src} is not a readable run folder: {str(exc).splitlines()[0]}") from None
-    if run.run_id != src.name:
-        raise ClusterFailed(f"{src} holds run {run.run_id}, not {src.name}")
+    run = archive.try_load_run(src)  # a run that reads is named like its folder
+    if isinstance(run, archive.Unreadable):
+        raise ClusterFailed(f"{src} is not a readable run folder: {run.reason}")
     dest = root / src.name
-    if dest.exists():
-        if archive.results_text(dest) != archive.results_text(src):
-            raise ClusterFailed(f"{dest} already holds a different run of the same id; {src} is left where it is")
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir()  # the name claimed, as archive.write_run claims it: nothing else can take it now
+    except FileExistsError:
+        there = archive.try_load_run(dest)
+        if there != run:
+            what = f"a run that does not read ({there.reason})" if isinstance(there, archive.Unreadable) else \
+                "a different run of the same id"
+            raise ClusterFailed(f"{dest} already holds {what}; {src} is left where it is") from None
         shutil.rmtree(src)
         return run
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{src.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp, done = None, False
     try:
-        shutil.copytree(src, tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp = archive.fresh_tmp(root, src.name)
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        os.replace(tmp, dest)  # onto the empty folder claimed above
+        done = True
+    finally:
+        if not done:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                dest.rmdir()  # the claim, while still empty
     shutil.rmtree(src)
     return run
 

@@ -15,10 +15,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from driver import bundle
+from pydantic import ValidationError
+
+from driver import archive, bundle
 from driver.cluster import gpus, slurm
 from driver.config import SUPPORTED_NGPUS
-from driver.errors import ConfigError
+from driver.errors import ConfigError, IOFailed
 from driver.host import git_state, utc_now
 from driver.options import SubmitOptions
 from driver.records import ClusterTask, Submission
@@ -142,4 +144,11 @@ def load(folder: Path) -> Submission:
     if not path.is_file():
         raise ConfigError(f"{folder} is not a submission folder (no {SUBMISSION_FILE})",
                           "give the folder `driver submit` printed")
-    return Submission.model_validate_json(path.read_text())
+    try:
+        return Submission.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise IOFailed(f"cannot read {path}: {archive.os_reason(exc)}",
+                       "check the file's permissions and the disk") from None
+    except ValidationError as exc:
+        raise ConfigError(f"{path} is {archive.validation_reason(exc, 'a submission record')}",
+                          "give the folder `driver submit` printed, or submit again") from None
