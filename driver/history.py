@@ -31,15 +31,10 @@ PNG_FOLDER = "history"  # under the results folder: the PNGs `index` writes and 
 
 def read_run(folder: Path) -> RunArchive | str:
     """The archived run, or in a few words why its records file cannot be read (truncated gzip, not UTF-8, JSON
-    that fails the model, no permission): such a run is skipped and named, never a traceback."""
-    try:
-        return archive.load_run(folder)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{exc.error_count()} field(s) fail the record model, first {where}: {first['msg']}"
-    except (OSError, ValueError, UnicodeDecodeError) as exc:  # UnicodeDecodeError is a ValueError; named anyway
-        return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    that fails the model, records naming another run, no permission): such a run is skipped and named, never a
+    traceback. archive.try_load_run is the one reader every command shares."""
+    run = archive.try_load_run(folder)
+    return run.reason if isinstance(run, archive.Unreadable) else run
 
 
 @dataclass(frozen=True)

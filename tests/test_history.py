@@ -108,7 +108,7 @@ def test_unreadable_run_folders_are_skipped_and_named(three_runs, results_dir, c
     assert "Skipped 3 run folder(s) whose records cannot be read:" in captured.out
     for name in bad:
         assert f"- {name}: " in captured.out and f"history: skipped {name}: " in captured.err
-    assert "- model: " in captured.out and "field(s) fail the record model" in captured.out
+    assert "- model: " in captured.out and "is not a run record" in captured.out
     assert "Traceback" not in captured.err
     report.update_index(results_dir)  # the index's history section names them too
     assert "- truncated: " in (results_dir / "README.md").read_text()
