@@ -5,9 +5,10 @@ whose rc is not an integer, and Ctrl-C in the middle of a run."""
 
 from __future__ import annotations
 
-import _thread
 import json
+import os
 import re
+import signal
 import sys
 import textwrap
 import threading
@@ -180,14 +181,6 @@ def test_a_child_left_behind_without_the_pipes_is_killed_too(tmp_path):
     assert _eventually_gone(int(pidfile.read_text()))
 
 
-def test_a_hang_whose_pipes_are_closed_is_still_timed_out(tmp_path):
-    exe = _exe(tmp_path / "runner", "#!/bin/sh\nexec >/dev/null 2>&1\nsleep 100000\n")
-    start = time.perf_counter()
-    with pytest.raises(KernelFailed, match="hung: no exit within 1 s"):
-        launch.launch([exe], what="runner", timeout_s=1)
-    assert time.perf_counter() - start < 4
-
-
 def test_a_worker_that_exits_leaving_a_child_on_its_output_is_a_death_not_a_hang(tmp_path):
     pidfile = tmp_path / "child.pid"
     cmd = _worker(tmp_path, f"""
@@ -205,13 +198,17 @@ def test_a_worker_that_exits_leaving_a_child_on_its_output_is_a_death_not_a_hang
 
 # ------------------------------------------------------------------ output without end
 
-@pytest.mark.parametrize("stream, redirect", [("stdout", ""), ("stderr", " 1>&2")])
-def test_output_without_end_is_capped_and_the_tree_killed(tmp_path, stream, redirect):
-    exe = _exe(tmp_path / "runner", f"#!/bin/sh\nyes{redirect}\n")
-    start = time.perf_counter()
-    with pytest.raises(KernelFailed, match=f"runner printed more than 64 MiB on {stream} \\(the cap of a run's output"):
-        launch.launch([exe], what="runner", timeout_s=30)
-    assert time.perf_counter() - start < 20
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_output_without_end_is_capped_and_the_tree_killed(tmp_path, monkeypatch, stream):
+    monkeypatch.setattr(launch, "MAX_OUTPUT_BYTES", 2**20)  # 64 MiB in use; 1 MiB here (and a bounded rate)
+    exe = _py_exe(tmp_path / "runner", f"""
+        import sys, time
+        while True:
+            sys.{stream}.buffer.write(b"y" * 65536)
+            time.sleep(0.001)
+    """)
+    with pytest.raises(KernelFailed, match=f"runner printed more than 1 MiB on {stream} \\(the cap of a run's output"):
+        launch.launch([exe], what="runner", timeout_s=3)
 
 
 def test_a_worker_printing_without_end_is_capped(tmp_path, monkeypatch):
@@ -219,9 +216,10 @@ def test_a_worker_printing_without_end_is_capped(tmp_path, monkeypatch):
     cmd = _worker(tmp_path, f"""
         while True:
             print({LINE!r})
+            time.sleep(0.0001)
     """)
     with Pool() as pool, pytest.raises(KernelFailed, match=r"more than 1 MiB .*the cap of a case's output"):
-        pool.run(served(cmd, ["x"]), SdpaLine, what="case", timeout_s=20)
+        pool.run(served(cmd, ["x"]), SdpaLine, what="case", timeout_s=3)
 
 
 # ------------------------------------------------------------------ the end line
@@ -298,14 +296,15 @@ def test_a_death_by_a_signal_without_a_name_is_one_line(tmp_path):
         launch.launch([exe], what="runner", timeout_s=3)
 
 
-def test_ctrl_c_during_a_run_kills_its_session(tmp_path):
+def test_ctrl_c_while_a_child_of_an_exited_executable_holds_its_output_kills_the_child(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "PIPE_GRACE_S", 30.0, raising=False)  # so that Ctrl-C comes while the launch waits on the pipes
     pidfile = tmp_path / "child.pid"
-    exe = _exe(tmp_path / "runner", f"#!/bin/sh\nsleep 100000 &\necho $! > {pidfile}\nwait\n")
-    timer = threading.Timer(0.5, _thread.interrupt_main)
+    exe = _exe(tmp_path / "runner", f"#!/bin/sh\nsleep 100000 &\necho $! > {pidfile}\nexit 0\n")
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # Ctrl-C
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_process([exe], timeout_s=30)
+            run_process([exe], timeout_s=60)
     finally:
         timer.cancel()
     assert _eventually_gone(int(pidfile.read_text()))
