@@ -258,9 +258,8 @@ def cannot_start(exc: OSError, cmd: Sequence[str]) -> tuple[str, str]:
             return f"{path} is a folder, not a program", rebuild
         return f"{path} is not executable", f"no execute permission: `chmod +x {path}`, or {rebuild}"
     if exc.errno == errno.ENOEXEC:
-        return (f"{path} is not a program the system can run",
-                f"Exec format error: a binary for another machine, a truncated one, or a script without a #! line; "
-                f"{rebuild}")
+        why = "Exec format error: a binary for another machine, a truncated one, or a script without a #! line"
+        return f"{path} is not a program the system can run", f"{why}; {rebuild}"
     return f"{path} cannot start: {exc.strerror or exc}", rebuild
 
 

@@ -36,13 +36,23 @@ from pydantic import BaseModel
 
 from driver import phases
 from driver.errors import ConfigError, DriverError, KernelFailed
-from driver.launch import (MAX_OUTPUT_BYTES, PIPE_GRACE_S, error_line, exit_error, exited, kill_session, mib,
-                           signal_name, start_process)
+from driver.launch import (
+    MAX_OUTPUT_BYTES,
+    PIPE_GRACE_S,
+    error_line,
+    exit_error,
+    exited,
+    kill_session,
+    mib,
+    signal_name,
+    start_process,
+)
 from driver.parse import launch_lines, parse_lines
 
 M = TypeVar("M", bound=BaseModel)
 SERVE_FLAG = "--serve"
 READY, END = "worker_ready", "worker_end"
+MALFORMED = "malformed"
 RESTARTS = 1  # a worker that dies mid-case is started again this many times, then its cases fail at once
 STDERR_LINE_BYTES = 2**16  # a longer stderr line is kept as several (the tail holds 200 of them)
 EXIT_WAIT_S = 5.0  # after a worker's output ended: how long it may take to exit before it is killed
@@ -227,11 +237,7 @@ class Worker:
 
     def _wait_ready(self, deadline: float, what: str) -> None:
         line, _ = self._next(deadline, what)
-        try:
-            ready = _kind(line)[0] == READY
-        except ValueError:
-            ready = False
-        if not ready:
+        if _kind(line)[0] != READY:
             self.kill()
             raise KernelFailed(f"{what}: worker {self.name} did not start with a ready line, it printed {line[:200]!r}",
                                "rebuild the executables (python -m driver build)")
@@ -266,10 +272,13 @@ class Worker:
             case_bytes += size
             if case_bytes > MAX_OUTPUT_BYTES:
                 self.kill()
-                raise KernelFailed(f"worker {self.name} printed more than {mib(MAX_OUTPUT_BYTES)} in {what} (the cap of "
-                                   f"a case's output); its process tree was killed", f"worker: {' '.join(self.server)}")
+                raise KernelFailed(f"worker {self.name} printed more than {mib(MAX_OUTPUT_BYTES)} in {what} (the cap "
+                                   f"of a case's output); its process tree was killed",
+                                   f"worker: {' '.join(self.server)}")
             try:
                 kind, data = _kind(line)
+                if kind == MALFORMED:
+                    raise ValueError("not a JSON object")
                 end = end_line(data) if kind == END else None
             except ValueError as exc:
                 self.kill()
@@ -294,14 +303,14 @@ def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
 
 
 def _kind(line: str) -> tuple[str, dict]:
-    """READY, END (an object with a worker_end key: `end_line` checks it) or "result", and the object;
-    ValueError where the line is not a JSON object."""
+    """READY, END (an object with a worker_end key: `end_line` checks it), "result", or MALFORMED (not a JSON
+    object), and the object."""
     try:
         data = json.loads(line)
-    except (ValueError, RecursionError):
-        raise ValueError("not a JSON object") from None
+    except (ValueError, RecursionError):  # RecursionError: [[[[... nested too deep
+        return MALFORMED, {}
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        return MALFORMED, {}
     if END in data:
         return END, data
     if data.get(READY) is True:
