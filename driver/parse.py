@@ -32,7 +32,7 @@ def parse_lines(stdout: str, model: type[M], *, what: str) -> list[M]:
             if not isinstance(data, dict):
                 raise TypeError("not a JSON object")
             records.append(model.model_validate(data))
-        except (ValueError, TypeError, ValidationError) as exc:
+        except (ValueError, TypeError, ValidationError, RecursionError) as exc:  # ([[[...: too deep)
             first = str(exc).splitlines()
             brief = "; ".join(s.strip() for s in first[:3])
             raise KernelFailed(f"malformed output from {what}, line {lineno}: {brief}", f"line: {line[:200]!r}") from None

@@ -11,18 +11,19 @@ output stays the contract (docs/BUILD.md, "Kernel executable interface"):
     worker -> driver   {...result line...}                   what the one-shot run prints, per result
     worker -> driver   {"worker_end":true,"rc":0,"error":""} the one-shot exit code and `error:` text
 
-A case that does not answer within its timeout has its worker's process tree killed (`KernelFailed`,
-as `launch` does for a one-shot hang); a worker that dies mid-case fails that case with the reason and
-is started again, once, for the next case; a line that is not JSON, or the stream ending without an
-end line, is a `KernelFailed` naming the worker and the case. An rc of 2/3/4/5 maps to the same error
-classes as a one-shot exit code.
+A case that does not answer within its timeout has its worker's process tree and session killed
+(`KernelFailed`, as `launch` does for a one-shot hang); a worker that dies mid-case (or exits while a child
+of it still holds its output) fails that case with the reason and is started again, once, for the next
+case; a line that is not JSON, not UTF-8, or an end line not exactly of the form above (`end_line`: rc
+an integer, not `true`), more than `launch.MAX_OUTPUT_BYTES` of output in a case, or the stream ending
+without an end line, is a `KernelFailed` naming the worker and the case. An rc of 2/3/4/5 maps to the
+same error classes as a one-shot exit code.
 """
 
 from __future__ import annotations
 
 import json
 import queue
-import signal
 import subprocess
 import threading
 import time
@@ -35,13 +36,26 @@ from pydantic import BaseModel
 
 from driver import phases
 from driver.errors import ConfigError, DriverError, KernelFailed
-from driver.launch import error_line, exit_error, kill_tree, start_process
+from driver.launch import (
+    MAX_OUTPUT_BYTES,
+    PIPE_GRACE_S,
+    error_line,
+    exit_error,
+    exited,
+    kill_session,
+    mib,
+    signal_name,
+    start_process,
+)
 from driver.parse import launch_lines, parse_lines
 
 M = TypeVar("M", bound=BaseModel)
 SERVE_FLAG = "--serve"
 READY, END = "worker_ready", "worker_end"
+MALFORMED = "malformed"
 RESTARTS = 1  # a worker that dies mid-case is started again this many times, then its cases fail at once
+STDERR_LINE_BYTES = 2**16  # a longer stderr line is kept as several (the tail holds 200 of them)
+EXIT_WAIT_S = 5.0  # after a worker's output ended: how long it may take to exit before it is killed
 
 
 @dataclass(frozen=True)
@@ -70,12 +84,40 @@ def served(cmd: Sequence[str], args: Sequence[str], one_shot: Sequence[str] | No
     return Served((*cmd, SERVE_FLAG), tuple(args), tuple(one_shot) if one_shot is not None else None, serve)
 
 
+@dataclass(frozen=True)
+class WorkerEnd:
+    """A case's end line: the exit code the one-shot run would have had, and its `error:` text."""
+
+    rc: int
+    error: str
+
+
+def end_line(data: dict) -> WorkerEnd:
+    """The end line `{"worker_end":true,"rc":RC,"error":"MSG"}`, checked strictly: exactly these keys, rc an
+    integer (not `true`), the error text a string; anything else raises ValueError."""
+    rc, error = data.get("rc"), data.get("error")
+    if data.get(END) is not True or set(data) != {END, "rc", "error"} or type(rc) is not int or type(error) is not str:
+        raise ValueError('an end line is {"worker_end":true,"rc":<integer>,"error":"<text>"}')
+    return WorkerEnd(rc, error)
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """A stdout line the reader thread could not pass on: not UTF-8, or past the output cap."""
+
+    reason: str
+    line: str
+
+
 @dataclass
 class _Stream:
     """A reader thread per pipe, so every wait has a timeout and a full pipe never blocks the worker."""
 
-    lines: queue.Queue = field(default_factory=queue.Queue)  # stdout lines; None at EOF
+    # stdout: (line, its size in bytes) each, a _Fault (then nothing more), None at EOF
+    lines: queue.Queue = field(default_factory=queue.Queue)
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=200))
+    queued_bytes: int = 0  # read from stdout, not yet taken by a case (a worker printing between cases)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Worker:
@@ -103,62 +145,99 @@ class Worker:
 
     @staticmethod
     def _pump_out(pipe, stream: _Stream) -> None:
-        for line in pipe:
-            stream.lines.put(line.rstrip("\n"))
+        """stdout, line by line; a line that is not UTF-8, or more output than the cap waiting, ends the reading
+        with a _Fault (the case that reads it kills the worker)."""
+        while raw := pipe.readline(MAX_OUTPUT_BYTES + 1):
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with stream.lock:
+                stream.queued_bytes += len(raw)
+                over = stream.queued_bytes > MAX_OUTPUT_BYTES
+            if over:
+                stream.lines.put(_Fault(f"more than {mib(MAX_OUTPUT_BYTES)} of output (the cap of a case's output)",
+                                        text))
+                return
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                stream.lines.put(_Fault("not UTF-8 text", text))
+                return
+            stream.lines.put((text, len(raw)))
         stream.lines.put(None)
 
     @staticmethod
     def _pump_err(pipe, stream: _Stream) -> None:
-        for line in pipe:
-            stream.stderr_tail.append(line.rstrip("\n"))
+        while raw := pipe.readline(STDERR_LINE_BYTES):
+            stream.stderr_tail.append(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and not exited(self.proc)
 
     def close(self) -> None:
         """End of input, then a short wait; a worker that does not leave is killed with its tree."""
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
-        if proc.poll() is None:
+        if not exited(proc):
             try:
                 proc.stdin.close()
-                proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except OSError:
                 pass
-        kill_tree(proc.pid)
+            _wait_exit(proc, 10.0)
+        kill_session(proc)  # one that stayed, and whatever it left behind
         proc.wait()
 
     def kill(self) -> None:
         if self.proc is not None:
-            kill_tree(self.proc.pid)
+            kill_session(self.proc)
             self.proc.wait()
             self.proc = None
 
     # ------------------------------------------------------------------ one case
-    def _next(self, deadline: float, what: str) -> str:
-        try:
-            line = self.stream.lines.get(timeout=max(deadline - time.perf_counter(), 0.0))
-        except queue.Empty:
-            self.kill()
-            raise KernelFailed(f"{what} hung: no answer from worker {self.name} in time; its process tree was killed",
-                               f"worker: {' '.join(self.server)}") from None
-        if line is None:
+    def _next(self, deadline: float, what: str) -> tuple[str, int]:
+        """The next stdout line and its size in bytes; a hang, a death (also a worker that exited while a child
+        holds its output: after PIPE_GRACE_S) or a line the reader refused raise KernelFailed."""
+        gone_at: float | None = None
+        while True:
+            now = time.perf_counter()
+            try:
+                item = self.stream.lines.get(timeout=max(min(deadline - now, 0.25), 0.0))
+                break
+            except queue.Empty:
+                pass
+            if self.proc is not None and exited(self.proc):
+                gone_at = gone_at or now
+                if now - gone_at >= PIPE_GRACE_S:
+                    raise self._died(what) from None
+            elif now >= deadline:
+                self.kill()
+                raise KernelFailed(f"{what} hung: no answer from worker {self.name} in time; its process tree was "
+                                   f"killed", f"worker: {' '.join(self.server)}") from None
+        if item is None:
             raise self._died(what)
-        return line
+        if isinstance(item, _Fault):
+            self.kill()
+            raise KernelFailed(f"malformed output from worker {self.name} in {what}: {item.reason}; its process tree "
+                               f"was killed", f"line: {item.line[:200]!r}")
+        with self.stream.lock:
+            self.stream.queued_bytes -= item[1]
+        return item
 
     def _died(self, what: str) -> KernelFailed:
-        proc = self.proc
-        code = proc.wait(timeout=30) if proc is not None else None
-        self.proc = None
+        proc, self.proc = self.proc, None
         self.deaths += 1
-        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited {code}")
+        how = "exited None"
+        if proc is not None:
+            left = _wait_exit(proc, EXIT_WAIT_S)
+            kill_session(proc)  # what it left behind (a child holding its output), or itself if it stays
+            code = proc.wait()
+            how = ("closed its output and was killed" if not left else
+                   f"killed by {signal_name(-code)}" if code < 0 else f"exited {code}")
         tail = error_line(list(self.stream.stderr_tail))
         return KernelFailed(f"{what}: worker {self.name} {how} mid-case: {tail}", f"worker: {' '.join(self.server)}")
 
     def _wait_ready(self, deadline: float, what: str) -> None:
-        line = self._next(deadline, what)
-        if _kind(line) != READY:
+        line, _ = self._next(deadline, what)
+        if _kind(line)[0] != READY:
             self.kill()
             raise KernelFailed(f"{what}: worker {self.name} did not start with a ready line, it printed {line[:200]!r}",
                                "rebuild the executables (python -m driver build)")
@@ -170,7 +249,7 @@ class Worker:
         if not args:  # an empty line is no case to a worker: it would wait for the next line forever
             raise ConfigError(f"{what}: a case for worker {self.name} needs at least one argument")
         if self.proc is None or not self.alive():
-            if self.proc is not None and self.proc.poll() is not None and not self.ready:
+            if self.proc is not None and not self.ready:
                 self.deaths += 1  # it left before its ready line
             if self.deaths > RESTARTS:
                 raise KernelFailed(f"{what}: worker {self.name} died {self.deaths} times; its cases are not run",
@@ -181,44 +260,62 @@ class Worker:
         if not self.ready:
             self._wait_ready(deadline, what)
         try:
-            self.proc.stdin.write("\t".join(args) + "\n")
+            self.proc.stdin.write(("\t".join(args) + "\n").encode("utf-8", errors="surrogateescape"))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died(what) from None
         self.cases += 1
         results: list[str] = []
+        case_bytes = 0
         while True:
-            line = self._next(deadline, what)
-            kind = _kind(line)
-            if kind == END:
-                break
-            if kind == "malformed":
+            line, size = self._next(deadline, what)
+            case_bytes += size
+            if case_bytes > MAX_OUTPUT_BYTES:
                 self.kill()
-                raise KernelFailed(f"malformed output from worker {self.name} in {what}: not a JSON object",
-                                   f"line: {line[:200]!r}")
+                raise KernelFailed(f"worker {self.name} printed more than {mib(MAX_OUTPUT_BYTES)} in {what} (the cap "
+                                   f"of a case's output); its process tree was killed",
+                                   f"worker: {' '.join(self.server)}")
+            try:
+                kind, data = _kind(line)
+                if kind == MALFORMED:
+                    raise ValueError("not a JSON object")
+                end = end_line(data) if kind == END else None
+            except ValueError as exc:
+                self.kill()
+                raise KernelFailed(f"malformed output from worker {self.name} in {what}: {exc}",
+                                   f"line: {line[:200]!r}") from None
+            if end is not None:
+                break
             results.append(line)
-        end = json.loads(line)
-        rc, message = end.get("rc"), str(end.get("error") or "")
-        if not isinstance(rc, int):
-            self.kill()
-            raise KernelFailed(f"malformed end line from worker {self.name} in {what}", f"line: {line[:200]!r}")
-        if rc != 0:
-            raise _rc_error(rc, what, message or error_line(list(self.stream.stderr_tail)), self.server)
+        if end.rc != 0:
+            raise _rc_error(end.rc, what, end.error or error_line(list(self.stream.stderr_tail)), self.server)
         return parse_lines("\n".join(results), model, what=f"{what} (worker {self.name})")
 
 
-def _kind(line: str) -> str:
+def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for the process to exit, without reaping it (launch.exited); True if it did."""
+    end = time.perf_counter() + timeout_s
+    while not exited(proc):
+        if time.perf_counter() >= end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _kind(line: str) -> tuple[str, dict]:
+    """READY, END (an object with a worker_end key: `end_line` checks it), "result", or MALFORMED (not a JSON
+    object), and the object."""
     try:
         data = json.loads(line)
-    except ValueError:
-        return "malformed"
+    except (ValueError, RecursionError):  # RecursionError: [[[[... nested too deep
+        return MALFORMED, {}
     if not isinstance(data, dict):
-        return "malformed"
-    if data.get(END) is True:
-        return END
+        return MALFORMED, {}
+    if END in data:
+        return END, data
     if data.get(READY) is True:
-        return READY
-    return "result"
+        return READY, data
+    return "result", data
 
 
 def _rc_error(rc: int, what: str, message: str, server: Sequence[str]) -> DriverError:

@@ -73,7 +73,7 @@ def serve(main: Callable[[list[str]], None], *, prefix: list[str] | None = None,
         try:
             main([*(prefix or []), *line.split("\t")])
         except SystemExit as exc:
-            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            rc = int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 1)  # True: 1
         except Exception as exc:  # noqa: BLE001 - a crash of the case: its reason, the worker lives on
             traceback.print_exc()
             tee.last_error = tee.last_error or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
