@@ -38,8 +38,8 @@ DRIVER_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {
 
 def with_statistics(data: dict, model: type[BaseModel]) -> dict:
     """A timing line's fields with the driver's statistics of its `samples_us` (driver/stats.py) and what follows
-    from its p50. A line without samples (an older capture, null or absent) is returned as it is; ValueError for one that
-    brings its own statistics, or samples that are not a list of finite non-negative times."""
+    from its p50. A line without samples (an older capture, null or absent) is returned as it is; ValueError for
+    one that brings its own statistics, or samples that are not a list of finite non-negative times."""
     computed = DRIVER_FIELDS.get(model)
     if computed is None or data.get("samples_us") is None:  # an older line (or its record, dumped): as it is
         return data

@@ -210,7 +210,7 @@ class AllreduceLine(Record):
     # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the torch-driven peers).
     timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
-    timed: bool = True  # False: ours was wrong, so nothing was timed (no samples, p50 etc. are 0); a peer is timed anyway
+    timed: bool = True  # False: ours was wrong, nothing was timed (no samples, p50 etc. 0); a peer is timed anyway
     # p50_us .. busbw_gbps: the driver's, from samples_us (below); a line from before 2026-11-28: its executable's
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
