@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator, model_validator
 
+from driver.stats import Estimator
+
 # 2: verdicts say "not_measured" (was "skip"), runs carry their gates, stress lines hold null (never 0)
 # for what a check did not measure. Version-1 results still load (see Verdict.status).
 # 3 (2026-11-26): SDPA lines carry their precision tier (`precision`, the peers' words moved to `arithmetic`),
@@ -19,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 # ArchivedRecord fill the new fields from what old lines say).
 # 4 (2026-11-27): timed SDPA records carry the SM clock and power while they were timed (`clock`,
 # driver/clocks.py); older results load with it null.
-SCHEMA_VERSION = 4
+# 5 (2026-11-28): allreduce and SDPA lines carry their raw timing samples (`samples_us`); the driver alone computes
+# p50/p90/min/mean from them (driver/stats.py, one estimator) and says which (`estimator`) over how many (`samples`).
+# Older results load with the three null: their statistics are their executable's own.
+SCHEMA_VERSION = 5
 
 
 class Record(BaseModel):
@@ -217,13 +222,21 @@ class AllreduceLine(Record):
     # "graph": `batch` iterations captured in a CUDA graph, one event pair per replay (the torch-driven peers).
     timing: Literal["device", "host", "graph"] = "host"
     hold_overruns: NonNegativeInt = 0  # device timing: iterations whose launches outlasted the stream hold
-    timed: bool = True  # False: ours was wrong, so nothing was timed (p50 etc. are 0); a peer is timed anyway
+    timed: bool = True  # False: ours was wrong, nothing was timed (no samples, p50 etc. 0); a peer is timed anyway
+    # p50_us .. busbw_gbps: the driver's, from samples_us (below); a line from before 2026-11-28: its executable's
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     min_us: NonNegativeFloat
     mean_us: NonNegativeFloat
     algbw_gbps: NonNegativeFloat
     busbw_gbps: NonNegativeFloat
+    # The raw timing samples in microseconds, as the executable measured them (cold: one per launch; hot: one per
+    # batch, the batch's time / `batch`). The statistics around them are the driver's, never the executable's:
+    # parse.parse_lines computes them from these by driver/stats.py and names the estimator and the sample count.
+    # None (all three): a line from before 2026-11-28, whose statistics its executable computed by its own rule.
+    samples_us: list[NonNegativeFloat] | None = None
+    estimator: Estimator | None = None
+    samples: NonNegativeInt | None = None
     max_abs_err: NonNegativeFloat | None  # None (JSON null): some output was NaN or infinite
     # Elements failing a property required of this impl: out_of_bound + rank_mismatch, and for ours also
     # run_to_run_mismatch. Lines from before 2026-11-26 counted elements outside an ad-hoc tolerance plus
@@ -246,6 +259,20 @@ class AllreduceLine(Record):
     same_bits_every_run: bool | None = None
     runs_compared: NonNegativeInt = 0
     run_to_run_mismatch: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _samples(self) -> AllreduceLine:
+        _samples_consistent(self)
+        return self
+
+
+def _samples_consistent(line: AllreduceLine | SdpaLine) -> None:
+    """Raw samples come with the driver's estimator and their count; a line without them names neither."""
+    if line.samples_us is None:
+        if line.estimator is not None or line.samples is not None:
+            raise ValueError("estimator or samples given without samples_us")
+    elif line.estimator is None or line.samples != len(line.samples_us):
+        raise ValueError("samples_us without the driver's estimator and sample count (parse.parse_lines adds them)")
 
 
 # The SDPA precision tiers (docs/SDPA.md; config.PRECISIONS): fp16 = K/V decoded to fp16, fp16 MMA with fp32
@@ -273,12 +300,20 @@ class SdpaLine(Record):
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
     iters: NonNegativeInt
     warmup: NonNegativeInt
+    # p50_us .. tflops: the driver's, from samples_us (below); a line from before 2026-11-28: its executable's
     p50_us: NonNegativeFloat
     p90_us: NonNegativeFloat
     mean_us: NonNegativeFloat
     std_us: NonNegativeFloat
     min_us: NonNegativeFloat
     tflops: NonNegativeFloat
+    # The raw timing samples in microseconds, as the executable measured them (cold: one per launch; hot: one per
+    # batch, the batch's time / `batch`). The statistics around them are the driver's, never the executable's:
+    # parse.parse_lines computes them from these by driver/stats.py and names the estimator and the sample count.
+    # None (all three): a line from before 2026-11-28, whose statistics its executable computed by its own rule.
+    samples_us: list[NonNegativeFloat] | None = None
+    estimator: Estimator | None = None
+    samples: NonNegativeInt | None = None
     # Diagnostics, present only when the runner was asked for them:
     ablate: Literal["none", "no_compute", "no_loads"] = "none"  # --ablate: the output is NOT a result
     split: int | None = Field(default=None, ge=1)  # --split: KV groups per block
@@ -333,6 +368,11 @@ class SdpaLine(Record):
         if want is not None and self.precision != want:
             what = f"kernel {self.kernel}" if self.impl not in SDPA_PEER_PRECISION else f"peer {self.impl}"
             raise ValueError(f"precision {self.precision!r} but {what} computes in the {want} tier")
+        return self
+
+    @model_validator(mode="after")
+    def _samples(self) -> SdpaLine:
+        _samples_consistent(self)
         return self
 
 

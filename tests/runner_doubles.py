@@ -50,8 +50,7 @@ def case(argv):
                       "bytes": n, "elements": n // esize, "iters": int(args.get("--iters", "50")),
                       "warmup": int(args.get("--warmup", "10")), "timing": args.get("--timing", "host"),
                       "batch": int(args.get("--batch", "1")),
-                      "p50_us": t, "p90_us": t * 1.05, "min_us": t * 0.95, "mean_us": t, "algbw_gbps": n / t / 1e3,
-                      "busbw_gbps": n / t / 1e3, "max_abs_err": err, "wrong": wrong,
+                      "samples_us": [t * 0.95, t, t, t * 1.05], "max_abs_err": err, "wrong": wrong,
                       "checked": args.get("--check", "0") == "1", "checked_iters": 1, **{extra!r}}}), flush=True)
 """ + "{serve}"
 
@@ -94,8 +93,7 @@ def case(argv):
     p50 = {p50!r}
     print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "kernel": KERNEL[precision], "precision": precision,
                       "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
-                      "warmup": 0, "p50_us": p50, "p90_us": p50 * 1.05, "mean_us": p50, "std_us": 0.1,
-                      "min_us": p50 * 0.95, "tflops": 1.0, "timing": args.get("--timing", "cold"),
+                      "warmup": 0, "samples_us": [p50 * 0.95, p50, p50, p50 * 1.05], "timing": args.get("--timing", "cold"),
                       "batch": int(args.get("--batch", "1")), "soak_launches": int(args.get("--soak", "0")),
                       "soak_streams": int(args.get("--streams", "1"))}}), flush=True)
 """ + "{serve}"

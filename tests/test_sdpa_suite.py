@@ -89,8 +89,8 @@ def case(argv):
         out = out + 0.01
     np.save(args["--out"], out.astype(np.float16))
     print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "shape": list(q.shape), "iters": 20, "warmup": 0,
-                      "p50_us": 9.0, "p90_us": 9.5, "mean_us": 9.1, "std_us": 0.1, "min_us": 8.9, "tflops": 1.0,
-                      "timing": args["--timing"], "precision": {tier!r}, "arithmetic": "q e4m3, P e4m3",
+                      "samples_us": [8.9, 9.0, 9.5], "timing": args["--timing"], "precision": {tier!r},
+                      "arithmetic": "q e4m3, P e4m3",
                       "peer_version": "test"}}), flush=True)
 """
 
@@ -137,7 +137,9 @@ min_ratio = 0.9
             assert "reported, not gated" in peer.correctness.reasons[0]
             assert "arithmetic: q e4m3, P e4m3" in peer.correctness.reasons
             assert peer.max_abs_err == pytest.approx(0.01, abs=2e-3) and peer.rel_l2 > 0
-            assert peer.tensor_frac == pytest.approx(1.0 / (989.0 if tier == "fp16" else 1979.0))
+            b, h, n, d = peer.measurement.shape  # TF/s: the driver's, from the p50 of the samples (9.0 us)
+            assert peer.measurement.tflops == pytest.approx(4 * b * h * n * n * d / 9.0e-6 / 1e12)
+            assert peer.tensor_frac == pytest.approx(peer.measurement.tflops / (989.0 if tier == "fp16" else 1979.0))
         # checked on the other distribution too, from the same inputs, not timed there
         other = by[(impl, tier, "large_logits_4", None)]
         assert not other.round_p50_us and other.rel_l2 > 0 and other.max_abs_rel > 0
@@ -147,8 +149,10 @@ min_ratio = 0.9
             assert by[(impl, tier, "normal", "cold")].measurement.kernel == \
                 {"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}[tier]
             assert by[(impl, tier, "large_logits_4", None)].passed
-            assert by[(impl, tier, "normal", "hot")].tensor_frac == pytest.approx(
-                1.0 / (989.0 if tier == "fp16" else 1979.0))  # the double's 1 TFLOP/s of the tier's H100 peak
+            hot = by[(impl, tier, "normal", "hot")]  # the double's samples: p50 10 us
+            b, h, n, d = hot.measurement.shape
+            assert hot.measurement.tflops == pytest.approx(4 * b * h * n * n * d / 10.0e-6 / 1e12)
+            assert hot.tensor_frac == pytest.approx(hot.measurement.tflops / (989.0 if tier == "fp16" else 1979.0))
             assert by[(impl, tier, "large_logits_4", None)].tensor_frac is None  # not timed
     ran = calls(log)
     assert {c[c.index("--precision") + 1] for c in ran} == {"fp16", "fp8"}

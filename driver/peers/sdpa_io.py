@@ -170,14 +170,12 @@ def write_out(path: str | None, out: np.ndarray) -> None:
 def emit(impl: str, shape: tuple[int, int, int, int], times_us: list[float], ns: argparse.Namespace, *,
          batch: int, flush_bytes: int, arithmetic: str, version: str) -> None:
     """Print the peer's SdpaLine: in its precision tier (records.SDPA_PEER_PRECISION), `arithmetic` saying
-    in words what its numbers are made of."""
-    t = np.sort(np.asarray(times_us, dtype=np.float64))
+    in words what its numbers are made of. `times_us`: the raw samples in the order timed (per launch; hot: a
+    replay's time / its launches); the driver computes every statistic from them (driver/stats.py)."""
     b, h, s, d = shape
-    p50 = float(np.percentile(t, 50))
     print(json.dumps({
         "suite": "sdpa", "impl": impl, "shape": [b, h, s, d], "iters": ns.iters, "warmup": ns.warmup,
-        "p50_us": p50, "p90_us": float(np.percentile(t, 90)), "mean_us": float(t.mean()), "std_us": float(t.std()),
-        "min_us": float(t[0]), "tflops": 4 * b * h * s * s * d / (p50 * 1e-6) / 1e12,
+        "samples_us": [float(t) for t in times_us],
         "timing": ns.timing, "batch": batch, "l2_flush_bytes": flush_bytes,
         "precision": SDPA_PEER_PRECISION[impl], "arithmetic": arithmetic, "peer_version": version,
     }), flush=True)

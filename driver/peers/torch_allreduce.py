@@ -244,18 +244,15 @@ def merge_checks(per_rank: list[dict]) -> dict:
 
 def line(ns: argparse.Namespace, impl: str, nbytes: int, elements: int, per_iter: list[float], check: dict) -> dict:
     """The JSON line every allreduce executable prints (records.AllreduceLine); `check` is `merge_checks`'s.
-    Same bits every run is not recorded for these peers (a peer need not sum in a fixed order)."""
-    per_iter = sorted(per_iter) or [0.0]
-    p50 = per_iter[len(per_iter) // 2]
-    algbw = nbytes / (p50 * 1e-6) / 1e9 if p50 > 0 else 0.0
+    Same bits every run is not recorded for these peers (a peer need not sum in a fixed order). `per_iter`: the raw
+    samples in the order timed, per collective (hot: a replay's time / its collectives); the driver computes every
+    statistic from them (driver/stats.py)."""
     return {
         "suite": "allreduce", "impl": impl, "kernel_requested": impl, "kernel_selected": impl,
         "kernel_confirmed": impl, "dtype": ns.dtype, "ngpus": ns.ngpus, "bytes": nbytes,
         "elements": elements, "iters": ns.iters, "warmup": ns.warmup, "batch": 1 if ns.timing == "cold" else ns.batch,
-        "timing": LINE_METHOD[ns.timing], "hold_overruns": 0, "p50_us": p50,
-        "p90_us": per_iter[min(len(per_iter) - 1, int(len(per_iter) * 0.9))], "min_us": per_iter[0],
-        "mean_us": sum(per_iter) / len(per_iter), "algbw_gbps": algbw,
-        "busbw_gbps": algbw * 2 * (ns.ngpus - 1) / ns.ngpus, **check, "checked": bool(ns.check),
+        "timing": LINE_METHOD[ns.timing], "hold_overruns": 0, "samples_us": [float(t) for t in per_iter],
+        **check, "checked": bool(ns.check),
     }
 
 

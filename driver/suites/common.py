@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from driver import phases
+from driver import phases, stats
 from driver.errors import ConfigError, KernelFailed
 from driver.options import RunOptions
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
@@ -82,12 +82,8 @@ def progress(what: str, *, step: bool = False) -> None:
 
 
 def spread(p50s: list[float]) -> float:
-    """(max - min) / median of the per-round p50s; 0 with one round."""
-    if len(p50s) < 2:
-        return 0.0
-    ordered = sorted(p50s)
-    mid = ordered[len(ordered) // 2]
-    return (ordered[-1] - ordered[0]) / mid if mid > 0 else 0.0
+    """(max - min) / p50 of the per-round p50s (driver/stats.py); 0 with one round."""
+    return stats.spread(p50s)
 
 
 @dataclass
@@ -106,7 +102,8 @@ class Samples(Generic[L]):
             self.windows.setdefault(key, []).append(window)
 
     def representative(self, key: Hashable) -> tuple[L, list[float]]:
-        """The round with the median p50, and every round's p50."""
+        """The round with the median p50 (of an even count, the lower middle one: a round that ran), and every
+        round's p50."""
         lines = self.by_key[key]
         ordered = sorted(lines, key=lambda ln: ln.p50_us)
         return ordered[(len(ordered) - 1) // 2], [ln.p50_us for ln in lines]
@@ -151,6 +148,8 @@ def interleaved(
                     t0 = time.time()
                     lines = pool.run(cmd, model, what=what, timeout_s=timeout_s)
                     window = (t0, time.time())
+                for line in lines:
+                    check_samples(what, line)
                 keyed = [(key(cmd_key, line), line) for line in lines]
             except (KernelFailed, ConfigError) as exc:
                 if cmd_key not in peers:
@@ -169,6 +168,14 @@ def interleaved(
 
 def _name(cmd_key: Hashable) -> str:
     return " ".join(map(str, cmd_key)) if isinstance(cmd_key, tuple) else str(cmd_key)
+
+
+def check_samples(what: str, line: object) -> None:
+    """A timed line must bring its raw samples, so that its p50 is the driver's (driver/stats.py) and never the
+    executable's own rule's."""
+    if getattr(line, "estimator", stats.ESTIMATOR) is None:
+        raise KernelFailed(f"{what}: the line has no samples_us, only its own statistics",
+                           "rebuild the executables (python -m driver build)")
 
 
 def check_mode(what: str, asked: str, got: str | None) -> None:

@@ -490,10 +490,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     CK(cudaFree(dout));
     free_case.armed = false;
 
-    const bench_timing::Stats st_us = bench_timing::summarize(timed.us);
-    const double p50 = st_us.p50;
-    const double flops = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D;
-    const double tflops = p50 > 0 ? flops / (p50 * 1e-6) / 1e12 : 0.0;
+    // The samples as timed; p50, TF/s and the rest are the driver's (driver/parse.py, driver/stats.py).
+    const std::string samples = bench_timing::json_samples(timed.us);
 
     static const char* const kAblNames[] = {"none", "no_compute", "no_loads"};
     std::string extra;
@@ -508,11 +506,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);
     std::printf(
         "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"precision\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
-        "\"p50_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,\"std_us\":%.3f,\"min_us\":%.3f,\"tflops\":%.3f,"
+        "\"samples_us\":%s,"
         "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
         "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
         sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, fp8 ? "fp8" : "fp16", (long long)B, (long long)H, (long long)S, (long long)D,
-        iters, warmup, p50, st_us.p90, st_us.mean, st_us.std, st_us.min, tflops, grid, block,
+        iters, warmup, samples.c_str(), grid, block,
         smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
         timed.hold_overruns, extra.c_str());
     std::fflush(stdout);

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -60,34 +61,17 @@ struct Samples {
     long hold_overruns = 0;  // samples enqueued after their hold had ended
 };
 
-struct Stats {
-    double p50 = 0, p90 = 0, mean = 0, std = 0, min = 0;
-};
-
-inline double percentile(const std::vector<double>& sorted, double p) {
-    // linear interpolation between closest ranks (numpy's default)
-    if (sorted.empty()) return 0.0;
-    const double pos = p / 100.0 * (double)(sorted.size() - 1);
-    const size_t lo = (size_t)std::floor(pos);
-    const size_t hi = std::min(lo + 1, sorted.size() - 1);
-    const double frac = pos - (double)lo;
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
-}
-
-inline Stats summarize(const std::vector<double>& us) {
-    Stats s;
-    if (us.empty()) return s;
-    std::vector<double> sorted = us;
-    std::sort(sorted.begin(), sorted.end());
-    for (double x : us) s.mean += x;
-    s.mean /= (double)us.size();
-    double var = 0.0;
-    for (double x : us) var += (x - s.mean) * (x - s.mean);
-    s.std = std::sqrt(var / (double)us.size());  // population std
-    s.p50 = percentile(sorted, 50.0);
-    s.p90 = percentile(sorted, 90.0);
-    s.min = sorted.front();
-    return s;
+// The raw samples as a JSON array, in the order timed, 3 decimals (nanoseconds).  The runner prints no
+// statistic of its own: the driver computes p50/p90/min/mean/std from these (driver/stats.py), by one
+// estimator for ours and every peer.
+inline std::string json_samples(const std::vector<double>& us) {
+    std::string out = "[";
+    char buf[32];
+    for (size_t i = 0; i < us.size(); ++i) {
+        std::snprintf(buf, sizeof buf, i ? ",%.3f" : "%.3f", us[i]);
+        out += buf;
+    }
+    return out + "]";
 }
 
 // max(2 x the L2 size of `device`, 64 MiB): a write of that much leaves nothing else in L2.

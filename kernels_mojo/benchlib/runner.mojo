@@ -17,7 +17,8 @@
 #   host: host wall clock (perf_counter_ns) around `batch` iterations launched
 #     back to back on every GPU, then synchronizing every context; one sample is
 #     that time / batch (nccl-tests' method for batch > 1).
-# p50/p90/min/mean over the samples, after `warmup` untimed iterations.
+# The samples, after `warmup` untimed iterations, go into the line as they are
+# (`samples_us`); the driver computes p50/p90/min/mean from them (driver/stats.py).
 
 from std.collections import Array
 from std.sys import size_of, stderr
@@ -60,7 +61,7 @@ from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
 from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, coded_error
 from .check import CheckResult, RefPtr, check_rank_output, compare_runs, corrupt_element, fill_rank_inputs
-from .stats import TimingStats, json_fixed3, json_number, json_string
+from .stats import json_fixed3, json_number, json_samples, json_string
 
 
 def sync_all(ctxs: List[DeviceContext]) raises:
@@ -73,7 +74,7 @@ def timed_iterations[
 ](ctxs: List[DeviceContext], warmup: Int, iters: Int, batch: Int) raises -> List[Float64]:
     """Run `warmup` untimed then `iters` timed iterations in back-to-back
     batches of `batch`; microseconds per iteration, one sample per batch.
-    Also prints the p50 of the host launch phase alone to stderr (diagnostic)."""
+    Also prints the mean of the host launch phase alone to stderr (diagnostic)."""
     sync_all(ctxs)
     for _ in range(warmup):
         launch_all()
@@ -90,8 +91,11 @@ def timed_iterations[
         var t1 = perf_counter_ns()
         samples.append(Float64(Int(t1) - Int(t0)) / 1000.0 / Float64(batch))
         launch_samples.append(Float64(Int(t_launched) - Int(t0)) / 1000.0 / Float64(batch))
-    var launch_stats = TimingStats(launch_samples^)
-    print(String("timing-detail: host_launch_p50_us=", json_fixed3(launch_stats.p50_us)), file=stderr)
+    var launch_total = Float64(0)
+    for x in launch_samples:
+        launch_total += x
+    var launch_mean = launch_total / Float64(max(len(launch_samples), 1))
+    print(String("timing-detail: host_launch_mean_us=", json_fixed3(launch_mean)), file=stderr)
     return samples^
 
 
@@ -226,17 +230,13 @@ def json_record(
     kernel_confirmed: String,
     num_bytes: Int,
     num_elements: Int,
-    stats: TimingStats,
+    samples_us: List[Float64],
     check: CheckResult,
     checked: Bool,
     checked_iters: Int,
     hold_overruns: Int = 0,
     timed: Bool = True,
 ) -> String:
-    var algbw = Float64(0)
-    if stats.p50_us > 0:
-        algbw = Float64(num_bytes) / (stats.p50_us * 1e-6) / 1e9
-    var busbw = algbw * 2.0 * Float64(cfg.ngpus - 1) / Float64(cfg.ngpus)
     var requested = cfg.kernel if cfg.impl == "ours" else "upstream"
     var s = String("{")
     s += String('"suite":"allreduce","impl":', json_string(cfg.impl))
@@ -253,12 +253,7 @@ def json_record(
     s += String(',"timing":', json_string(cfg.timing))
     s += String(',"timed":', "true" if timed else "false")
     s += String(',"hold_overruns":', hold_overruns)
-    s += String(',"p50_us":', json_fixed3(stats.p50_us))
-    s += String(',"p90_us":', json_fixed3(stats.p90_us))
-    s += String(',"min_us":', json_fixed3(stats.min_us))
-    s += String(',"mean_us":', json_fixed3(stats.mean_us))
-    s += String(',"algbw_gbps":', json_fixed3(algbw))
-    s += String(',"busbw_gbps":', json_fixed3(busbw))
+    s += String(',"samples_us":', json_samples(samples_us))
     s += check_fields(check, cfg.impl == "ours")
     s += String(',"checked":', "true" if checked else "false")
     s += String(',"checked_iters":', checked_iters)
@@ -677,7 +672,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         if do_check and (check.wrong(True) > 0 or confirmed == "mismatch"):
             print(String("not timed: ", check.wrong(True), " wrong elements, kernel confirmed: ", confirmed),
                   file=stderr)
-            print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, TimingStats([0.0]),
+            print(json_record(cfg, kernel_name(selected), confirmed, n * size_of[dtype](), n, List[Float64](),
                               check, do_check, cfg.check_iters * cfg.lanes, 0, timed=False))
             continue
         lanes[0].reset_kernel_ids()
@@ -696,8 +691,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         var selected_name = String("alternate") if alternating else kernel_name(selected)
         if not alternating and selected == KERNEL_ID_NONE:
             selected_name = kernel_name(select_kernel(num_bytes, ngpus, dtype))
-        var stats = TimingStats(timing.samples_us.copy())
-        print(json_record(cfg, selected_name, confirmed, n * size_of[dtype](), n, stats, check, do_check,
+        print(json_record(cfg, selected_name, confirmed, n * size_of[dtype](), n, timing.samples_us, check, do_check,
                           cfg.check_iters * cfg.lanes if do_check else 0, timing.hold_overruns))
     # Keep-alives for what `launch_all` captures. A @__parameter closure
     # captures by reference but its calls do not count as uses for ASAP

@@ -1,37 +1,18 @@
-# Timing statistics and JSON number formatting.
+# JSON formatting of the timing samples and numbers (the statistics are the driver's: driver/stats.py).
 
 from std.math import isnan, isinf
 
 
-struct TimingStats(Copyable, Movable):
-    var p50_us: Float64
-    var p90_us: Float64
-    var min_us: Float64
-    var mean_us: Float64
-
-    def __init__(out self, var samples_us: List[Float64]):
-        """Nearest-rank percentiles over the samples (0 for no samples)."""
-        var n = len(samples_us)
-        if n == 0:
-            self.p50_us = 0
-            self.p90_us = 0
-            self.min_us = 0
-            self.mean_us = 0
-            return
-        sort(samples_us)
-        self.p50_us = samples_us[_rank_index(n, 50)]
-        self.p90_us = samples_us[_rank_index(n, 90)]
-        self.min_us = samples_us[0]
-        var total = Float64(0)
-        for s in samples_us:
-            total += s
-        self.mean_us = total / Float64(n)
-
-
-def _rank_index(n: Int, percent: Int) -> Int:
-    # nearest rank: ceil(p/100 * n) - 1
-    var idx = (percent * n + 99) // 100 - 1
-    return max(0, min(n - 1, idx))
+def json_samples(samples_us: List[Float64]) -> String:
+    """The raw timing samples as a JSON array (3 decimals, nanoseconds), in the order timed. The driver computes
+    every statistic from them (driver/stats.py): the executables print no p50 of their own."""
+    var s = String("[")
+    for i in range(len(samples_us)):
+        if i > 0:
+            s += ","
+        s += json_fixed3(samples_us[i])
+    s += "]"
+    return s
 
 
 def json_number(x: Float64) -> String:

@@ -23,7 +23,6 @@ from comm.allreduce import allreduce as upstream_allreduce
 from .cli import BenchConfig
 from .check import CheckResult
 from .runner import SizeBuffers, json_record, sync_all, timing_samples
-from .stats import TimingStats
 
 comptime SigPtr = Pointer[Signal, MutAnyOrigin]
 comptime DynLayout = type_of(row_major(Int(1)))
@@ -99,7 +98,7 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         var bufs = SizeBuffers[dtype](ctxs, n, cfg.seed, cfg.check)
         var check = CheckResult()
         if n == 0:  # nothing to reduce: nothing is launched (as for our kernels)
-            print(json_record(cfg, "upstream", "none", 0, 0, TimingStats([0.0]), check, cfg.check, 0))
+            print(json_record(cfg, "upstream", "none", 0, 0, List[Float64](), check, cfg.check, 0))
             continue
         var signals = List[DeviceBuffer[DType.uint8]]()
         for r in range(ngpus):
@@ -135,8 +134,7 @@ def run_upstream[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceCo
         var timing = timing_samples[launch_all](cfg, ctxs)
         if cfg.check:  # recorded, not required of a peer
             check.merge(bufs.same_bits_after_timing(ctxs))
-        var stats = TimingStats(timing.samples_us.copy())
-        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, stats, check, cfg.check,
+        print(json_record(cfg, "upstream", "upstream", n * size_of[dtype](), n, timing.samples_us, check, cfg.check,
                           1 if cfg.check else 0, timing.hold_overruns))
         # Keep the buffers alive to here: the tensors hold untracked raw pointers, so without these
         # lines Mojo may free the inputs/outputs right after their last named use (the check).
