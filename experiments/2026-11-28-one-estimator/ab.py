@@ -92,7 +92,8 @@ def judged(run: dict, scratch: Path) -> dict[str, tuple[str, str]]:
     folder.mkdir(parents=True)
     with gzip.open(folder / "results.json.gz", "wt") as f:
         json.dump(run, f)
-    env = {**os.environ, "BENCH_RESULTS_DIR": str(scratch), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "BENCH_RESULTS_DIR": str(scratch),  # the driver of this tree first, its packages after
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "driver", "limits"], cwd=ROOT, env=env, capture_output=True,
                           text=True)
     if proc.returncode:
