@@ -221,8 +221,9 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
             paths.write_atomic(stamp, record.model_dump_json(indent=1))
     except KeyboardInterrupt as exc:
         stop_compiler(token)
-        raise Interrupted(f"build of {t.name} for {arch} stopped and its compiler killed; it was not cached",
-                          "the next build compiles it again") from exc
+        raise Interrupted(f"build of {t.name} for {arch} stopped and its compiler killed; nothing of it was written",
+                          "build/ keeps what the last finished build made; the next build compiles what that is "
+                          "not") from exc
     finally:
         tmp_out.unlink(missing_ok=True)
     log(f"[build] {arch} {t.name}: compiled in {res.seconds:.1f} s")
