@@ -136,3 +136,16 @@ def test_older_lines_still_parse_and_name_no_estimator():
     """Lines captured before the samples (and every archived record of them) keep their executable's numbers."""
     (line,) = parse_lines((CAPTURED / "allreduce_h200x2.jsonl").read_text().splitlines()[1], AllreduceLine, what="old")
     assert line.samples_us is None and line.estimator is None and line.samples is None and line.p50_us > 0
+
+
+@pytest.mark.parametrize("name", ["allreduce_samples_h200x2.jsonl", "upstream_samples_h200x2.jsonl"])
+def test_captured_lines_with_samples_get_the_drivers_p50(name):
+    """Lines our Mojo executables printed on 2x H200 (2026-11-28, bundle of 00ec369): raw samples only, and the
+    driver's p50 of each is numpy's linear median of exactly those samples (20 per line: an even count, where
+    the old nearest-rank rule took the lower one)."""
+    lines = parse_lines((CAPTURED / name).read_text(), AllreduceLine, what=name)
+    assert len(lines) == 2
+    for line in lines:
+        assert line.estimator == stats.ESTIMATOR and line.samples == len(line.samples_us) == 20
+        assert line.p50_us == pytest.approx(float(np.percentile(line.samples_us, 50)))
+        assert line.min_us == min(line.samples_us)
