@@ -335,7 +335,7 @@ KNOWN = 'known = "slow since today, run X"\n'
     ('max_rel_l2 = 5.86e-4\n', KNOWN, ['[[sdpa.bounds]] #1 (precision = "fp16"', "known on accuracy bounds"]),
     ("target_spread = 0.05\n", KNOWN, ["[noise]: known names no gate"]),
     ('gates = "stress/profile/1stage_cpasync_s*/ncu/*"\n', KNOWN,
-     ['[[optional]] #1 (gates = "stress/profile/1stage_cpasync_s*/ncu/*"', "known names no gate"]),
+     ['[[optional]] #2 (gates = "stress/profile/1stage_cpasync_s*/ncu/*"', "known names no gate"]),
     ("min_ratio = 1.10\n", 'known = ""\n',
      ['[[sdpa.speedup]] #1 (impl = "cpasync", peer = "baseline", timing = "cold", shape = "mission"',
       "known is empty"]),
