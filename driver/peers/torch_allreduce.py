@@ -39,10 +39,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from driver.errors import RunnerExit
 from driver.peers import torch_timing
 
 HOLD_US = 100.0  # cold: how long rank 0's stream is held before each timed collective
-EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4  # the kernel executables' codes
+EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = RunnerExit.BAD_INPUT, RunnerExit.CUDA_ERROR, RunnerExit.NO_GPU
 LINE_METHOD = {"cold": "device", "hot": "graph", "host": "host"}  # --timing -> the line's `timing`
 ALIASES = {"device": "cold"}  # the executables' name for the same method
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}

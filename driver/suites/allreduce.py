@@ -5,7 +5,6 @@ link ceiling it reached (`link_frac`)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> lis
 def torch_server(ngpus: int) -> list[str]:
     """The worker that serves every torch-driven peer at `ngpus` GPUs: one process group for the suite
     (driver/peers/allreduce_server.py); each case names its peer with `--impl`."""
-    return [sys.executable, "-m", "driver.peers.allreduce_server", "--ngpus", str(ngpus)]
+    return peers.allreduce_server(ngpus)
 
 
 def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], Served]:
