@@ -6,6 +6,8 @@ from "the kernel computed garbage" (7) by the exit code alone.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 
 class DriverError(Exception):
     """Base class: `exit_code` is what `python -m driver` exits with."""
@@ -121,3 +123,26 @@ ALL_ERRORS: tuple[type[DriverError], ...] = (
     ClusterFailed,
     IOFailed,
 )
+
+
+class RunnerExit(IntEnum):
+    """The kernel executables' and peers' own exit codes, by name: the runners (kernels_cuda/sdpa_fp8/runner.cu,
+    kernels_mojo/benchlib/cli.mojo) and driver/peers/ declare the same names with the same numbers
+    (`EXIT_<NAME>`), and a worker's end line carries them as its rc. They are not the driver's codes: the driver
+    reads a runner's code through `RUNNER_EXIT_ERROR` and exits with that error's own code (docs/BUILD.md,
+    "Kernel executable interface")."""
+
+    RUN_FAILED = 1  # the run raised (Mojo: an error without a code of its own)
+    BAD_INPUT = 2  # a flag, an input file or a shape it refuses
+    CUDA_ERROR = 3  # a CUDA call failed, or the peer's library refused or failed
+    NO_GPU = 4  # no GPU, or fewer than asked for (allreduce)
+    NOT_OFFERED = 5  # SDPA runners: the --precision tier does not exist on this GPU or build
+
+
+RUNNER_EXIT_ERROR: dict[RunnerExit, type[DriverError]] = {
+    RunnerExit.RUN_FAILED: KernelFailed,
+    RunnerExit.BAD_INPUT: ConfigError,
+    RunnerExit.CUDA_ERROR: KernelFailed,
+    RunnerExit.NO_GPU: NoGPU,
+    RunnerExit.NOT_OFFERED: TierNotOffered,
+}  # any other non-zero code: KernelFailed

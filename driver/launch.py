@@ -28,13 +28,7 @@ from pathlib import Path
 import psutil
 
 from driver import paths
-from driver.errors import ConfigError, DriverError, KernelFailed, NoGPU, TierNotOffered
-
-# The kernel executables' own exit codes (docs/BUILD.md, "Kernel executable interface").
-EXE_BAD_INPUT = 2
-EXE_CUDA_ERROR = 3
-EXE_NO_GPU = 4
-EXE_NOT_OFFERED = 5  # SDPA runners: the --precision tier does not exist on this GPU or build
+from driver.errors import RUNNER_EXIT_ERROR, ConfigError, DriverError, KernelFailed, NoGPU, TierNotOffered
 
 MAX_OUTPUT_BYTES = 64 * 2**20  # per stream (stdout, stderr) of a run, and per case of a worker
 PIPE_GRACE_S = 1.0  # after the main process exits: how long its pipes may stay open before its session is killed
@@ -330,11 +324,13 @@ def launch(cmd: Sequence[str], *, what: str, timeout_s: float) -> ProcessResult:
 
 def exit_error(code: int, what: str, detail: str, where: str) -> DriverError:
     """A runner's or peer's non-zero exit code (a one-shot run's, or a worker's end line) as the error the
-    driver raises; `where` (the command or the worker) goes into the hint."""
-    if code == EXE_BAD_INPUT:
+    driver raises, by errors.RUNNER_EXIT_ERROR (a runner's 3 is a CUDA error, never the driver's 3); `where` (the
+    command or the worker) goes into the hint."""
+    error = RUNNER_EXIT_ERROR.get(code, KernelFailed)
+    if error is ConfigError:
         return ConfigError(f"{what} rejected its input: {detail}")
-    if code == EXE_NO_GPU:
+    if error is NoGPU:
         return NoGPU(f"{what}: {detail}")
-    if code == EXE_NOT_OFFERED:
+    if error is TierNotOffered:
         return TierNotOffered(f"{what}: {detail}", where)
     return KernelFailed(f"{what} exited {code}: {detail}", where)

@@ -319,6 +319,45 @@ def _profile_table(run: RunArchive) -> list[str]:
     return out
 
 
+def _summary_table(run: RunArchive) -> list[str]:
+    """COMPARE.md's opening: per suite, config (and SDPA tier, where the run timed two) and timing mode, our
+    fastest variant against the fastest peer on p50 (first seed for SDPA); ratio = peer / ours, >1: ours faster."""
+    first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
+    tiers = {r.precision for r in run.records if r.suite == "sdpa" and r.round_p50_us}
+    best: dict[tuple[str, str, str], dict[bool, tuple[float, str]]] = {}
+    for r in run.records:
+        if r.suite == "stress" or not r.round_p50_us or (r.seed is not None and r.seed != first_seed):
+            continue
+        if r.measurement.p50_us <= 0 or r.impl == "p2p_copy":
+            continue
+        cfg = r.config if r.suite == "allreduce" else r.config.split("/")[0]
+        if len(tiers) > 1 and r.precision is not None:  # each tier against the peers of its own
+            cfg = f"{cfg} {r.precision}"
+        side = best.setdefault((r.suite, cfg, r.timing_mode), {})
+        mine = not peers.is_peer(r.impl)
+        if mine not in side or r.measurement.p50_us < side[mine][0]:
+            side[mine] = (r.measurement.p50_us, r.impl)
+    rows = []
+    for suite in dict.fromkeys(key[0] for key in best):
+        rows += [f"## Summary: {suite} (p50; ratio = fastest peer / ours, >1 means ours is faster)", "",
+                 "| config | mode | ours p50 us | fastest peer p50 us | ratio | verdict |", "|---|---|---|---|---|---|"]
+        for (s, cfg, mode), side in best.items():
+            if s != suite:
+                continue
+            ours, peer = side.get(True), side.get(False)
+            if ours is None or peer is None:
+                verdict, ratio = "ours not timed" if ours is None else "no peer timed", "-"
+            else:
+                sp = peer[0] / ours[0]
+                ratio = f"{sp:.2f}x"
+                verdict = "tie" if reading(sp) == "negligible" else (
+                    f"ours faster ({reading(sp)})" if sp > 1 else f"peer faster ({reading(sp)})")
+            cell = (lambda e: f"{e[0]:.2f} ({e[1]})" if e else "-")
+            rows.append(f"| {cfg} | {mode} | {cell(ours)} | {cell(peer)} | {ratio} | {verdict} |")
+        rows.append("")
+    return rows
+
+
 def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     gpus = ", ".join(sorted({g.name for g in run.device.gpus}))
     head = [
@@ -340,7 +379,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
         pics = ["(no plots: matplotlib is not installed on this host)"]
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
-    return "\n".join(head + _gate_table(run) + _shared_table(run) +
+    return "\n".join(head + _summary_table(run) + _gate_table(run) + _shared_table(run) +
                      _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
                      _clock_table(run) + accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings +
                      skipped + [""] +

@@ -382,7 +382,7 @@ class Pool:
 
 
 def _default_name(server: tuple[str, ...]) -> str:
-    """`sdpa_fp8_baseline`, `torch_sdpa`, `nccl_allreduce --ngpus 4`: the executable, module or script."""
+    """`sdpa_fp8_baseline`, `torch_sdpa`, `allreduce_server --ngpus 4`: the executable, module or script."""
     parts = [p for p in server if p != SERVE_FLAG]
     if len(parts) >= 3 and parts[1] == "-m":
         return " ".join([parts[2].rsplit(".", 1)[-1], *parts[3:]])

@@ -77,6 +77,8 @@ def test_a_missing_peer_fails_its_gates(host, results_dir, capsys):
     assert states["allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"] == ("pass", False)
     assert states["sdpa/speed/cpasync-vs-baseline/cold/mission"] == ("pass", False)
     compare_md = (folder / "COMPARE.md").read_text()
+    assert compare_md.index("## Summary: allreduce") < compare_md.index("## Gates")  # the summary first, then gates
+    assert "no peer timed" in compare_md[compare_md.index("## Summary: sdpa"):compare_md.index("## Gates")]
     table = compare_md[compare_md.index("## Gates"):]
     assert table.index("| NOT MEASURED | allreduce/speed/ours-vs-nccl") < table.index("| pass |")
     index = (results_dir / "README.md").read_text()

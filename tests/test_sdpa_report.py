@@ -142,3 +142,17 @@ def test_compare_pairs_records_of_the_same_tier_only():
     assert set(by_tier) == {"cpasync (fp16)", "cpasync (fp8)"}
     assert "| 6.00 | 12.00 | +100.0% |" in by_tier["cpasync (fp8)"] and "REGRESSION" in by_tier["cpasync (fp8)"]
     assert "| 10.00 | 10.10 |" in by_tier["cpasync (fp16)"] and "within noise" in by_tier["cpasync (fp16)"]
+
+
+def test_compare_md_opens_with_the_summary_per_suite_and_lists_the_gates_after_it():
+    """Ours (the fastest variant) against the fastest peer per config, tier and mode, before anything else."""
+    md = report.compare_markdown(_run(RECORDS))
+    sections = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert sections[0].startswith("## Summary: sdpa")
+    summary = md[md.index("## Summary: sdpa"):md.index(sections[1])]
+    assert "| config | mode | ours p50 us | fastest peer p50 us | ratio | verdict |" in summary
+    assert _cells(summary, "mission fp16")[:5] == ["mission fp16", "cold", "10.00 (cpasync)", "11.00 (torch_sdpa)",
+                                                   "1.10x"]
+    assert _cells(summary, "mission fp16")[5].startswith("ours faster")
+    assert _cells(summary, "mission fp8") == ["mission fp8", "cold", "6.00 (cpasync)", "7.00 (cudnn_fp8)",
+                                              "1.17x", "ours faster (significant)"]

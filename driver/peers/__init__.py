@@ -86,3 +86,9 @@ def command(name: str, *args: str) -> list[str]:
     module = PEERS[name].module
     assert module is not None, f"{name} is a built executable"
     return [sys.executable, "-m", f"driver.peers.{module}", *PEERS[name].argv, *args]
+
+
+def allreduce_server(ngpus: int) -> list[str]:
+    """The worker serving every torch-driven allreduce peer at `ngpus` GPUs (driver/peers/allreduce_server.py;
+    each case names its peer with `--impl`)."""
+    return [sys.executable, "-m", "driver.peers.allreduce_server", "--ngpus", str(ngpus)]

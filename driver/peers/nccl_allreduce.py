@@ -2,16 +2,15 @@
 
 Speaks the allreduce executables' vocabulary and prints the same JSON line per size (impl "nccl");
 everything but the collective itself (flags, inputs, check, the cold / hot / host timing, the line)
-is driver/peers/torch_allreduce.py, which PyTorch's symmetric-memory peers share. The timed runs
-reduce a zero-filled buffer in place, so repeated sums never overflow.
+is driver/peers/torch_allreduce.py, which PyTorch's symmetric-memory peers share; served with them by
+driver/peers/allreduce_server.py. The timed runs reduce a zero-filled buffer in place, so repeated
+sums never overflow.
 Run on the GPU host: `python -m driver.peers.nccl_allreduce --sizes 256K --ngpus 2`.
 """
 
 from __future__ import annotations
 
-import sys
-
-from driver.peers.torch_allreduce import EXIT_BAD_INPUT, Collective, fail, main, serve, time_collective
+from driver.peers.torch_allreduce import Collective, main, time_collective
 
 __all__ = ["setup", "time_collective"]  # time_collective: the cold/hot timing of any torch-driven collective
 
@@ -26,11 +25,5 @@ def setup(torch, dist, elements: int, dtype, device) -> Collective:
     return Collective(run=lambda: dist.all_reduce(work), check=check)
 
 
-if __name__ == "__main__":
-    if "--serve" in sys.argv:  # one process group serving every torch-driven peer (torch_allreduce.serve)
-        args = [a for a in sys.argv[1:] if a != "--serve"]
-        if len(args) != 2 or args[0] != "--ngpus" or not args[1].isdigit():
-            fail("usage: python -m driver.peers.nccl_allreduce --ngpus N --serve", EXIT_BAD_INPUT)
-        serve(int(args[1]))
-    else:
-        main("nccl_allreduce", "nccl", setup)
+if __name__ == "__main__":  # served, with the other torch peers: driver/peers/allreduce_server.py
+    main("nccl_allreduce", "nccl", setup)

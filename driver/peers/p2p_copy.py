@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import sys
 
+from driver.errors import RunnerExit
+
 
 def main() -> None:
     try:
         import torch
     except ImportError:
         print("error: torch is not installed on this host", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(RunnerExit.BAD_INPUT)
     if torch.cuda.device_count() < 2:
         print("error: no GPU: the link ceiling needs 2 GPUs", file=sys.stderr)
-        raise SystemExit(4)
+        raise SystemExit(RunnerExit.NO_GPU)
     nbytes, iters = 256 << 20, 20
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda:0")
     dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda:1")

@@ -26,9 +26,10 @@ from typing import NoReturn
 import numpy as np
 
 from driver.config import SDPA_HEAD_DIMS
+from driver.errors import RunnerExit
 from driver.records import SDPA_PEER_PRECISION
 
-EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4
+EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = RunnerExit.BAD_INPUT, RunnerExit.CUDA_ERROR, RunnerExit.NO_GPU
 MODES = ("cold", "hot")
 
 

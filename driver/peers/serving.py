@@ -16,13 +16,15 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from driver.errors import RunnerExit
+
 SERVE_FLAG = "--serve"
-EXIT_CUDA_ERROR = 3
+EXIT_CUDA_ERROR = RunnerExit.CUDA_ERROR  # a case that raised
 
 
 class ErrorTee(io.TextIOBase):
     """stderr that also remembers the last `error:` line of the case (every served peer's, and the served
-    NCCL group's in torch_allreduce.serve)."""
+    NCCL group's in allreduce_server.serve)."""
 
     def __init__(self, real) -> None:
         self.real, self.last_error = real, ""

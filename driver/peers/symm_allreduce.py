@@ -18,7 +18,7 @@ import sys
 import warnings
 from functools import partial
 
-from driver.peers.torch_allreduce import Collective, PeerCannotRun, main
+from driver.peers.torch_allreduce import EXIT_BAD_INPUT, Collective, PeerCannotRun, main
 
 OPS = {"torch_symm_oneshot": "one_shot_all_reduce_out", "torch_symm_twoshot": "two_shot_all_reduce_out"}
 
@@ -77,7 +77,7 @@ def _impl_from_argv() -> str:
             del sys.argv[i:i + 2]
             return impl
     print(f"error: symm_allreduce needs --impl {' or '.join(OPS)}", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from driver.errors import RunnerExit
 from driver.peers import torch_timing
 
 HOLD_US = 100.0  # cold: how long rank 0's stream is held before each timed collective
-EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = 2, 3, 4  # the kernel executables' codes
+EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU = RunnerExit.BAD_INPUT, RunnerExit.CUDA_ERROR, RunnerExit.NO_GPU
 LINE_METHOD = {"cold": "device", "hot": "graph", "host": "host"}  # --timing -> the line's `timing`
 ALIASES = {"device": "cold"}  # the executables' name for the same method
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -376,113 +377,3 @@ def main(prog: str, impl: str, setup: Setup) -> None:
         raise SystemExit(exc.exit_code if exc.exit_code and exc.exit_code > 0 else EXIT_CUDA_ERROR) from None
     except mp.ProcessRaisedException as exc:
         fail(f"{impl}: a rank raised {worker_error(str(exc))}", EXIT_CUDA_ERROR)
-
-
-# ---------------------------------------------------------------- served (driver/workers.py)
-# `python -m driver.peers.nccl_allreduce --ngpus N --serve`: one process group of N ranks for the whole
-# suite, serving every torch-driven allreduce peer (`--impl nccl | torch_symm_oneshot | torch_symm_twoshot`
-# in each case). Rank 0 is this process: it reads the cases, parses them (a bad one is an rc 2 end line,
-# never sent to the other ranks), broadcasts each to ranks 1..N-1 (spawned once) and prints the lines.
-
-
-def setup_of(impl: str) -> Setup:
-    """The collective of a served case's `--impl`."""
-    if impl == "nccl":
-        from driver.peers.nccl_allreduce import setup
-
-        return setup
-    from functools import partial
-
-    from driver.peers import symm_allreduce
-
-    if impl not in symm_allreduce.OPS:
-        raise BadRequest(f"--impl must be nccl or one of {', '.join(symm_allreduce.OPS)}, got {impl!r}")
-    return partial(symm_allreduce.setup, impl)
-
-
-def _control_group(dist):
-    """The served ranks wait for the next case on the host (gloo, over TCP), never in a GPU collective: an
-    NCCL broadcast would leave a kernel spinning on GPUs 1..N-1 between cases, and every other process's
-    collective timed meanwhile would share those GPUs with it (2.2 ms per collective on 2x H200)."""
-    return dist.new_group(backend="gloo")
-
-
-def _serve_rank(rank: int, ngpus: int, port: int) -> None:
-    torch, dist, device = _join(rank, ngpus, port)
-    control = _control_group(dist)
-    while True:
-        box: list = [None]
-        dist.broadcast_object_list(box, src=0, group=control)
-        if box[0] is None:
-            break
-        ns = _parse("torch_allreduce", box[0])  # rank 0 parsed it already: it is well formed
-        _sizes(torch, dist, device, ns, rank, ns.impl, setup_of(ns.impl))
-    dist.destroy_process_group()
-
-
-def _request(argv: list[str], ngpus: int) -> tuple[argparse.Namespace, Setup]:
-    ns = _parse("torch_allreduce", argv)
-    if ns.ngpus != ngpus:
-        raise BadRequest(f"this worker serves --ngpus {ngpus}, the case asks for {ns.ngpus}")
-    if ns.impl is None:
-        raise BadRequest("a served case needs --impl")
-    return ns, setup_of(ns.impl)
-
-
-def serve(ngpus: int) -> None:
-    from driver.peers import serving
-
-    channel = serving.protocol_channel()
-    os.environ.update(MULTICAST_OFF)  # before torch loads; the spawned ranks inherit it
-    unusable = ""
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError:
-        torch, unusable, code = None, "torch is not installed on this host", EXIT_BAD_INPUT
-    if torch is not None and not torch.cuda.is_available():
-        unusable, code = "no GPU: torch sees no CUDA device", EXIT_NO_GPU
-    elif torch is not None and torch.cuda.device_count() < ngpus:
-        unusable = f"--ngpus {ngpus} asked for, but this host has {torch.cuda.device_count()} GPU(s)"
-        code = EXIT_BAD_INPUT
-    if unusable:  # every case gets the one-shot run's answer
-        serving.send(channel, worker_ready=True)
-        for raw in sys.stdin:
-            if raw.strip():
-                print(f"error: {unusable}", file=sys.stderr, flush=True)
-                serving.send(channel, worker_end=True, rc=code, error=unusable)
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spawn = mp.get_context("spawn")
-    ranks = [spawn.Process(target=_serve_rank, args=(r, ngpus, port), daemon=True) for r in range(1, ngpus)]
-    for p in ranks:
-        p.start()
-    torch, dist, device = _join(0, ngpus, port)
-    control = _control_group(dist)
-    serving.send(channel, worker_ready=True)
-    for raw in sys.stdin:
-        argv = raw.rstrip("\r\n").split("\t") if raw.strip() else []
-        if not argv:
-            continue
-        tee = serving.ErrorTee(sys.__stderr__)
-        sys.stderr = tee
-        try:
-            ns, setup = _request(argv, ngpus)
-        except BadRequest as exc:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            sys.stderr = sys.__stderr__
-            serving.send(channel, worker_end=True, rc=EXIT_BAD_INPUT, error=str(exc))
-            continue
-        dist.broadcast_object_list([argv], src=0, group=control)
-        try:
-            why = _sizes(torch, dist, device, ns, 0, ns.impl, setup)
-        finally:
-            sys.stderr = sys.__stderr__
-        serving.send(channel, worker_end=True, rc=EXIT_CUDA_ERROR if why else 0, error=tee.last_error if why else "")
-    dist.broadcast_object_list([None], src=0, group=control)
-    dist.destroy_process_group()
-    for p in ranks:
-        p.join(timeout=30)
-

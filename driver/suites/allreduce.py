@@ -28,7 +28,7 @@ LINK_CEILING = "p2p_copy_gpu0_gpu1"
 # The Mojo executables' timed cases run on their long-lived workers. (A first 4x H200 run, 2026-11-26,
 # timed every Mojo case after a worker's first 2.2 ms slow: the served NCCL worker's ranks 1..N-1 waited
 # for their next case inside an NCCL broadcast, a kernel spinning on GPUs 1..N-1 that our and upstream's
-# peer ranks then shared the GPUs with. They now wait on the host: torch_allreduce._control_group;
+# peer ranks then shared the GPUs with. They now wait on the host: allreduce_server._control_group;
 # experiments/2026-11-26-workers.) False gives each Mojo timed case its own process again.
 SERVE_TIMED_MOJO = True
 
@@ -54,8 +54,8 @@ def _args(opts: RunOptions, dtype: str, ngpus: int, impl: str, mode: str) -> lis
 
 def torch_server(ngpus: int) -> list[str]:
     """The worker that serves every torch-driven peer at `ngpus` GPUs: one process group for the suite
-    (driver/peers/torch_allreduce.py `serve`); each case names its peer with `--impl`."""
-    return [*peers.command("nccl")[:3], "--ngpus", str(ngpus)]
+    (driver/peers/allreduce_server.py); each case names its peer with `--impl`."""
+    return peers.allreduce_server(ngpus)
 
 
 def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[tuple[str, str], Served]:
@@ -163,7 +163,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         # 10-17 s each on 4x H200), while the link ceiling's process imports torch and copies: the copy may
         # overlap their set-up, never a collective. Then every one of them is waited for: no collective is
         # timed while any worker still starts. An idle worker holds its GPUs without running anything (the
-        # torch ranks wait on the host: torch_allreduce._control_group), and each count's workers leave once
+        # torch ranks wait on the host: allreduce_server._control_group), and each count's workers leave once
         # that count is done.
         pools = {n: stack.enter_context(Pool(one_shot=not opts.workers)) for n in counts}
         for ngpus in counts:

@@ -91,6 +91,13 @@ const std::string kHopperFp8 = "wgmma_fp8_sm90";
 
 bool g_serve = false;  // --serve: many cases in one process
 
+// The runners' exit codes, by name: driver/errors.py RunnerExit holds the same names and numbers, and the
+// driver reads each by its name (docs/BUILD.md, "Kernel executable interface").
+constexpr int EXIT_BAD_INPUT = 2;
+constexpr int EXIT_CUDA_ERROR = 3;
+constexpr int EXIT_NO_GPU = 4;
+constexpr int EXIT_NOT_OFFERED = 5;
+
 // A bad-input (exit 2) or tier-not-here (exit 5) error of one case: unwinds to run_case, which returns 2, so the worker goes on
 // with its next case after the case's guards have freed what it allocated.
 struct CaseError {
@@ -122,7 +129,7 @@ void worker_end(int rc, const std::string& msg) {
 [[noreturn]] void die(int code, const std::string& msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
     std::fflush(stderr);
-    if (code == 2 || code == 5) throw CaseError{code, msg};
+    if (code == EXIT_BAD_INPUT || code == EXIT_NOT_OFFERED) throw CaseError{code, msg};
     // CUDA error or no GPU: the context may be broken, so no unwinding into CUDA calls; the worker
     // ends here too (the driver starts a new one).
     if (g_serve) worker_end(code, msg);
@@ -130,7 +137,7 @@ void worker_end(int rc, const std::string& msg) {
 }
 
 void check_cuda(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) die(3, std::string("CUDA ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+    if (e != cudaSuccess) die(EXIT_CUDA_ERROR, std::string("CUDA ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 #define CK(call) check_cuda((call), #call)
 
@@ -190,7 +197,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         auto need = [&](const char* name) -> const char* {
-            if (i + 1 >= args.size()) die(2, std::string("missing value for ") + name);
+            if (i + 1 >= args.size()) die(EXIT_BAD_INPUT, std::string("missing value for ") + name);
             return args[++i].c_str();
         };
         if (a == "--q") q_path = need("--q");
@@ -198,12 +205,12 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         else if (a == "--v") v_path = need("--v");
         else if (a == "--scales") s_path = need("--scales");
         else if (a == "--out") out_path = need("--out");
-        else if (a == "--iters") { if (!parse_int(need("--iters"), &iters) || iters < 1 || iters > 10000000) die(2, "--iters must be an integer >= 1"); }
-        else if (a == "--warmup") { if (!parse_int(need("--warmup"), &warmup) || warmup < 0 || warmup > 10000000) die(2, "--warmup must be an integer >= 0"); }
-        else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(2, "--warps must be an integer"); tuned = true; }
+        else if (a == "--iters") { if (!parse_int(need("--iters"), &iters) || iters < 1 || iters > 10000000) die(EXIT_BAD_INPUT, "--iters must be an integer >= 1"); }
+        else if (a == "--warmup") { if (!parse_int(need("--warmup"), &warmup) || warmup < 0 || warmup > 10000000) die(EXIT_BAD_INPUT, "--warmup must be an integer >= 0"); }
+        else if (a == "--warps") { if (!parse_int(need("--warps"), &warps)) die(EXIT_BAD_INPUT, "--warps must be an integer"); tuned = true; }
         else if (a == "--split") {
             if (!parse_int(need("--split"), &split) || (split != 0 && split != 1 && split != 2 && split != 4))
-                die(2, "--split must be 0, 1, 2 or 4");
+                die(EXIT_BAD_INPUT, "--split must be 0, 1, 2 or 4");
             extra_keys = true;
         }
         else if (a == "--ablate") {
@@ -211,68 +218,68 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             if (m == "none") ablate = sdpa_fp8::kAblNone;
             else if (m == "no_compute") ablate = sdpa_fp8::kAblNoCompute;
             else if (m == "no_loads") ablate = sdpa_fp8::kAblNoLoads;
-            else die(2, "--ablate must be none, no_compute or no_loads");
+            else die(EXIT_BAD_INPUT, "--ablate must be none, no_compute or no_loads");
             extra_keys = true;
         }
         else if (a == "--no-spin") spin = false;
-        else if (a == "--timing") { if (!bench_timing::parse_mode(need("--timing"), &timing)) die(2, "--timing must be cold or hot"); }
-        else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(2, "--batch must be an integer 1..100000"); }
+        else if (a == "--timing") { if (!bench_timing::parse_mode(need("--timing"), &timing)) die(EXIT_BAD_INPUT, "--timing must be cold or hot"); }
+        else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(EXIT_BAD_INPUT, "--batch must be an integer 1..100000"); }
         else if (a == "--kernel") {
             kernel_req = need("--kernel");
             if (kernel_req != "auto" && kernel_req != kHopperFp16 && kernel_req != kHopperFp8 && kernel_req != "mma_sync_sm80")
-                die(2, "--kernel must be auto, " + kHopperFp16 + ", " + kHopperFp8 + " or mma_sync_sm80");
+                die(EXIT_BAD_INPUT, "--kernel must be auto, " + kHopperFp16 + ", " + kHopperFp8 + " or mma_sync_sm80");
         }
         else if (a == "--precision") {
             const std::string p = need("--precision");
             if (p == "fp16") fp8 = false;
             else if (p == "fp8") fp8 = true;
-            else die(2, "--precision must be fp16 or fp8, got '" + p + "'");
+            else die(EXIT_BAD_INPUT, "--precision must be fp16 or fp8, got '" + p + "'");
         }
         else if (a == "--q-terms") {
             const std::string v = need("--q-terms");
             if (v == "auto") q_terms_req = 0;
             else if (v == "1") q_terms_req = 1;
             else if (v == "2") q_terms_req = 2;
-            else die(2, "--q-terms must be auto, 1 or 2, got '" + v + "'");
+            else die(EXIT_BAD_INPUT, "--q-terms must be auto, 1 or 2, got '" + v + "'");
         }
         else if (a == "--debug-hang") debug_hang = true;
-        else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(2, "--soak must be an integer >= 0"); }
-        else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(2, "--streams must be 1..8"); }
-        else die(2, "unknown argument '" + a + "'");
+        else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(EXIT_BAD_INPUT, "--soak must be an integer >= 0"); }
+        else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(EXIT_BAD_INPUT, "--streams must be 1..8"); }
+        else die(EXIT_BAD_INPUT, "unknown argument '" + a + "'");
     }
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
-        die(2, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
+        die(EXIT_BAD_INPUT, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
                "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin] [--timing cold|hot] "
                "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
     std::string err;
-    if (!(err = npy::load(q_path, &q)).empty()) die(2, err);
-    if (!(err = npy::load(k_path, &k)).empty()) die(2, err);
-    if (!(err = npy::load(v_path, &v)).empty()) die(2, err);
-    if (!(err = npy::load(s_path, &sc)).empty()) die(2, err);
-    if (q.descr != "<f2") die(2, "q must be float16 ('<f2'), got '" + q.descr + "'");
-    if (k.descr != "|u1" && k.descr != "<u1" && k.descr != "u1") die(2, "k must be uint8, got '" + k.descr + "'");
-    if (v.descr != "|u1" && v.descr != "<u1" && v.descr != "u1") die(2, "v must be uint8, got '" + v.descr + "'");
-    if (sc.descr != "<f4") die(2, "scales must be float32 ('<f4'), got '" + sc.descr + "'");
-    if (q.shape.size() != 4) die(2, "q must be 4-D [B,H,S,D], got shape " + shape_str(q.shape));
-    if (k.shape != q.shape) die(2, "k shape " + shape_str(k.shape) + " differs from q shape " + shape_str(q.shape));
-    if (v.shape != q.shape) die(2, "v shape " + shape_str(v.shape) + " differs from q shape " + shape_str(q.shape));
-    if (sc.shape != std::vector<int64_t>{2}) die(2, "scales must have shape (2,), got " + shape_str(sc.shape));
+    if (!(err = npy::load(q_path, &q)).empty()) die(EXIT_BAD_INPUT, err);
+    if (!(err = npy::load(k_path, &k)).empty()) die(EXIT_BAD_INPUT, err);
+    if (!(err = npy::load(v_path, &v)).empty()) die(EXIT_BAD_INPUT, err);
+    if (!(err = npy::load(s_path, &sc)).empty()) die(EXIT_BAD_INPUT, err);
+    if (q.descr != "<f2") die(EXIT_BAD_INPUT, "q must be float16 ('<f2'), got '" + q.descr + "'");
+    if (k.descr != "|u1" && k.descr != "<u1" && k.descr != "u1") die(EXIT_BAD_INPUT, "k must be uint8, got '" + k.descr + "'");
+    if (v.descr != "|u1" && v.descr != "<u1" && v.descr != "u1") die(EXIT_BAD_INPUT, "v must be uint8, got '" + v.descr + "'");
+    if (sc.descr != "<f4") die(EXIT_BAD_INPUT, "scales must be float32 ('<f4'), got '" + sc.descr + "'");
+    if (q.shape.size() != 4) die(EXIT_BAD_INPUT, "q must be 4-D [B,H,S,D], got shape " + shape_str(q.shape));
+    if (k.shape != q.shape) die(EXIT_BAD_INPUT, "k shape " + shape_str(k.shape) + " differs from q shape " + shape_str(q.shape));
+    if (v.shape != q.shape) die(EXIT_BAD_INPUT, "v shape " + shape_str(v.shape) + " differs from q shape " + shape_str(q.shape));
+    if (sc.shape != std::vector<int64_t>{2}) die(EXIT_BAD_INPUT, "scales must have shape (2,), got " + shape_str(sc.shape));
     const int64_t B = q.shape[0], H = q.shape[1], S = q.shape[2], D = q.shape[3];
-    if (B < 1 || H < 1) die(2, "B and H must be >= 1, got shape " + shape_str(q.shape));
-    if (S < 1) die(2, "S must be >= 1, got shape " + shape_str(q.shape));
-    if (D != 64 && D != 128) die(2, "unsupported head dim " + std::to_string(D) + " (supported: 64, 128)");
-    if (S > (int64_t)1 << 30) die(2, "S too large");
+    if (B < 1 || H < 1) die(EXIT_BAD_INPUT, "B and H must be >= 1, got shape " + shape_str(q.shape));
+    if (S < 1) die(EXIT_BAD_INPUT, "S must be >= 1, got shape " + shape_str(q.shape));
+    if (D != 64 && D != 128) die(EXIT_BAD_INPUT, "unsupported head dim " + std::to_string(D) + " (supported: 64, 128)");
+    if (S > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "S too large");
     const int64_t BH = B * H;
-    if (BH > (int64_t)1 << 30) die(2, "B*H too large");
+    if (BH > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "B*H too large");
     float k_scale, v_scale;
     std::memcpy(&k_scale, sc.data.data(), 4);
     std::memcpy(&v_scale, sc.data.data() + 4, 4);
     // > 0: the kernels take the row max of the raw scores and fold k_scale into the exponent.
     if (!std::isfinite(k_scale) || !std::isfinite(v_scale) || !(k_scale > 0.f) || !(v_scale > 0.f))
-        die(2, "scales must be finite and > 0");
+        die(EXIT_BAD_INPUT, "scales must be finite and > 0");
 
     // Q must be finite: a NaN or Inf would spread through its rows' softmax (fp16: exponent bits all ones).
     {
@@ -280,7 +287,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         const size_t nq = (size_t)q.count();
         for (size_t i = 0; i < nq; ++i)
             if ((qb[i] & 0x7C00u) == 0x7C00u)
-                die(2, std::string("q holds ") + ((qb[i] & 0x03FFu) ? "NaN" : "Inf") + " at flat index " + std::to_string(i) +
+                die(EXIT_BAD_INPUT, std::string("q holds ") + ((qb[i] & 0x03FFu) ? "NaN" : "Inf") + " at flat index " + std::to_string(i) +
                            " (shape " + shape_str(q.shape) + "); inputs must be finite");
     }
 
@@ -301,25 +308,25 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         const char* why = nullptr;
         const std::string other = fp8 ? kHopperFp16 : kHopperFp8;
         if (kernel_req == other)
-            die(2, "--kernel " + other + " is the " + (fp8 ? "fp16" : "fp8") + " tier's kernel; this case asks for --precision " +
+            die(EXIT_BAD_INPUT, "--kernel " + other + " is the " + (fp8 ? "fp16" : "fp8") + " tier's kernel; this case asks for --precision " +
                        (fp8 ? "fp8" : "fp16"));
         if (fp8 && kernel_req == "mma_sync_sm80")
-            die(2, "--kernel mma_sync_sm80 computes in fp16 (the fp16 tier); this case asks for --precision fp8");
-        if (fp8 && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only (the fp16 tier)");
-        if (!fp8 && q_terms_req != 0) die(2, "--q-terms applies to the fp8 tier only (--precision fp8); this case asks for fp16");
-        if (kernel_req == kHopper && tuned) die(2, "--warps applies to the mma_sync_sm80 kernel only");
+            die(EXIT_BAD_INPUT, "--kernel mma_sync_sm80 computes in fp16 (the fp16 tier); this case asks for --precision fp8");
+        if (fp8 && tuned) die(EXIT_BAD_INPUT, "--warps applies to the mma_sync_sm80 kernel only (the fp16 tier)");
+        if (!fp8 && q_terms_req != 0) die(EXIT_BAD_INPUT, "--q-terms applies to the fp8 tier only (--precision fp8); this case asks for fp16");
+        if (kernel_req == kHopper && tuned) die(EXIT_BAD_INPUT, "--warps applies to the mma_sync_sm80 kernel only");
         if (!SDPA_SM90A && kernel_req == kHopper)
-            die(2, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
+            die(EXIT_BAD_INPUT, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
         if (fp8 && !SDPA_SM90A)
-            die(5, "the fp8 tier needs FP8 warpgroup MMA (a build for sm_90a on an sm_90 GPU); this build has no sm_90a code");
+            die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (a build for sm_90a on an sm_90 GPU); this build has no sm_90a code");
         if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
             sdpa_fp8::LaunchInfo probe;
-            if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(2, why);
+            if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(EXIT_BAD_INPUT, why);
         }
 #if SDPA_SM90A
         if (kernel_req == kHopper || fp8) {
             sdpa_sm90::LaunchInfo p90;
-            if (!select90(1, &p90, &why)) die(2, why);
+            if (!select90(1, &p90, &why)) die(EXIT_BAD_INPUT, why);
         }
 #endif
     }
@@ -327,8 +334,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // ---------------------------------------------------------------- device
     int ndev = 0;
     cudaError_t de = cudaGetDeviceCount(&ndev);
-    if (de != cudaSuccess) die(4, std::string("no GPU: cudaGetDeviceCount: ") + cudaGetErrorString(de));
-    if (ndev < 1) die(4, "no GPU: cudaGetDeviceCount returned 0 devices");
+    if (de != cudaSuccess) die(EXIT_NO_GPU, std::string("no GPU: cudaGetDeviceCount: ") + cudaGetErrorString(de));
+    if (ndev < 1) die(EXIT_NO_GPU, "no GPU: cudaGetDeviceCount returned 0 devices");
     CK(cudaSetDevice(0));
     int num_sms = 0, cc_major = 0, cc_minor = 0;
     CK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
@@ -341,9 +348,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // build for sm_90a; everything else runs mma_sync_sm80.
     const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
     if (kernel_req == kHopper && !sm90_possible)
-        die(fp8 ? 5 : 2, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
+        die(fp8 ? EXIT_NOT_OFFERED : EXIT_BAD_INPUT, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
     if (fp8 && !sm90_possible)
-        die(5, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
+        die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
     const bool use_sm90 = kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned);
 
     const char* kernel_name = use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
@@ -359,9 +366,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
-        if (!select90(num_sms, &l90, &why)) die(2, why);
+        if (!select90(num_sms, &l90, &why)) die(EXIT_BAD_INPUT, why);
         if (q_terms_req == 2 && l90.q_terms != 2)  // only the two-warpgroup, 128-key kernels have a second term
-            die(2, std::string("--q-terms 2: at this shape the fp8 tier runs ") +
+            die(EXIT_BAD_INPUT, std::string("--q-terms 2: at this shape the fp8 tier runs ") +
                        (ablate != sdpa_fp8::kAblNone ? "an ablation kernel"
                         : l90.ncwg == 3          ? "the three-warpgroup kernel"
                                                  : "the 192-key-tile kernel") +
@@ -370,9 +377,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         li_full = l90.plan.full; li_short = l90.plan.nshort; li_q_terms = l90.q_terms;
 #endif
     } else {
-        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(2, why);
+        if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(EXIT_BAD_INPUT, why);
         const int64_t mblocks = (S + li.bm - 1) / li.bm;
-        if (mblocks * BH > INT32_MAX) die(2, "grid too large");
+        if (mblocks * BH > INT32_MAX) die(EXIT_BAD_INPUT, "grid too large");
         func = li.func; grid = li.grid; block = li.block; smem = li.smem; li_split = li.nsplit; li_bn = li.bn;
     }
 
@@ -415,7 +422,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #if SDPA_SM90A
     if (use_sm90) {
         const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, (int)BH, (int)S, &why);
-        if (me != cudaSuccess) die(3, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
+        if (me != cudaSuccess) die(EXIT_CUDA_ERROR, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
     }
 #endif
     auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
@@ -437,7 +444,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     CK(cudaStreamSynchronize(st));
     std::vector<unsigned char> host_out(n * sizeof(__half));
     CK(cudaMemcpy(host_out.data(), dout, host_out.size(), cudaMemcpyDeviceToHost));
-    if (!(err = npy::save(out_path, "<f2", q.shape, host_out.data(), host_out.size())).empty()) die(2, err);
+    if (!(err = npy::save(out_path, "<f2", q.shape, host_out.data(), host_out.size())).empty()) die(EXIT_BAD_INPUT, err);
 
     // ---------------------------------------------------------------- soak (stress)
     // `soak` more launches, round-robin over `streams` streams in flight at once, each into its own
@@ -552,7 +559,7 @@ int main(int argc, char** argv) {
     if (std::find(args.begin(), args.end(), "--serve") != args.end()) {
         if (args.size() == 1) return serve();
         std::fprintf(stderr, "error: --serve takes no other argument (the cases come on stdin)\n");
-        return 2;
+        return EXIT_BAD_INPUT;
     }
     std::string error;
     return run_case(args, &error);

@@ -2,8 +2,10 @@
 
 from std.sys import argv, exit, stderr
 
+# The runners' exit codes, by name: driver/errors.py RunnerExit holds the same names and
+# numbers, and the driver reads each by its name (docs/BUILD.md, "Kernel executable interface").
 comptime EXIT_RUN_FAILED = 1
-comptime EXIT_BAD_CONFIG = 2
+comptime EXIT_BAD_INPUT = 2
 comptime EXIT_NO_GPU = 4
 
 
@@ -171,10 +173,10 @@ def refuse_bad_sizes(cfg: BenchConfig) raises:
     var elem_bytes = element_bytes(cfg.dtype)
     for s in cfg.sizes_bytes:
         if s % elem_bytes != 0:
-            raise coded_error(EXIT_BAD_CONFIG, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
+            raise coded_error(EXIT_BAD_INPUT, String("size ", s, " bytes is not a multiple of the ", elem_bytes,
                                                       "-byte ", cfg.dtype, " element"))
         if cfg.debug_corrupt_element >= 0 and cfg.debug_corrupt_element >= s // elem_bytes:
-            raise coded_error(EXIT_BAD_CONFIG, String("--debug-corrupt-element ", cfg.debug_corrupt_element,
+            raise coded_error(EXIT_BAD_INPUT, String("--debug-corrupt-element ", cfg.debug_corrupt_element,
                                                       " is not an element of size ", s, " (", s // elem_bytes,
                                                       " ", cfg.dtype, " elements)"))
 

@@ -59,7 +59,7 @@ from allreduce.kernels import (
 )
 from allreduce.signal import SIGNAL_BUFFER_WORDS, SignalPtr
 
-from .cli import EXIT_BAD_CONFIG, EXIT_NO_GPU, BenchConfig, coded_error
+from .cli import EXIT_BAD_INPUT, EXIT_NO_GPU, BenchConfig, coded_error
 from .check import CheckResult, RefPtr, check_rank_output, compare_runs, corrupt_element, fill_rank_inputs
 from .stats import json_fixed3, json_number, json_samples, json_string
 
@@ -611,7 +611,7 @@ def run_ours[dtype: DType, ngpus: Int](cfg: BenchConfig, ctxs: List[DeviceContex
         for i in range(len(cfg.sizes_bytes)):
             var why = refusal(requested, cfg.sizes_bytes[i])
             if why:
-                raise coded_error(EXIT_BAD_CONFIG, String(why, " (--kernel ", cfg.kernel, ", --sizes ",
+                raise coded_error(EXIT_BAD_INPUT, String(why, " (--kernel ", cfg.kernel, ", --sizes ",
                                                           cfg.sizes_bytes[i], ", --dtype ", cfg.dtype, ", --ngpus ",
                                                           ngpus, ")"))
     var cycle = _alternation()
@@ -739,7 +739,7 @@ struct ContextCache(Movable):
         if ndev == 0:
             raise coded_error(EXIT_NO_GPU, "no GPU: no devices found")
         if ngpus > ndev:
-            raise coded_error(EXIT_BAD_CONFIG, String("--ngpus ", ngpus, " exceeds the ", ndev, " GPU(s) present"))
+            raise coded_error(EXIT_BAD_INPUT, String("--ngpus ", ngpus, " exceeds the ", ndev, " GPU(s) present"))
         try:
             for i in range(len(self.ctxs), ngpus):
                 self.ctxs.append(DeviceContext(device_id=i))
@@ -754,15 +754,15 @@ struct ContextCache(Movable):
                         no_access_from = i
                         no_access_to = j
         except e:
-            raise coded_error(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
+            raise coded_error(EXIT_BAD_INPUT, String("enabling P2P access failed: ", e))
         if no_access_from >= 0:
-            raise coded_error(EXIT_BAD_CONFIG, String("no P2P access from GPU ", no_access_from, " to GPU ",
+            raise coded_error(EXIT_BAD_INPUT, String("no P2P access from GPU ", no_access_from, " to GPU ",
                                                       no_access_to, " (NVLink/PCIe peer access required)"))
         if enable_peer_access and not self.p2p_enabled:
             try:
                 DeviceContext.enable_all_peer_access()
             except e:
-                raise coded_error(EXIT_BAD_CONFIG, String("enabling P2P access failed: ", e))
+                raise coded_error(EXIT_BAD_INPUT, String("enabling P2P access failed: ", e))
             self.p2p_enabled = True
         var out = List[DeviceContext]()
         for i in range(ngpus):

@@ -17,7 +17,7 @@
 from std.io.file_descriptor import RawFileDescriptor
 from std.sys import stderr
 
-from .cli import EXIT_BAD_CONFIG, EXIT_RUN_FAILED, case_status
+from .cli import EXIT_BAD_INPUT, EXIT_RUN_FAILED, case_status
 from .runner import ContextCache
 
 comptime SERVE_FLAG = "--serve"
@@ -158,5 +158,5 @@ def serve_requests[run_case: def(List[String], mut ContextCache) raises thin -> 
             message = status.message
             print(String("error: ", message), file=stderr)
         print(end_line(code, message), flush=True)
-        if code != 0 and code != EXIT_BAD_CONFIG:
+        if code != 0 and code != EXIT_BAD_INPUT:
             return code

@@ -15,7 +15,7 @@ from std.sys import exit, stderr
 from max.gpu.host import DeviceContext
 
 from benchlib.cli import (
-    EXIT_BAD_CONFIG,
+    EXIT_BAD_INPUT,
     BenchConfig,
     case_status,
     coded_error,
@@ -43,7 +43,7 @@ def run_case(args: List[String], mut cache: ContextCache) raises:
     try:
         cfg = parse_arg_list(args, impl="upstream")
     except e:
-        raise coded_error(EXIT_BAD_CONFIG, String(e))
+        raise coded_error(EXIT_BAD_INPUT, String(e))
     if cfg.help:
         print(usage(), file=stderr)
         return
@@ -53,7 +53,7 @@ def run_case(args: List[String], mut cache: ContextCache) raises:
         try:
             enable_upstream_p2p()
         except e:
-            raise coded_error(EXIT_BAD_CONFIG, String(e))
+            raise coded_error(EXIT_BAD_INPUT, String(e))
         cache.p2p_enabled = True
     comptime for di in range(len(DTYPES)):
         comptime dtype = DTYPES[di]
@@ -68,7 +68,7 @@ def main():
     var args = command_line_args()
     if wants_serve(args):
         if len(args) != 1:
-            fail(EXIT_BAD_CONFIG, "--serve takes no other argument (the cases come on stdin, one per line, TAB-separated)")
+            fail(EXIT_BAD_INPUT, "--serve takes no other argument (the cases come on stdin, one per line, TAB-separated)")
         exit(serve_requests[run_case]())
     var cache = ContextCache()
     try:
