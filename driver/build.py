@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 
-from driver import archive, gates, inspect_ptx, paths, toolchain
+from driver import archive, build_gates, inspect_ptx, paths, toolchain
 from driver.errors import BuildFailed, Interrupted, IOFailed
 from driver.host import git_state, host_info, utc_now
 from driver.launch import run_process
@@ -230,7 +230,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
 
 
 def build_all(
-    targets: tuple[Target, ...], archs: tuple[str, ...], build_gates: BuildGates, *, force: bool = False
+    targets: tuple[Target, ...], archs: tuple[str, ...], gates: BuildGates, *, force: bool = False
 ) -> tuple[BuildMeta, list[TargetBuild]]:
     """Build everything, write build/build_meta.json, enforce static gates.
 
@@ -251,7 +251,7 @@ def build_all(
             if did:
                 compiled.append(rec)
             records.append(rec)
-            violations += gates.static_violations(t, rec, build_gates)
+            violations += build_gates.static_violations(t, rec, gates)
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
     try:
