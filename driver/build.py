@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 
-from driver import archive, gates, inspect_ptx, paths, toolchain
+from driver import archive, build_gates, inspect_ptx, paths, toolchain
 from driver.errors import BuildFailed, Interrupted, IOFailed
 from driver.host import git_state, host_info, utc_now
 from driver.launch import run_process
@@ -157,6 +157,29 @@ def stop_compiler(token: str) -> None:
         time.sleep(0.05)
 
 
+def sass_stale(rec: TargetBuild) -> bool:
+    """Whether a record's SASS was read for another instruction list than the inspector's today
+    (inspect_ptx.SASS_INSTRUCTIONS; the record's `sass` keys are the list it was read for)."""
+    return rec.sass is not None and set(rec.sass) != set(inspect_ptx.SASS_INSTRUCTIONS)
+
+
+def _sass_current(cached: TargetBuild, exe: Path, stamp: Path) -> TargetBuild:
+    """A cached build whose SASS was read for another instruction list is read again (where cuobjdump is; else it
+    is left unread, for `with_sass` on a GPU host) and its stamp rewritten: a cache hit is never judged on an
+    inspection that did not look for what the gates ask about. Unchanged otherwise."""
+    if not sass_stale(cached):
+        return cached
+    cuobjdump = toolchain.find_cuobjdump()
+    sass = inspect_ptx.sass_check(cuobjdump, exe) if cuobjdump else None
+    log(f"[build] {cached.arch} {cached.target}: the SASS instructions looked for changed "
+        f"({', '.join(sorted(cached.sass or {}))} -> {', '.join(sorted(inspect_ptx.SASS_INSTRUCTIONS))}): "
+        + ("read again" if cuobjdump else "no cuobjdump here, left unread"))
+    record = cached.model_copy(update={"sass": sass})
+    with contextlib.suppress(OSError):  # a read-only build/: the record is right, the next build reads it again
+        paths.write_atomic(stamp, record.model_dump_json(indent=1))
+    return record
+
+
 def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) -> tuple[TargetBuild, bool]:
     """Return (record, compiled): compiled is False when the cache was valid.
 
@@ -169,7 +192,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
     key = _source_hash(t, arch, recorded, tc)
     cached, why = (None, "--force") if force else _stale(stamp, log_path, key, t.lang)
     if cached is not None:
-        return cached, False
+        return _sass_current(cached, out, stamp), False
     if not Path(paths.ROOT / t.entry).is_file():
         raise BuildFailed(f"{t.name}: source {t.entry} does not exist")
     with _writing(out_dir):
@@ -231,7 +254,7 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
 
 
 def build_all(
-    targets: tuple[Target, ...], archs: tuple[str, ...], build_gates: BuildGates, *, force: bool = False
+    targets: tuple[Target, ...], archs: tuple[str, ...], gates: BuildGates, *, force: bool = False
 ) -> tuple[BuildMeta, list[TargetBuild]]:
     """Build everything, write build/build_meta.json, enforce static gates.
 
@@ -252,7 +275,7 @@ def build_all(
             if did:
                 compiled.append(rec)
             records.append(rec)
-            violations += gates.static_violations(t, rec, build_gates)
+            violations += build_gates.static_violations(t, rec, gates)
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
     try:
@@ -304,14 +327,15 @@ def load_meta() -> BuildMeta:
 
 def with_sass(meta: BuildMeta) -> BuildMeta:
     """Record the SASS check (LDGSTS, HMMA) for CUDA executables built where no cuobjdump was
-    (the CPU box), once a host that has it (the GPU hosts) runs them. Unchanged elsewhere."""
+    (the CPU box), once a host that has it (the GPU hosts) runs them, and read it again where it was read for
+    another instruction list than today's (`sass_stale`). Unchanged elsewhere."""
     cuobjdump = toolchain.find_cuobjdump()
     if cuobjdump is None:
         return meta
     targets = []
     for t in meta.targets:
         exe = paths.build_dir() / t.arch / t.target
-        if t.lang == "cuda" and t.sass is None and exe.is_file():
+        if t.lang == "cuda" and (t.sass is None or sass_stale(t)) and exe.is_file():
             t = t.model_copy(update={"sass": inspect_ptx.sass_check(cuobjdump, exe)})
             log(f"{t.arch} {t.target}: SASS " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in t.sass.items()))
         targets.append(t)

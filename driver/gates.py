@@ -1,6 +1,6 @@
 """Gate: the run's gates (every `GateResult`) and the per-record correctness rules. Correctness from the
-verify stage's metrics, speed ratios
-against the peers measured in the same run, the static build gates, and the run's exit decision.
+verify stage's metrics, speed ratios against the peers measured in the same run, and the run's exit decision.
+The build's static gates (ptxas, PTX, SASS) are driver/build_gates.py's.
 
 The thresholds come from thresholds.toml (validated in driver/thresholds.py); nothing here
 measures anything.
@@ -23,10 +23,8 @@ from driver.records import (
     RunArchive,
     SdpaLine,
     Skip,
-    TargetBuild,
     Verdict,
 )
-from driver.targets import Target
 from driver.thresholds import BuildGates, SdpaGates, Thresholds
 from driver.verify import SdpaErrors
 
@@ -350,50 +348,6 @@ def sdpa_runner_resources(line: SdpaLine, gates: BuildGates) -> list[str]:
     if line.smem_bytes > limit:
         return [f"{line.smem_bytes} B shared memory per block > {limit} ({line.kernel or 'default'} gate)"]
     return []
-
-
-# ---------------------------------------------------------------- static (build)
-
-
-def static_violations(t: Target, rec: TargetBuild, gates: BuildGates) -> list[str]:
-    """Resource gates (ptxas) and instruction expectations (PTX) for one built target."""
-    bad: list[str] = []
-    where = f"{rec.target} {rec.arch}"
-    for k in rec.ptxas:
-        g = gates.for_entry(k.name)  # the kernel family's own gates (thresholds.toml [[build.kernels]]) or the defaults
-        if k.registers > g.max_registers_per_thread:
-            bad.append(f"{where} {k.name}: {k.registers} registers > {g.max_registers_per_thread}")
-        if k.smem_bytes > g.max_smem_bytes_per_block:
-            bad.append(f"{where} {k.name}: {k.smem_bytes} B static smem > {g.max_smem_bytes_per_block}")
-        spill = k.spill_store_bytes + k.spill_load_bytes
-        if spill > g.max_spill_bytes:
-            bad.append(f"{where} {k.name}: {k.spill_store_bytes} B spill stores, {k.spill_load_bytes} B spill loads")
-        if k.wgmma_serialized and g.serialized_ok(k.name) is None:  # every warpgroup MMA waits for the one before
-            bad.append(f"{where} {k.name}: ptxas serialized its wgmma ({k.wgmma_serialized})")
-    if t.lang == "cuda" and not rec.ptxas:
-        bad.append(f"{where}: no ptxas report was parsed")
-    for exp in t.ptx:
-        hits = [k for k in rec.ptx_kernels if exp.pattern in k.name]
-        if not hits:
-            bad.append(f"{where}: no PTX kernel matches {exp.pattern!r}")
-            continue
-        for k in hits:
-            if exp.cp_async is not None and k.has_cp_async != exp.cp_async:
-                bad.append(f"{where} {k.name}: cp.async {'missing' if exp.cp_async else 'present'} in PTX")
-            if exp.mma is not None and k.has_mma != exp.mma:
-                bad.append(f"{where} {k.name}: mma {'missing' if exp.mma else 'present'} in PTX")
-    return bad + sass_violations(t, rec)
-
-
-def sass_violations(t: Target, rec: TargetBuild) -> list[str]:
-    """The target's SASS expectations for this arch, where the SASS was read (cuobjdump present)."""
-    if rec.sass is None:
-        return []
-    bad = []
-    for exp in (e for e in t.sass if e.arch == rec.arch):
-        bad += [f"{rec.target} {rec.arch}: {ins} missing in SASS" for ins in exp.require if not rec.sass.get(ins)]
-        bad += [f"{rec.target} {rec.arch}: {ins} present in SASS" for ins in exp.forbid if rec.sass.get(ins)]
-    return bad
 
 
 # ---------------------------------------------------------------- the run's gates and exit

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, ValidationError, field_validator
+from pydantic import Field, PositiveFloat, ValidationError, field_validator, model_validator
 
 from driver import config, paths
 from driver.errors import ConfigError
@@ -25,18 +25,32 @@ class SerializedOk(Record):
 
 
 class KernelGates(Record):
-    """Resource gates for one kernel family, in place of [build]'s defaults.
+    """Resource gates for one kernel family, or for one build target's kernels, in place of [build]'s defaults.
 
-    `pattern` picks its PTX entries (ptxas report); `kernel` is the name its runner prints in the
-    JSON line, whose shared memory per block (dynamic + static: only the runner knows) is gated too.
+    A family's entry: `pattern` picks its PTX entries (ptxas report) in every target; `kernel` is the name its
+    runner prints in the JSON line, whose shared memory per block (dynamic + static: only the runner knows) is
+    gated too. A target's entry: `target` names one build target of driver/targets.py (load() refuses a name that
+    is not one) and its limits hold for that target's PTX entries (those holding `pattern`, where it is given),
+    ahead of any family's; it has no `kernel` (a runner's line names its kernel, not its target).
     """
 
-    kernel: str
-    pattern: str
+    kernel: str | None = Field(default=None, min_length=1)
+    pattern: str | None = Field(default=None, min_length=1)
+    target: str | None = Field(default=None, min_length=1)
     max_registers_per_thread: int = Field(gt=0)
     max_smem_bytes_per_block: int = Field(gt=0)
     max_spill_bytes: int = Field(ge=0)
     wgmma_serialized_ok: list[SerializedOk] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> KernelGates:
+        if self.target is None and (self.kernel is None or self.pattern is None):
+            raise ValueError("an entry names a kernel family (`kernel` and `pattern`) or a build target (`target`, "
+                             "and `pattern` to pick some of its kernels)")
+        if self.target is not None and self.kernel is not None:
+            raise ValueError(f"target {self.target!r} with kernel {self.kernel!r}: a runner's shared memory is gated "
+                             "per kernel family, not per target (a family's entry has `kernel`; drop it here)")
+        return self
 
     def serialized_ok(self, name: str) -> SerializedOk | None:
         return next((ok for ok in self.wgmma_serialized_ok if ok.pattern in name), None)
@@ -51,13 +65,16 @@ class BuildGates(Record):
     def serialized_ok(self, name: str) -> SerializedOk | None:
         return None  # the defaults allow no serialized wgmma
 
-    def for_entry(self, name: str) -> KernelGates | BuildGates:
-        """The gates for one PTX entry: its family's, else the defaults."""
-        return next((k for k in self.kernels if k.pattern in name), self)
+    def for_entry(self, name: str, target: str | None = None) -> KernelGates | BuildGates:
+        """The gates for one PTX entry of a build target: the target's own entry (the first whose pattern, if any,
+        the name holds), else its family's, else the defaults."""
+        own = (k for k in self.kernels if k.target is not None and k.target == target and (k.pattern or "") in name)
+        family = (k for k in self.kernels if k.target is None and k.pattern and k.pattern in name)
+        return next(own, None) or next(family, self)
 
     def smem_limit(self, kernel: str | None) -> int:
         """Shared memory per block allowed for a runner's `kernel` (the defaults for any other)."""
-        return next((k.max_smem_bytes_per_block for k in self.kernels if k.kernel == kernel),
+        return next((k.max_smem_bytes_per_block for k in self.kernels if k.target is None and k.kernel == kernel),
                     self.max_smem_bytes_per_block)
 
 
@@ -355,4 +372,23 @@ def load(path: Path | None = None) -> Thresholds:
     if bad:
         raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
                           "every precision tier needs one bound per input distribution (docs/SDPA.md)")
+    _check_static_gates(path, gates)
     return gates
+
+
+def _check_static_gates(path: Path, gates: Thresholds) -> None:
+    """The build's static gates must each be able to hold: a [[build.kernels]] entry's `target` is a CUDA target
+    of the build table, and every SASS instruction the table requires or forbids is one the inspector reads
+    (else a forbidden one would pass unread). Checked here, before anything builds."""
+    from driver import build_gates, targets  # build_gates imports this module
+
+    table = targets.all_targets()
+    bad = build_gates.unknown_targets(gates.build, table)
+    if bad:
+        raise ConfigError(f"thresholds file {path}: {'; '.join(bad)}",
+                          "a [[build.kernels]] entry's `target` is the name of a CUDA target in driver/targets.py")
+    bad = build_gates.unknown_sass(table)
+    if bad:
+        raise ConfigError(f"driver/targets.py: {'; '.join(bad)}",
+                          "name an instruction of inspect_ptx.SASS_INSTRUCTIONS, or add it there so that the "
+                          "inspector reads it")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from driver import build, gates, inspect_ptx, targets, thresholds, toolchain
+from driver import build, build_gates, inspect_ptx, targets, thresholds, toolchain
 from driver.errors import NoGPU
 from tests.conftest import gpu_skip_reason, run_driver
 
@@ -103,7 +103,7 @@ def test_sdpa_ptx_cp_async_only_in_the_cpasync_variant(meta, arch):
 def test_mojo_binary_embeds_cp_async_only_in_cpasync_kernels(meta):
     rec = meta.target("allreduce_bench", "sm_90")
     t = targets.select("allreduce_bench")[0]
-    assert gates.static_violations(t, rec, GATES) == []
+    assert build_gates.static_violations(t, rec, GATES) == []
     ours = [k for k in rec.ptx_kernels if any(e.pattern in k.name for e in t.ptx)]
     with_cp = [k for k in ours if k.has_cp_async]
     # 3 dtypes x 3 GPU counts x 3 stage counts of the cp.async kernel.
@@ -136,19 +136,19 @@ def test_sass_gates_on_the_real_machine_code(meta):
     assert cp89["LDGSTS"] and cp89["HMMA"] and not cp89["HGMMA"] and not cp89["QGMMA"] and not base89["LDGSTS"]
     for t in targets.select("sdpa"):
         for arch in ("sm_90", "sm_89"):
-            assert gates.sass_violations(t, meta.target(t.name, arch)) == []
+            assert build_gates.sass_violations(t, meta.target(t.name, arch)) == []
 
 
 def test_sass_violations_name_the_missing_and_forbidden_instructions(meta):
     t = targets.select("sdpa_fp8_cpasync")[0]
     rec = meta.target("sdpa_fp8_cpasync", "sm_90")
     no_tma = rec.model_copy(update={"sass": {**dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True), "UTMALDG": False}})
-    assert gates.sass_violations(t, no_tma) == ["sdpa_fp8_cpasync sm_90: UTMALDG missing in SASS"]
+    assert build_gates.sass_violations(t, no_tma) == ["sdpa_fp8_cpasync sm_90: UTMALDG missing in SASS"]
     base = targets.select("sdpa_fp8_baseline")[0]
     with_tma = no_tma.model_copy(update={"target": "sdpa_fp8_baseline", "sass": dict.fromkeys(inspect_ptx.SASS_INSTRUCTIONS, True)})
-    assert set(gates.sass_violations(base, with_tma)) == {
+    assert set(build_gates.sass_violations(base, with_tma)) == {
         "sdpa_fp8_baseline sm_90: UTMALDG present in SASS", "sdpa_fp8_baseline sm_90: LDGSTS present in SASS"}
-    assert gates.sass_violations(t, rec.model_copy(update={"sass": None})) == []  # not read: nothing to gate
+    assert build_gates.sass_violations(t, rec.model_copy(update={"sass": None})) == []  # not read: nothing to gate
 
 
 def test_sass_is_recorded_where_cuobjdump_exists(tmp_path, monkeypatch):
@@ -191,10 +191,10 @@ def test_serialized_wgmma_fails_the_static_gate(meta):
     thresholds.toml names it as a diagnostic (wgmma_serialized_ok)."""
     rec = meta.target("sdpa_fp8_cpasync", "sm_90")
     t = targets.select("sdpa_fp8_cpasync")[0]
-    assert gates.static_violations(t, rec, GATES) == []
+    assert build_gates.static_violations(t, rec, GATES) == []
     k0 = next(k for k in rec.ptxas if "sdpa_fp8_sm90_kernel" in k.name and not k.wgmma_serialized)
     bad = rec.model_copy(update={"ptxas": [k0.model_copy(update={"wgmma_serialized": "a reason (C7511)"})]})
-    got = gates.static_violations(t, bad, GATES)
+    got = build_gates.static_violations(t, bad, GATES)
     assert any("serialized its wgmma (a reason (C7511))" in v and k0.name in v for v in got), got
     # nvcc 13.0 serializes the no_compute ablation of the three-warpgroup fp8 kernel (C7511): named, so it passes
     ablation = [k for k in rec.ptxas if k.wgmma_serialized]
@@ -216,10 +216,10 @@ def test_a_cached_build_is_judged_by_todays_ptxas_parser(meta, tmp_path):
     timed = next(k.name for k in meta.target("sdpa_fp8_cpasync", "sm_90").ptxas if "Fp16TraitsILi128ELb1ELi0ELb0E" in k.name)
     t = targets.select("sdpa_fp8_cpasync")[0]
     same = build.cached_record(tmp_path / "sdpa_fp8_cpasync.stamp.json", tmp_path / "sdpa_fp8_cpasync.log", "cuda")
-    assert gates.static_violations(t, same, GATES) == []
+    assert build_gates.static_violations(t, same, GATES) == []
     with open(tmp_path / "sdpa_fp8_cpasync.log", "a") as f:
         f.write(f"ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
                 f"to insufficient register resources for the wgmma pipeline in the function '{timed}'\n")
     rec = build.cached_record(tmp_path / "sdpa_fp8_cpasync.stamp.json", tmp_path / "sdpa_fp8_cpasync.log", "cuda")
-    got = gates.static_violations(t, rec, GATES)
+    got = build_gates.static_violations(t, rec, GATES)
     assert any(timed in v and "(C7511)" in v for v in got), got

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from driver import build, cli, gates, paths, targets, toolchain
+from driver import build, build_gates, cli, paths, targets, toolchain
 from driver.records import PtxasKernel, PtxKernel, TargetBuild, Toolchain
 
 
@@ -23,7 +23,7 @@ def fake(tmp_path, monkeypatch):
     cached: set[tuple[str, str]] = set()
     monkeypatch.setattr(paths, "build_dir", lambda: tmp_path / "build")
     monkeypatch.setattr(toolchain, "describe", lambda **_k: Toolchain(python="test"))
-    monkeypatch.setattr(gates, "static_violations", lambda *_a: [])
+    monkeypatch.setattr(build_gates, "static_violations", lambda *_a: [])
 
     def build_target(t, arch, _tc, *, force=False):
         did = force or (t.name, arch) not in cached
