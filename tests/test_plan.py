@@ -57,7 +57,8 @@ def test_plan_on_a_host_without_gpu_lists_every_gate_and_builds_nothing(nothing_
     assert "needs 2 GPUs (this host has 0)" in \
         listed["allreduce/speed/ours-vs-upstream/cold/float32/2gpu/262144B"][1]
     assert "needs 1 GPU (this host has 0)" in listed["sdpa/speed/cpasync-vs-baseline/cold/mission"][1]
-    assert listed["sdpa/accuracy/ours-vs-cudnn_fp8/fp8/*/*"] == ("not in this run", "the fp8 tier is not in --precision")
+    assert listed["sdpa/accuracy/ours-vs-cudnn_fp8/fp8/*/*"] == ("not in this run",
+                                                                "the fp8 tier is not in --precision")
     assert not nothing_runs.exists()
 
 
