@@ -49,7 +49,7 @@ def _command(t: Target, arch: str, tc: Toolchain, out: Path | str, keep_dir: Pat
     if t.lang == "mojo":
         assert tc.mojo is not None
         cmd = [tc.mojo.path, "build", "-I", "kernels_mojo", "--target-accelerator", arch]
-        cmd += [f"-D{k}={v}" for k, v in sorted(t.defines.items())]
+        cmd += [f"-D{k}={v}" for k, v in sorted(t.defines_for(arch).items())]
         return cmd + [t.entry, "-o", str(out)]
     assert tc.nvcc is not None
     cc = t.gencode_cc(arch)  # sm_90 -> 90a for the targets that hold the Hopper kernel

@@ -185,6 +185,12 @@ def cmd_bench(ns: argparse.Namespace) -> int:
     from driver import archive
 
     opts = _run_options(ns)
+    if getattr(ns, "plan", False):  # bench --plan: what the run would do; nothing built, launched or written
+        from driver import plan
+
+        tpath = opts.thresholds or paths.thresholds_file()
+        print(plan.render(opts, thresholds.load(opts.thresholds), plan.Host.probe(), tpath.name))
+        return 0
     archive.check_writable(paths.results_dir())  # the run is archived there at its end, not lost then
     from driver import bench
 
@@ -405,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run_args(s, iters=iters, dtypes=dtypes)
         _add_suite_args(s, seeds=seeds, shapes=shapes, distributions=dists)
         if name == "bench":
+            s.add_argument("--plan", action="store_true",
+                           help="print the cases, our variants, the peers and every gate with whether this run "
+                                "measures it; build nothing, launch nothing, need no GPU (exit 0)")
             s.add_argument("--q-terms", default="auto",
                            help="SDPA fp8 tier, Q in Q K^T: auto (default: two E4M3 terms in short launches, one "
                                 "elsewhere), 1 (one term at every shape: the same numerics everywhere) or 2 (two; an "

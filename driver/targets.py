@@ -18,6 +18,10 @@ from driver.errors import ConfigError
 # Measured (or provisional) allreduce dispatch windows, written by `python -m driver sweep --write`
 # and read here as Mojo -D defines.
 DISPATCH_WINDOWS_FILE = paths.ROOT / "kernels_mojo" / "dispatch_windows.json"
+# The define that tells an executable its implementation's name (`Target.impl`): it prints it in every line's
+# `impl`, and the suites refuse a line whose `impl` is not the one they asked for (suites/common.check_impl).
+# Read as a bare token and stringified by runner.cu, with get_defined_string by benchlib/runner.mojo.
+IMPL_NAME_DEFINE = "IMPL_NAME"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class Target:
     # On sm_90, compile for the arch-specific sm_90a (wgmma, setmaxnreg) and define
     # SDPA_SM90A=1 so that the host code knows the Hopper kernel is in the binary.
     sm90a: bool = False
+    # The `impl` every line of the executable says (passed as -DIMPL_NAME); None for one that prints no
+    # result line (dispatch_table).
+    impl: str | None = None
 
     def gencode_cc(self, arch: str) -> str:
         cc = arch.removeprefix("sm_")
@@ -61,7 +68,8 @@ class Target:
 
     def defines_for(self, arch: str) -> dict[str, str]:
         extra = {"SDPA_SM90A": "1"} if self.gencode_cc(arch) == "90a" else {}
-        return {**self.defines, **extra}
+        named = {IMPL_NAME_DEFINE: self.impl} if self.impl else {}
+        return {**self.defines, **extra, **named}
 
     def supports(self, arch: str) -> bool:
         return int(arch.removeprefix("sm_")) >= self.min_arch
@@ -111,6 +119,7 @@ def all_targets() -> tuple[Target, ...]:
             entry="kernels_mojo/bin/allreduce_bench.mojo",
             source_globs=mojo_sources,
             defines=windows,
+            impl="ours",
             # Kernel function names (ar_oneshot_k, ...) are kept short: Mojo keeps
             # only about 30 characters of module + function in the PTX entry name.
             ptx=(PtxExpectation("ar_cpasync_k", cp_async=True), PtxExpectation("ar_oneshot_k", cp_async=False),
@@ -123,6 +132,7 @@ def all_targets() -> tuple[Target, ...]:
             suite="allreduce",
             entry="kernels_mojo/bin/upstream_bench.mojo",
             source_globs=mojo_sources,
+            impl="upstream",
         ),
         Target(
             # Host-only: prints the dispatch table select_kernel gives this build's defines.
@@ -145,6 +155,7 @@ def all_targets() -> tuple[Target, ...]:
                 min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
                 ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
                 sm90a=True,
+                impl=variant,
                 # sm_90: both tiers' Hopper kernels, the fp16 tier's warpgroup MMA (HGMMA) and the fp8 tier's
                 # (QGMMA), and the copy engine's tensor loads in the cpasync build only (the mma_sync kernel
                 # beside them brings HMMA, and LDGSTS in cpasync).

@@ -147,11 +147,17 @@ def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_
     the fp16 rounding); `refuse`: tiers the double exits 5 for, as a runner without FP8 warpgroup MMA does."""
     log = log or exe_dir / "calls.jsonl"
     for impl, exe in sdpa.VARIANTS.items():
-        _script(exe_dir / exe, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl,
-                                           p50=p50[impl], corrupt=impl == corrupt, noise=noise or {},
-                                           refuse=tuple(refuse), first_head_only=impl == first_head_only,
-                                           serve=SERVE))
+        sdpa_exe(exe_dir / exe, impl=impl, p50=p50[impl], corrupt=impl == corrupt, noise=noise, refuse=refuse,
+                 first_head_only=impl == first_head_only, log=log)
     return log
+
+
+def sdpa_exe(path: Path, *, impl: str, p50: float, log: Path, corrupt: bool = False, first_head_only: bool = False,
+             noise: dict[str, float] | None = None, refuse: tuple[str, ...] = ()) -> Path:
+    """One SDPA runner double at `path` whose every line says `impl` (what its build told it)."""
+    return _script(path, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl, p50=p50,
+                                     corrupt=corrupt, noise=noise or {}, refuse=tuple(refuse),
+                                     first_head_only=first_head_only, serve=SERVE))
 
 
 def calls(log: Path) -> list[list[str]]:

@@ -14,7 +14,7 @@ from driver.gates import allreduce_config, allreduce_correctness, allreduce_inco
 from driver.options import RunOptions
 from driver.parse import launch_lines
 from driver.records import TIMING_METHOD_MODE, AllreduceLine, ArchivedRecord, CeilingLine, DeviceInfo, Skip, Verdict
-from driver.suites.common import SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
+from driver.suites.common import SuiteResult, check_impl, check_mode, interleaved, plan, progress, telemetry_flags
 from driver.thresholds import Thresholds
 from driver.verify import allreduce_errors
 from driver.workers import Pool, Served, served
@@ -76,7 +76,8 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[t
 
 
 def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, int]:
-    """(impl, mode, bytes); the line's method must serve the mode asked for."""
+    """(impl, mode, bytes); the line must name the impl asked for, its method serve the mode asked for."""
+    check_impl(f"allreduce {cmd_key[1]}", cmd_key[0], line.impl)
     check_mode(f"allreduce {cmd_key[0]}", cmd_key[1], TIMING_METHOD_MODE.get(line.timing))
     return (line.impl, cmd_key[1], line.bytes)
 

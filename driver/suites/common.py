@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from driver import phases, stats
-from driver.errors import ConfigError, KernelFailed
+from driver.errors import ConfigError, KernelFailed, WrongResults
 from driver.options import RunOptions
 from driver.records import ArchivedRecord, DeviceInfo, Skip, StressLine, Verdict
 from driver.thresholds import Thresholds
@@ -151,7 +151,7 @@ def interleaved(
                 for line in lines:
                     check_samples(what, line)
                 keyed = [(key(cmd_key, line), line) for line in lines]
-            except (KernelFailed, ConfigError) as exc:
+            except (KernelFailed, ConfigError, WrongResults) as exc:
                 if cmd_key not in peers:
                     raise
                 samples.peer_failures[cmd_key] = exc.one_line()
@@ -183,6 +183,15 @@ def check_mode(what: str, asked: str, got: str | None) -> None:
     if got != asked:
         raise KernelFailed(f"{what}: asked for timing {asked}, the line says {got}",
                            "rebuild the executables (python -m driver build)")
+
+
+def check_impl(what: str, asked: str, got: str) -> None:
+    """A line must name the implementation that was asked for (the build tells each executable its name,
+    targets.IMPL_NAME_DEFINE): a line of another impl is refused, never counted under its name or merged with
+    that impl's timings."""
+    if got != asked:
+        raise WrongResults(f"{what}: asked for impl {asked}, the line says {got}",
+                           "give the target its own impl in driver/targets.py and rebuild (python -m driver build)")
 
 
 def telemetry_flags(before: list, after: list) -> list[str]:

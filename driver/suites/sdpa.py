@@ -19,12 +19,21 @@ import numpy as np
 
 from driver import config, device, peers, phases
 from driver.clocks import ClockSampler, nvml_sampler
-from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered
+from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered, WrongResults
 from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
 from driver.records import SDPA_PEER_PRECISION, ArchivedRecord, DeviceInfo, ReferenceLine, SdpaLine, Skip, Verdict
 from driver.reference import sdpa as ref
-from driver.suites.common import Samples, SuiteResult, check_mode, interleaved, plan, progress, telemetry_flags
+from driver.suites.common import (
+    Samples,
+    SuiteResult,
+    check_impl,
+    check_mode,
+    interleaved,
+    plan,
+    progress,
+    telemetry_flags,
+)
 from driver.thresholds import SdpaGates, Thresholds
 from driver.verify import SdpaErrors, sdpa_errors
 from driver.workers import Pool, Served, served
@@ -349,6 +358,7 @@ def _run_shape(
                             *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier, opts)]
                     try:
                         (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+                        check_impl(what, impl, line.impl)
                         if impl in VARIANTS:
                             check_precision(what, tier, line.precision)
                     except TierNotOffered as exc:
@@ -356,7 +366,7 @@ def _run_shape(
                             refused[tier] = exc
                         done.append((tier, dist, seed, exc))
                         break
-                    except (KernelFailed, ConfigError) as exc:
+                    except (KernelFailed, ConfigError, WrongResults) as exc:
                         if impl in VARIANTS:
                             stop.set()
                         done.append((tier, dist, seed, exc))
@@ -418,9 +428,10 @@ def _run_shape(
 
     def key(cmd_key: tuple[str, str, str], line: SdpaLine) -> tuple[str, str, str]:
         impl, tier, mode = cmd_key
+        check_impl(f"sdpa {shape_name} {tier} {mode}", impl, line.impl)
         check_mode(f"sdpa {shape_name} {impl} {tier}", mode, line.timing)
         check_precision(f"sdpa {shape_name} {impl}", tier, line.precision)
-        return (line.impl, tier, mode)
+        return (impl, tier, mode)
 
     samples: Samples[SdpaLine] | None = None
     if cmds:

@@ -76,6 +76,17 @@
 #define SDPA_SM90A 0
 #endif
 
+// The variant's name, every line's "impl": the build passes it as a bare token (-DIMPL_NAME=cpasync,
+// driver/targets.py Target.impl), so that a variant added as a new target can never print another's name (the
+// driver refuses a line whose impl is not the one it asked for). A build by hand without it says "unnamed".
+#define SDPA_STRINGIFY_(x) #x
+#define SDPA_STRINGIFY(x) SDPA_STRINGIFY_(x)
+#ifdef IMPL_NAME
+#define SDPA_IMPL_NAME SDPA_STRINGIFY(IMPL_NAME)
+#else
+#define SDPA_IMPL_NAME "unnamed"
+#endif
+
 #include "npy.h"
 #include "sdpa_fp8.cuh"
 #include "timing.cuh"
@@ -516,7 +527,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         "\"samples_us\":%s,"
         "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
         "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
-        sdpa_fp8::kCpAsync ? "cpasync" : "baseline", kernel_name, fp8 ? "fp8" : "fp16", (long long)B, (long long)H, (long long)S, (long long)D,
+        SDPA_IMPL_NAME, kernel_name, fp8 ? "fp8" : "fp16", (long long)B, (long long)H, (long long)S, (long long)D,
         iters, warmup, samples.c_str(), grid, block,
         smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
         timed.hold_overruns, extra.c_str());

@@ -22,6 +22,7 @@
 
 from std.collections import Array
 from std.sys import size_of, stderr
+from std.sys.defines import get_defined_string
 from std.time import global_perf_counter_ns, perf_counter_ns
 from std.utils.numerics import nan
 from max.gpu.host import DeviceBuffer, DeviceContext, HostBuffer
@@ -224,6 +225,12 @@ def check_fields(check: CheckResult, ours: Bool) -> String:
     return s
 
 
+# This executable's name, every line's "impl" ("ours", "upstream"): the build passes it (-D IMPL_NAME=...,
+# driver/targets.py Target.impl), and the driver refuses a line whose impl is not the one it asked for. A build
+# without it says "unnamed".
+comptime IMPL_NAME = get_defined_string["IMPL_NAME", "unnamed"]()
+
+
 def json_record(
     cfg: BenchConfig,
     kernel_selected: String,
@@ -239,7 +246,7 @@ def json_record(
 ) -> String:
     var requested = cfg.kernel if cfg.impl == "ours" else "upstream"
     var s = String("{")
-    s += String('"suite":"allreduce","impl":', json_string(cfg.impl))
+    s += String('"suite":"allreduce","impl":', json_string(String(IMPL_NAME)))
     s += String(',"kernel_requested":', json_string(requested))
     s += String(',"kernel_selected":', json_string(kernel_selected))
     s += String(',"kernel_confirmed":', json_string(kernel_confirmed))
