@@ -642,6 +642,33 @@ def test_the_readme_headline_is_what_index_writes_now():
         "README.md's headline table is not what the archived runs give: run `python -m driver index`")
 
 
+
+def test_the_headline_skips_wrong_peers_and_takes_the_newest_run():
+    """On an archived 4x H200 run: a peer whose result was wrong is no one's fastest peer, and of two runs of
+    one GPU kind the newer one's ratios stand (here: ours twice as slow, so every speedup halves)."""
+    from driver import archive, peers, report
+
+    folder = ROOT / "bench_results" / "20261127T023724Z-e94797dc-4xH200"
+    run = archive.load_run(folder)
+
+    def changed(r, **kw):
+        return r.model_copy(update=kw)
+    wrong = run.model_copy(update={"records": [
+        changed(r, correctness=changed(r.correctness, status="fail")) if peers.is_peer(r.impl) else r
+        for r in run.records]})
+    assert report.headline_table([(folder, wrong)]).startswith("No archived run timed ours and a peer")
+    slower = run.model_copy(update={"created_utc": "2099-01-01T00:00:00Z", "records": [
+        changed(r, measurement=changed(r.measurement, p50_us=2 * r.measurement.p50_us)) if r.impl == "ours" else r
+        for r in run.records]})
+    old, new = report._speedups(run), report._speedups(slower)
+    assert old.keys() == new.keys() == {("allreduce", "2 GPUs"), ("allreduce", "4 GPUs")}
+    table = report.headline_table([(folder, run), (folder, slower)])
+    for part, ratios in new.items():
+        low = min(ratios)
+        assert low[0] == pytest.approx(min(old[part])[0] / 2)
+        assert f"{low[0]:.2f}x-{max(ratios)[0]:.2f}x" in table and f"{low[1]} vs {low[2]}" in table
+
+
 def page_problems(page: Path, label: str) -> list[str]:
     """Everything this file finds wrong with one page of the map (for a page that is not the checkout's:
     `python -m tests.test_docs /tmp/old.md`)."""
