@@ -451,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     ix.set_defaults(func=cmd_index)
 
     lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")
-    lm.add_argument("--write", action="store_true", help="write the table into docs/LIMITS.md between its limits markers")
+    lm.add_argument("--write", action="store_true",
+                    help="write the table into docs/LIMITS.md between its limits markers")
     lm.set_defaults(func=cmd_limits)
 
     hi = sub.add_parser("history", help="every archived run's p50 per device kind and config in commit order, "

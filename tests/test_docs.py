@@ -499,14 +499,14 @@ def test_a_false_claim_a_lost_claim_and_a_wrong_order_fail(tmp_path):
     assert all(f"(topic {k})" in found for k in REQUIRED if k != "processes"), found
 
 
-# ============================================================================ 4. where generated tables live, which kernel runs
+# ==================================================================== 4. where generated tables live, which kernel runs
 # Two claims of the map went stale unnoticed (2026-11-28): the known-limits table written "into README.md" (it
 # is limits.TABLE_FILE) and `--kernel auto` picking `wgmma_fp8_sm90` (the default tier picks `wgmma_sm90`).
 # Every page (README.md, docs/, the kernels' READMEs), the driver's docstrings and comments and the CLI's help
 # are checked against the code's own values, so neither can go stale again.
 def _pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "kernels_cuda").glob("*/README.md")),
-            ROOT / "kernels_mojo" / "README.md"]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "kernels_cuda").glob("*/README.md")), ROOT / "kernels_mojo" / "README.md"]
 
 
 def _units(page: Path, label: str) -> list[dc.Sentence]:
