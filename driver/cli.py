@@ -262,6 +262,11 @@ def cmd_index(ns: argparse.Namespace) -> int:
         print(f"limits: {limits.TABLE_FILE} left alone: {why}")
         return 0
     _write_limits(folders)
+    with archive.writing(f"the headline into {report.README_FILE}", "make it writable"):
+        if report.write_headline(readable):
+            print(f"headline: {report.README_FILE} refreshed from {root}")
+        else:
+            print(f"headline: {report.README_FILE} has no headline markers, left alone")
     return 0
 
 
@@ -448,14 +453,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("runs", nargs="*", help="two run folders (default: the newest two on one device kind)")
     c.set_defaults(func=cmd_compare)
 
-    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders (and README.md's known "
-                        "limits, see `limits`)")
+    ix = sub.add_parser("index", help="rewrite bench_results/README.md from the run folders, docs/LIMITS.md's "
+                        "known limits (see `limits`) and README.md's headline table")
     ix.add_argument("--rerender", action="store_true",
                     help="also re-render every run's COMPARE.md from its results.json.gz (after a report change)")
     ix.set_defaults(func=cmd_index)
 
     lm = sub.add_parser("limits", help="the speed gates not met in their newest archived run, as a markdown table")
-    lm.add_argument("--write", action="store_true", help="write the table into README.md between its limits markers")
+    lm.add_argument("--write", action="store_true",
+                    help="write the table into docs/LIMITS.md between its limits markers")
     lm.set_defaults(func=cmd_limits)
 
     hi = sub.add_parser("history", help="every archived run's p50 per device kind and config in commit order, "

@@ -407,12 +407,7 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
 
 def section(readme: Path | None = None) -> str | None:
     """What lies between the markers now; None when the file or the markers are missing."""
-    try:
-        text = (readme or TABLE_FILE).read_text()
-    except OSError:
-        return None
-    start, end = text.find(BEGIN), text.find(END)
-    return text[start + len(BEGIN) + 1: end] if 0 <= start < end else None
+    return paths.read_between(readme or TABLE_FILE, BEGIN, END)
 
 
 def why_not_written(folders: list[Path]) -> str | None:
@@ -428,15 +423,4 @@ def why_not_written(folders: list[Path]) -> str | None:
 
 def write_table(table: str, readme: Path | None = None) -> bool:
     """Replace what lies between the markers; False (and nothing written) when the file has no markers."""
-    readme = readme or TABLE_FILE
-    try:
-        text = readme.read_text()
-    except OSError:
-        return False
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        return False
-    new = text[: start + len(BEGIN)] + "\n" + table + text[end:]
-    if new != text:
-        paths.write_atomic(readme, new)  # the page's mode kept; no half-written copy left beside it
-    return True
+    return paths.write_between(readme or TABLE_FILE, BEGIN, END, table)

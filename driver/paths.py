@@ -154,3 +154,30 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def read_between(path: Path, begin: str, end: str) -> str | None:
+    """What lies between the marker lines `begin` and `end` of a tracked page (a generated block: docs/LIMITS.md's
+    known limits, the README's headline); None when the file or a marker is missing."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    start, stop = text.find(begin), text.find(end)
+    return text[start + len(begin) + 1: stop] if 0 <= start < stop else None
+
+
+def write_between(path: Path, begin: str, end: str, block: str) -> bool:
+    """Replace what lies between the markers with `block`, the rest of the page kept; False (and nothing
+    written) when the file or a marker is missing."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        return False
+    new = text[: start + len(begin)] + "\n" + block + text[stop:]
+    if new != text:
+        write_atomic(path, new)  # the page's mode kept; no half-written copy left beside it
+    return True

@@ -1,12 +1,14 @@
 """Report: what a reader sees of a run. COMPARE.md (side by side, per-suite tables, stress and
-profile tables), the bench_results/ index, and the run's printout; all derived from results.json.gz,
-so any of them can be rendered again (`python -m driver index --rerender`).
+profile tables), the bench_results/ index, the README's headline table (ours against the fastest peer, the
+newest run per suite and GPU kind) and the run's printout; all derived from results.json.gz, so any of them
+can be rendered again (`python -m driver index --rerender`).
 
 driver/archive.py writes and reads the run folders; this module only turns records into text.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from driver import archive, config, gates, history, paths, peers, phases, plots, thresholds
@@ -525,3 +527,78 @@ def cluster_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
         if o.problem:
             lines += [f"## Task {o.task.index} {o.task.label}: {o.problem}", "", "```", *o.log_tail, "```", ""]
     return "\n".join(lines) + "\n"
+
+
+# ---- the README's headline: ours against the fastest peer, per suite, GPU kind and part, newest run each
+README_FILE = paths.ROOT / "README.md"
+HEADLINE_BEGIN = ("<!-- headline:begin (written by `python -m driver index` from bench_results/; "
+                  "edits here are overwritten) -->")
+HEADLINE_END = "<!-- headline:end -->"
+HEADLINE_MODE = "cold"  # the timing mode the gates read by default (thresholds.toml)
+
+
+def _part(r: ArchivedRecord) -> str:
+    """The headline's row within a suite and GPU kind: allreduce per GPU count, SDPA per precision tier."""
+    if r.suite == "allreduce":
+        return next((f"{p.removesuffix('gpu')} GPUs" for p in r.config.split("/") if p.endswith("gpu")), "-")
+    return f"{r.precision} tier"
+
+
+def _competitor(impl: str) -> bool:
+    """A peer our kernels race (p2p_copy is the link ceiling, measured, never a competitor)."""
+    return peers.is_peer(impl) and impl != "p2p_copy"
+
+
+def _speedups(run: RunArchive) -> dict[tuple[str, str], list[tuple[float, str, str]]]:
+    """Per (suite, part) of one run: (fastest correct peer's p50 / our fastest correct variant's p50, config,
+    peer) for every config where both were timed (cold, first seed; sweeps are ours alone and left out)."""
+    first_seed = min((r.seed for r in run.records if r.seed is not None), default=None)
+    ours: dict[tuple[str, str, str], float] = {}
+    theirs: dict[tuple[str, str, str], tuple[float, str]] = {}
+    for r in run.records:
+        if (r.suite == "stress" or r.config.startswith("sweep/") or r.timing_mode != HEADLINE_MODE
+                or not r.round_p50_us or r.measurement.p50_us <= 0 or r.seed not in (None, first_seed)):
+            continue
+        key = (r.suite, _part(r), r.config.split("/seed")[0])
+        if _competitor(r.impl):
+            if r.correctness.status != "fail" and r.measurement.p50_us < theirs.get(key, (float("inf"), ""))[0]:
+                theirs[key] = (r.measurement.p50_us, r.impl)
+        elif not peers.is_peer(r.impl) and r.correctness.status == "pass":
+            ours[key] = min(ours.get(key, float("inf")), r.measurement.p50_us)
+    out: dict[tuple[str, str], list[tuple[float, str, str]]] = {}
+    for key in ours.keys() & theirs.keys():
+        peer_us, peer = theirs[key]
+        out.setdefault(key[:2], []).append((peer_us / ours[key], key[2], peer))
+    return out
+
+
+def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
+    """The README's headline: per suite, GPU kind and part (allreduce: GPU count; SDPA: precision tier), the
+    newest archived run that timed ours and a peer there, and its speedups over the configs it timed."""
+    newest: dict[tuple[str, str, str], tuple[Path, RunArchive, list[tuple[float, str, str]]]] = {}
+    for folder, run in sorted(runs, key=lambda fr: fr[1].created_utc):
+        for (suite, part), speedups in _speedups(run).items():
+            newest[(suite, run.device.kind, part)] = (folder, run, sorted(speedups))
+    if not newest:
+        return "No archived run timed ours and a peer in the same run.\n"
+    lines = [f"Speedup: the fastest correct peer's {HEADLINE_MODE} p50 over our fastest correct variant's per config, "
+             "newest run timing both (>1: ours faster; within 5%: tie).", "",
+             "| suite | device | part | configs (ahead/tie/behind) | speedup (median) | lowest at | run |",
+             "|---|---|---|---|---|---|---|"]
+    for (suite, kind, part), (folder, run, sp) in sorted(newest.items()):
+        ties = sum(1 for s, _c, _p in sp if reading(s) == "negligible")
+        ahead = sum(1 for s, _c, _p in sp if s > 1 and reading(s) != "negligible")
+        low, high, mid = sp[0], sp[-1], statistics.median(s for s, _c, _p in sp)
+        lines.append(f"| {suite} | {kind} | {part} | {len(sp)} ({ahead}/{ties}/{len(sp) - ahead - ties}) | "
+                     f"{low[0]:.2f}x-{high[0]:.2f}x ({mid:.2f}x) | {low[1]} vs {low[2]} | "
+                     f"[{run.run_id.split('-')[0]}](bench_results/{folder.name}/COMPARE.md) |")
+    return "\n".join(lines) + "\n"
+
+
+def write_headline(runs: list[tuple[Path, RunArchive]], readme: Path | None = None) -> bool:
+    """The headline table into the README between its markers; False (nothing written) without them."""
+    return paths.write_between(readme or README_FILE, HEADLINE_BEGIN, HEADLINE_END, headline_table(runs))
+
+
+def headline_section(readme: Path | None = None) -> str | None:
+    return paths.read_between(readme or README_FILE, HEADLINE_BEGIN, HEADLINE_END)

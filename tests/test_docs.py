@@ -499,6 +499,176 @@ def test_a_false_claim_a_lost_claim_and_a_wrong_order_fail(tmp_path):
     assert all(f"(topic {k})" in found for k in REQUIRED if k != "processes"), found
 
 
+# ==================================================================== 4. where generated tables live, which kernel runs
+# Two claims of the map went stale unnoticed (2026-11-28): the known-limits table written "into README.md" (it
+# is limits.TABLE_FILE) and `--kernel auto` picking `wgmma_fp8_sm90` (the default tier picks `wgmma_sm90`).
+# Every page (README.md, docs/, the kernels' READMEs), the driver's docstrings and comments and the CLI's help
+# are checked against the code's own values, so neither can go stale again.
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "kernels_cuda").glob("*/README.md")), ROOT / "kernels_mojo" / "README.md"]
+
+
+def _units(page: Path, label: str) -> list[dc.Sentence]:
+    """The page's sentences, a table row as one unit (its first cell says what the others are about)."""
+    lines = page.read_text().splitlines()
+    rows: dict[str, dc.Sentence] = {}
+    out = []
+    for s in dc.markdown_sentences(page, label):
+        n = int(s.where.rsplit(":", 1)[1])
+        if lines[n - 1].lstrip().startswith("|"):
+            rows.setdefault(s.where, dc.Sentence(s.where, " ".join(lines[n - 1].split())))
+        else:
+            out.append(s)
+    return out + list(rows.values())
+
+
+def _help_units() -> list[dc.Sentence]:
+    """Every subcommand's help and its options' help, each prefixed with `driver <command>`."""
+    from driver.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    return [dc.Sentence(f"driver/cli.py: `driver {name}` help", f"driver {name}: {text}")
+            for name, parser in sub.choices.items()
+            for text in [helps.get(name) or "", *(a.help or "" for a in parser._actions)] if text]
+
+
+def every_unit() -> list[dc.Sentence]:
+    return ([u for p in _pages() if p.is_file() for u in _units(p, str(p.relative_to(ROOT)))]
+            + dc.docstring_sentences() + _help_units())
+
+
+_ABOUT_LIMITS = re.compile(r"known[- ]limits|\bdriver limits\b|\blimits --write\b", re.IGNORECASE)
+_PAGE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*)(README|[A-Z_]+\.md)\b")
+_README_OWNS = re.compile(r"README(?:\.md)?(?:'s|\.md's)? known[- ]limits|known[- ]limits[\w -]*\b(?:in|into) "
+                          r"(?:the )?(?:top-level )?README|\binto README\.md", re.IGNORECASE)
+
+
+def limits_place_problems(units: list[dc.Sentence]) -> list[str]:
+    """A sentence about the known-limits table that names pages names the one it lives in (limits.TABLE_FILE;
+    a sentence on that page names it by being there) and never gives the table to the README."""
+    from driver import limits
+
+    home = limits.TABLE_FILE.name
+    out = []
+    for u in units:
+        if not _ABOUT_LIMITS.search(u.text):
+            continue
+        pages = {m.group(2) for m in _PAGE.finditer(u.text) if "bench_results/" not in m.group(1)
+                 and m.group(2) not in ("COMPARE.md", "DISPATCH.md")}
+        if u.where.startswith(str(limits.TABLE_FILE.relative_to(ROOT)) + ":"):
+            pages.add(home)
+        if _README_OWNS.search(u.text) or (pages and home not in pages):
+            out.append(f"{u.where}: the known-limits table lives in "
+                       f"{limits.TABLE_FILE.relative_to(ROOT)} (limits.TABLE_FILE): \"{u.text[:240]}\"")
+    return out
+
+
+def test_every_sentence_on_the_known_limits_table_names_its_page():
+    problems = limits_place_problems(every_unit())
+    assert not problems, "\n".join(problems)
+
+
+def kernel_choice_problems(units: list[dc.Sentence]) -> list[str]:
+    """A sentence on what `--kernel auto` (or `--precision`) picks names, for each tier, only the kernels
+    suites/sdpa.expected_kernel gives that tier; a kernel with no tier named before it is the default tier's."""
+    from driver.config import DEFAULT_PRECISIONS, PRECISIONS
+    from driver.suites import sdpa
+
+    hosts = [("sm_90", "sm_90a"), ("sm_90", "sm_90"), ("sm_89", "sm_89"), ("sm_80", "sm_80")]
+    picks = {t: {k for g, b in hosts if (k := sdpa.expected_kernel(t, g, b))} for t in PRECISIONS}
+    kernels = sorted(set().union(*picks.values()), key=len, reverse=True)
+    token = re.compile(r"\b(" + "|".join(PRECISIONS) + r")\b|`(" + "|".join(map(re.escape, kernels)) + r")`")
+    out = []
+    for u in units:
+        if not re.search(r"--kernel auto`?\W[^.]*\bpicks?\b|--precision`? picks?\b", u.text):
+            continue
+        tier = DEFAULT_PRECISIONS[0]
+        for m in token.finditer(u.text[re.search(r"\bpicks?\b", u.text).end():]):
+            if m.group(1):
+                tier = m.group(1)
+            elif m.group(2) not in picks[tier]:
+                out.append(f"{u.where}: `{m.group(2)}` is not what the {tier} tier picks (suites/sdpa.expected_kernel: "
+                           f"{', '.join(sorted(picks[tier]))}): \"{u.text[:240]}\"")
+    return out
+
+
+def test_what_kernel_auto_picks_is_what_the_code_picks():
+    problems = kernel_choice_problems(every_unit())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_stale_limits_and_kernel_claims_fail(tmp_path):
+    """The two claims as the map made them before 2026-11-28 are refused, each naming what is true."""
+    page = tmp_path / "ARCHITECTURE.md"
+    page.write_text("| `driver limits` | | the speed gates not met (`--write`: into README.md) |\n\n"
+                    "At run time `--kernel auto` (the default) picks `wgmma_fp8_sm90` on an sm_90 GPU in an sm_90a "
+                    "build and `mma_sync_sm80` everywhere else.\n")
+    units = _units(page, "page.md")
+    assert any("docs/LIMITS.md (limits.TABLE_FILE)" in p for p in limits_place_problems(units))
+    (bad,) = kernel_choice_problems(units)
+    assert "`wgmma_fp8_sm90` is not what the fp16 tier picks" in bad and "wgmma_sm90" in bad
+
+
+
+# ============================================================================ 5. the README fits one screen
+README = ROOT / "README.md"
+README_MAX_LINES, README_MAX_WORDS = 100, 800  # issue 48: the README was 133 lines and 1696 words
+COMMANDS = ["pip install nox && nox -s bench -- --sizes 256K,16M", "pip install nox && nox -s test"]
+
+
+def test_the_readme_fits_one_screen():
+    text = README.read_text()
+    lines, words = len(text.splitlines()), len(text.split())  # as `wc -l -w` counts them
+    assert lines <= README_MAX_LINES and words <= README_MAX_WORDS, (
+        f"README.md is {lines} lines and {words} words (at most {README_MAX_LINES} and {README_MAX_WORDS}): "
+        "move the detail to docs/")
+
+
+def test_the_readme_opens_with_the_two_commands_and_ci_runs_its_test_command():
+    blocks = re.findall(r"```bash\n(.*?)\n```", README.read_text(), re.DOTALL)
+    assert blocks[:2] == COMMANDS, f"README.md's first two code blocks must be {COMMANDS}, are {blocks[:2]}"
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    test_command = COMMANDS[1].split("&&")[-1].strip()
+    assert test_command in ci, f".ci/run no longer runs the README's test command `{test_command}`"
+
+
+def test_the_readme_headline_is_what_index_writes_now():
+    from driver import archive, report
+
+    expected = report.headline_table(archive.readable_runs(ROOT / "bench_results"))
+    assert report.headline_section() == expected, (
+        "README.md's headline table is not what the archived runs give: run `python -m driver index`")
+
+
+
+def test_the_headline_skips_wrong_peers_and_takes_the_newest_run():
+    """On an archived 4x H200 run: a peer whose result was wrong is no one's fastest peer, and of two runs of
+    one GPU kind the newer one's ratios stand (here: ours twice as slow, so every speedup halves)."""
+    from driver import archive, peers, report
+
+    folder = ROOT / "bench_results" / "20261127T023724Z-e94797dc-4xH200"
+    run = archive.load_run(folder)
+
+    def changed(r, **kw):
+        return r.model_copy(update=kw)
+    wrong = run.model_copy(update={"records": [
+        changed(r, correctness=changed(r.correctness, status="fail")) if peers.is_peer(r.impl) else r
+        for r in run.records]})
+    assert report.headline_table([(folder, wrong)]).startswith("No archived run timed ours and a peer")
+    slower = run.model_copy(update={"created_utc": "2099-01-01T00:00:00Z", "records": [
+        changed(r, measurement=changed(r.measurement, p50_us=2 * r.measurement.p50_us)) if r.impl == "ours" else r
+        for r in run.records]})
+    old, new = report._speedups(run), report._speedups(slower)
+    assert old.keys() == new.keys() == {("allreduce", "2 GPUs"), ("allreduce", "4 GPUs")}
+    table = report.headline_table([(folder, run), (folder, slower)])
+    for part, ratios in new.items():
+        low = min(ratios)
+        assert low[0] == pytest.approx(min(old[part])[0] / 2)
+        assert f"{low[0]:.2f}x-{max(ratios)[0]:.2f}x" in table and f"{low[1]} vs {low[2]}" in table
+
+
 def page_problems(page: Path, label: str) -> list[str]:
     """Everything this file finds wrong with one page of the map (for a page that is not the checkout's:
     `python -m tests.test_docs /tmp/old.md`)."""
