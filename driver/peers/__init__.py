@@ -1,4 +1,5 @@
-"""The peers our kernels are timed against: what each is, what it needs, how it is launched.
+"""The peers our kernels are timed against (declared in driver/registry.py): whether a host can run one, and
+how it is launched.
 
 `upstream` is an executable we build (upstream_bench); the others run as
 `python -m driver.peers.<module>`. Where a peer cannot run on a host, `missing` says why, and every
