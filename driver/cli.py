@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from driver import build, config, paths, targets, thresholds
+from driver import build, config, paths, registry, targets, thresholds
 from driver.errors import ConfigError, DriverError, Interrupted, Terminated
 from driver.options import RunOptions, SubmitOptions
 from driver.records import SCHEMA_MODELS, published_schema
@@ -89,6 +89,12 @@ def _say_folded(folded: list[str]) -> None:
         print(f"note: given more than once, run once: {'; '.join(folded)}", file=sys.stderr)
 
 
+def _registered(ns: argparse.Namespace, kind: str, notes: list[str]) -> tuple[str, ...] | None:
+    """bench --peers/--variants: the names given (each once), or None for every registered one."""
+    given = _given(getattr(ns, kind, None), f"--{kind}")
+    return _once(config.parse_registered(given, kind), f"--{kind}", notes) if given is not None else None
+
+
 def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> RunOptions:
     """Every string is validated here, before any build or GPU work starts. A value a list option names twice
     runs once: said on stderr in one line, or added to `folded` for the caller to say."""
@@ -142,6 +148,8 @@ def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> Run
         timing=_once(config.parse_timing(ns.timing), "--timing", notes) if ns.timing is not None else None,
         soak_minutes=config.parse_minutes(getattr(ns, "minutes", "0")),
         kernel=config.parse_kernel(getattr(ns, "kernel", "auto")),
+        peers=_registered(ns, "peers", notes),
+        variants=_registered(ns, "variants", notes),
         arch=archs[0],
         rounds=config.parse_whole(ns.rounds, "--rounds"),
         timeout_s=float(config.parse_whole(ns.timeout, "--timeout")),
@@ -419,6 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--plan", action="store_true",
                            help="print the cases, our variants, the peers and every gate with whether this run "
                                 "measures it; build nothing, launch nothing, need no GPU (exit 0)")
+            s.add_argument("--peers", default=None,
+                           help=f"the peers to time, comma list of the registered ones ({', '.join(registry.registered('peers'))}; "
+                                "default all); a suite none of whose peers is named runs all of its own. A gate "
+                                "against a peer left out is listed as not measured (--peers left it out), not "
+                                "blocking the run (docs/EXTENDING.md)")
+            s.add_argument("--variants", default=None,
+                           help=f"our variants to time, comma list of the registered ones "
+                                f"({', '.join(registry.registered('variants'))}; default all); as --peers")
             s.add_argument("--q-terms", default="auto",
                            help="SDPA fp8 tier, Q in Q K^T: auto (default: two E4M3 terms in short launches, one "
                                 "elsewhere), 1 (one term at every shape: the same numerics everywhere) or 2 (two; an "

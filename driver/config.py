@@ -231,6 +231,13 @@ def parse_archs(text: str) -> tuple[str, ...]:
     return _parse_choice_list(text, SUPPORTED_ARCHS, "GPU architecture")
 
 
+def parse_registered(text: str, kind: str) -> tuple[str, ...]:
+    """`bench --peers` / `--variants`: names among driver/registry.py's registered peers or variants."""
+    from driver import registry
+
+    return _parse_choice_list(text, registry.registered(kind), kind.removesuffix("s"))
+
+
 def parse_dtypes(text: str) -> tuple[str, ...]:
     return _parse_choice_list(text, DTYPES, "dtype")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver import peers
+from driver import peers, registry
 from driver.errors import DriverError, PerfGateFailed, WrongResults
 from driver.options import RunOptions
 from driver.records import (
@@ -389,6 +389,9 @@ def evaluate(records: list[ArchivedRecord], skipped: list[Skip], opts: RunOption
             judged.setdefault(id(subject), []).append(result)
     out = []
     for g in results:
+        if g.status == "not_measured" and any(r.startswith(registry.NOT_SELECTED) for r in g.reasons):
+            out.append(g.model_copy(update={"optional": True}))  # bench --peers/--variants left its side out
+            continue
         why = limits.optional_reason(g.gate, device_kind) if g.status == "not_measured" else None
         out.append(g.model_copy(update={"optional": True, "reasons": [*g.reasons, f"optional here: {why}"]})
                    if why else g)

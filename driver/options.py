@@ -33,6 +33,10 @@ class RunOptions(Record):
     batch: int = Field(default=10, gt=0)
     timing: tuple[TimingMode, ...] | None = None  # None: each suite's default (config.DEFAULT_TIMING)
     kernel: str = "auto"
+    # bench --peers/--variants: names among driver/registry.py's (None: all); a family none of whose names is
+    # given runs all of its own (registry.select). What is left out is a Skip: its gates are listed, not measured.
+    peers: tuple[str, ...] | None = None
+    variants: tuple[str, ...] | None = None
     arch: str | None = None  # None: the arch of GPU 0
     rounds: int = Field(default=3, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator, model_validator
 
+from driver import registry
 from driver.stats import Estimator
 
 # 2: verdicts say "not_measured" (was "skip"), runs carry their gates, stress lines hold null (never 0)
@@ -205,7 +206,7 @@ class AllreduceLine(Record):
     symmetric-memory one-shot and two-shot)."""
 
     suite: Literal["allreduce"]
-    impl: Literal["ours", "upstream", "nccl", "torch_symm_oneshot", "torch_symm_twoshot"]
+    impl: Annotated[str, registry.Names(lambda: registry.impl_names("allreduce"))]  # driver/registry.py
     kernel_requested: str
     kernel_selected: str
     kernel_confirmed: str
@@ -281,14 +282,14 @@ Precision = Literal["fp16", "fp8"]
 # The tier of each of our kernels, and of each SDPA peer (what its arithmetic is: torch SDPA and FlashAttention
 # compute on fp16 operands, cuDNN's FP8 attention quantizes Q and P to E4M3).
 SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8"}
-SDPA_PEER_PRECISION: dict[str, str] = {"torch_sdpa": "fp16", "flash_attn": "fp16", "cudnn_fp8": "fp8"}
+SDPA_PEER_PRECISION = registry.SDPA_PEER_PRECISION  # derived from driver/registry.py (each peer's `precision`)
 
 
 class SdpaLine(Record):
     """One line printed by an SDPA runner (ours) or a peer (driver/peers/sdpa_io.py)."""
 
     suite: Literal["sdpa"]
-    impl: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
+    impl: Annotated[str, registry.Names(lambda: registry.impl_names("sdpa"))]  # driver/registry.py
     # Which of our kernels ran (chosen by the tier and the GPU's architecture): the Hopper warpgroup-MMA
     # kernel on fp16 operands (wgmma_sm90: the fp16 tier on sm_90) or on E4M3 operands (wgmma_fp8_sm90: the
     # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere). Our runners always print it;
@@ -357,7 +358,7 @@ class SdpaLine(Record):
             if given:
                 out["arithmetic"] = given
             out["precision"] = SDPA_PEER_PRECISION[impl]
-        elif impl in ("baseline", "cpasync") and given in (None, ""):  # archived lines held the old default ""
+        elif impl in registry.SDPA.variants and given in (None, ""):  # archived lines held the old default ""
             out["precision"] = SDPA_KERNEL_PRECISION.get(kernel or "mma_sync_sm80", "fp16")
         return out
 

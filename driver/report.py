@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from driver import archive, config, gates, history, paths, peers, phases, plots, thresholds
+from driver import archive, config, gates, history, paths, peers, phases, plots, registry, thresholds
 from driver.config import TIMING_MODES
 from driver.records import ArchivedRecord, BuildMeta, ClusterReport, GateResult, RunArchive
 from driver.suites.stress.profile import METRIC_COLUMNS
@@ -192,10 +192,13 @@ def _winner_table(run: RunArchive) -> list[str]:
     def label(entry: tuple[str, str | None]) -> str:  # the tier is named where the run timed two
         return entry[0] if len(tiers) < 2 or entry[1] is None else f"{entry[0]} {entry[1]}"
 
+    order = registry.all_variants()  # our variants, each family's in its report order (driver/registry.py)
+    rank = {name: i for i, name in enumerate(order)}
+
     def compared(cand: tuple[str, str | None], other: tuple[str, str | None]) -> bool:
         """Ours against the other variant and the peers of its tier, and against itself in the other tier."""
-        if other == cand or (cand[0] == "baseline" and other[0] == "cpasync" and cand[1] == other[1]):
-            return False
+        if other == cand or (other[0] in rank and rank[other[0]] < rank[cand[0]] and cand[1] == other[1]):
+            return False  # two of our variants in one tier: compared once, the one reported first as candidate
         return cand[1] == other[1] or cand[0] == other[0]
     modes = _modes(run)
     head = "| config | candidate | other | " + " | ".join(
@@ -205,7 +208,7 @@ def _winner_table(run: RunArchive) -> list[str]:
              "or the host batch where the executable cannot capture one); docs/TIMING.md."), "",
             head, "|---|---|---|" + "---|---|---|---|" * len(modes)]
     for cfg, by_impl in groups.items():
-        cands = [e for i in ("ours", "cpasync", "baseline") for e in sorted(by_impl, key=str) if e[0] == i]
+        cands = [e for i in order for e in sorted(by_impl, key=str) if e[0] == i]
         for cand in cands:
             for other in by_impl:
                 if not compared(cand, other):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from driver import paths
+from driver import paths, registry
 from driver.errors import ConfigError
 
 # Measured (or provisional) allreduce dispatch windows, written by `python -m driver sweep --write`
@@ -145,12 +145,12 @@ def all_targets() -> tuple[Target, ...]:
         ),
         *(
             Target(
-                name=f"sdpa_fp8_{variant}",
+                name=variant.target,
                 lang="cuda",
                 suite="sdpa",
                 entry="kernels_cuda/sdpa_fp8/runner.cu",
                 source_globs=sdpa_sources,
-                defines={"USE_CP_ASYNC": str(int(cp_async))},
+                defines=dict(variant.defines),
                 flags=CUDA_FLAGS,
                 min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
                 ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
@@ -167,7 +167,9 @@ def all_targets() -> tuple[Target, ...]:
                                     forbid=("HGMMA", "QGMMA", "UTMALDG") + (() if cp_async else ("LDGSTS",))),
                 ),
             )
-            for variant, cp_async in (("baseline", False), ("cpasync", True))
+            # One target per SDPA variant of driver/registry.py, with its defines.
+            for variant in registry.SDPA.variants.values()
+            for cp_async in (variant.defines.get("USE_CP_ASYNC") == "1",)
         ),
     )
 

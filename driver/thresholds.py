@@ -7,11 +7,11 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, ValidationError, field_validator, model_validator
 
-from driver import config, paths
+from driver import config, paths, registry
 from driver.errors import ConfigError
 from driver.records import SDPA_PEER_PRECISION, Precision, Record, TimingMode
 
@@ -78,8 +78,15 @@ class BuildGates(Record):
                     self.max_smem_bytes_per_block)
 
 
+# The names a gate may give, derived from driver/registry.py when a thresholds file is read.
+AllreducePeer = Annotated[str, registry.Names(lambda: registry.peer_names("allreduce"))]
+SdpaImpl = Annotated[str, registry.Names(lambda: (*registry.variant_names("sdpa"), "best"))]
+SdpaOther = Annotated[str, registry.Names(lambda: registry.impl_names("sdpa"))]  # a peer, or another variant
+SdpaPeer = Annotated[str, registry.Names(lambda: registry.peer_names("sdpa"))]
+
+
 class AllreduceSpeedup(Record):
-    peer: Literal["upstream", "nccl"]
+    peer: AllreducePeer
     timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     bytes: int = Field(ge=0)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -94,8 +101,8 @@ class AllreduceGates(Record):
 
 
 class SdpaSpeedup(Record):
-    impl: Literal["baseline", "cpasync", "best"]
-    peer: Literal["baseline", "cpasync", "torch_sdpa", "cudnn_fp8", "flash_attn"]
+    impl: SdpaImpl
+    peer: SdpaOther
     timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
     shape: str
     min_ratio: PositiveFloat
@@ -127,7 +134,7 @@ class SdpaAccuracy(Record):
     checked shape and distribution, each variant's rel_l2 (worst of the seeds) <= max_ratio x the peer's."""
 
     precision: Precision
-    peer: Literal["torch_sdpa", "cudnn_fp8", "flash_attn"]
+    peer: SdpaPeer
     max_ratio: PositiveFloat
 
 

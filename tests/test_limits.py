@@ -10,6 +10,7 @@ import pytest
 from driver import archive, cli, limits, paths, thresholds
 from driver.limits import Freshness
 from driver.records import ArchivedRecord, DeviceInfo, GpuInfo, RunArchive, SdpaLine, Verdict
+from driver.suites import sdpa
 from tests.conftest import ROOT, run_driver
 
 REPO_RUNS = archive.archived_runs(ROOT / "bench_results")
@@ -183,7 +184,7 @@ def test_a_run_of_another_tier_does_not_measure_a_gate_added_after_it():
     before the tiers: its lines name wgmma_fp8_sm90) holds no fp16 timing, so today's batch8 gate is not judged
     on it; its own archived verdicts (against torch, from before the tiers) stay as they were."""
     run = archive.load_run(FP8_RUN)
-    assert {r.precision for r in run.records if r.impl in ("baseline", "cpasync")} == {"fp8"}
+    assert {r.precision for r in run.records if r.impl in sdpa.VARIANTS} == {"fp8"}
     stored = {s.key for s in limits.gate_states(run, NOISE)}
     today = {s.key for s in limits.rejudged(run, GATES)}
     assert ("1xH100", "sdpa", "batch8", "torch_sdpa", "cold") not in stored | today

@@ -64,7 +64,11 @@ def test_every_torch_peer_is_registered_and_launched_with_its_impl():
     from driver import peers
     from driver.suites import allreduce
 
-    assert set(peers.of_suite("allreduce")) == {"nccl", "torch_symm_oneshot", "torch_symm_twoshot"}
+    from driver import registry
+
+    # Every timed Python peer of the family (the link ceiling is measured, never timed against ours).
+    assert peers.of_suite("allreduce") == tuple(n for n, p in registry.ALLREDUCE.peers.items() if p.module and p.timed)
+    assert "p2p_copy" not in peers.of_suite("allreduce") and "torch_symm_twoshot" in allreduce.TORCH_PEERS
     cmd = peers.command("torch_symm_twoshot", "--sizes", "1M")
     assert cmd[1:] == ["-m", "driver.peers.symm_allreduce", "--impl", "torch_symm_twoshot", "--sizes", "1M"]
     assert allreduce.timing_flags("torch_symm_oneshot", "hot", 10) == ["--timing", "hot", "--batch", "10"]
@@ -72,12 +76,12 @@ def test_every_torch_peer_is_registered_and_launched_with_its_impl():
 
 
 def test_symm_peer_names_are_the_records_impls():
+    from driver import registry
     from driver.peers import symm_allreduce
-    from driver.suites.allreduce import SYMM_PEERS
 
-    assert set(symm_allreduce.OPS) == set(SYMM_PEERS)
-    rec_impls = set(AllreduceLine.model_fields["impl"].annotation.__args__)
-    assert set(SYMM_PEERS) <= rec_impls
+    symm = {n for n, p in registry.ALLREDUCE.peers.items() if p.module == symm_allreduce.__name__}
+    assert set(symm_allreduce.OPS) == symm
+    assert symm <= set(AllreduceLine.model_json_schema()["properties"]["impl"]["enum"])
 
 
 def test_a_record_without_link_frac_still_loads():

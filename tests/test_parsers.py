@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from driver import bench, build, cli, config, device, thresholds
+from driver import bench, build, cli, config, device, registry, thresholds
 from driver.errors import ConfigError, KernelFailed, NoGPU
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, SdpaLine
@@ -240,7 +240,8 @@ ANY_TEXT = st.one_of(st.text(max_size=40), DIGITISH, LONG_DIGITS,
                      st.lists(st.sampled_from([*config.SDPA_SHAPES, *config.DTYPES, *config.SUPPORTED_ARCHS, "all",
                                                *config.SUITES, *config.TIMING_MODES, *config.TIMING_ALIASES,
                                                *config.PRECISIONS, *config.ALLREDUCE_KERNEL_NAMES, "1x8x512x64",
-                                               "normal", "tiny", "256K", "2", "8", "0", "1"]),
+                                               "normal", "tiny", "256K", "2", "8", "0", "1",
+                                               *registry.registered("peers")]),
                               min_size=1, max_size=5).map(",".join))
 
 
@@ -295,6 +296,8 @@ PARSERS = {
                       lambda p, v: v in config.Q_TERMS and p(v) == v),
     "parse_distributions": (config.parse_distributions, lambda p, v: _choice_list(_distributions())(p, v)),
     "parse_whole": (lambda t: config.parse_whole(t, "--iters"), _check_whole),
+    "parse_registered": (lambda t: config.parse_registered(t, "peers"), lambda p, v: _choice_list(
+        registry.registered("peers"))(p, v)),
     "parse_minutes": (config.parse_minutes, lambda p, v: isinstance(v, float) and 0 <= v <= config.MAX_SOAK_MINUTES
                       and p(format(v, ".12f")) == v),
 }

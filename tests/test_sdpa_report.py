@@ -15,6 +15,7 @@ import pytest
 from driver import config, report
 from driver.host import host_info, utc_now
 from driver.records import ArchivedRecord, RunArchive, SdpaLine, Verdict
+from driver.suites import sdpa
 from tests.runner_doubles import H200X2
 
 CAPTURED = Path(__file__).parent / "data" / "captured" / "sdpa_h200.jsonl"
@@ -25,7 +26,7 @@ KERNEL = {"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}
 def _rec(impl: str, tier: str, dist: str, shape: str, seed: int, rel: float, worst: float, *,
          p50: float | None = None, mode: str | None = None) -> ArchivedRecord:
     """A constructed record (for rendering only): ours or a peer, in a tier, on a distribution."""
-    peer = impl not in ("baseline", "cpasync")
+    peer = impl not in sdpa.VARIANTS
     line = SdpaLine.model_validate({**LINE, "impl": impl, "precision": tier, "timing": mode or "cold",
                                     **({} if peer else {"kernel": KERNEL[tier]}),
                                     **({"p50_us": p50, "p90_us": p50 * 1.01, "tflops": 500.0} if p50 else {})})

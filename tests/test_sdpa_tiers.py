@@ -181,6 +181,7 @@ def test_one_reference_per_input_for_every_tier_and_peer(tmp_path, monkeypatch):
     records, _ = sdpa._shape(opts, exe_dir, H100, LIMITS, "0" * 40, tuple(sdpa.PEERS), *SMALL)
     assert len(made) == 4 and len(set(made)) == 4  # 2 seeds x 2 distributions, each once
     checked = {(r.impl, r.precision, r.distribution, r.seed) for r in records}
-    assert len(checked) == (2 * 2 + 2) * 2 * 2  # (ours x tiers + the peers) x distributions x seeds
+    ran = sdpa.peers_of(tuple(p for p in sdpa.PEERS if p != "flash_attn"), opts.precisions)  # flash_attn refused
+    assert len(checked) == (len(sdpa.VARIANTS) * 2 + len(ran)) * 2 * 2  # (ours x tiers + the peers) x dists x seeds
     timed_inputs = {c[c.index("--q") + 1] for c in calls(log) if "--timing" in c and c[c.index("--iters") + 1] != "1"}
     assert len(timed_inputs) == 1 and "-normal-seed0/" in timed_inputs.pop()

@@ -8,7 +8,7 @@ import contextlib
 from functools import partial
 from pathlib import Path
 
-from driver import device, peers, phases
+from driver import device, peers, phases, registry
 from driver.config import SUPPORTED_NGPUS, kernel_flags
 from driver.gates import allreduce_config, allreduce_correctness, allreduce_inconclusive
 from driver.options import RunOptions
@@ -20,10 +20,10 @@ from driver.verify import allreduce_errors
 from driver.workers import Pool, Served, served
 
 TARGETS = "allreduce"
-EXE = "allreduce_bench"
-UPSTREAM_EXE = "upstream_bench"
-SYMM_PEERS = ("torch_symm_oneshot", "torch_symm_twoshot")
-TORCH_PEERS = ("nccl", *SYMM_PEERS)  # the torch-driven peers: their hot mode is a CUDA graph
+EXE = registry.ALLREDUCE.variants["ours"].target
+# The torch-driven peers (every Python peer of the family, driver/registry.py): one served worker runs them all,
+# and their hot mode is a CUDA graph.
+TORCH_PEERS = registry.View(lambda: dict.fromkeys(peers.of_suite("allreduce")))
 LINK_CEILING = "p2p_copy_gpu0_gpu1"
 # The Mojo executables' timed cases run on their long-lived workers. (A first 4x H200 run, 2026-11-26,
 # timed every Mojo case after a worker's first 2.2 ms slow: the served NCCL worker's ranks 1..N-1 waited
@@ -62,17 +62,26 @@ def _commands(opts: RunOptions, exe_dir: Path, dtype: str, ngpus: int) -> dict[t
     """Per (impl, mode), ours and the peers in the same mode one after the other, each a case for its
     long-lived worker; a peer this host cannot run is left out (its gates are then not measured)."""
     cmds: dict[tuple[str, str], Served] = {}
+    variants, chosen = chosen_impls(opts)
     for mode in opts.modes("allreduce"):
-        cmds[("ours", mode)] = served([str(exe_dir / EXE)], _args(opts, dtype, ngpus, "ours", mode),
-                                      serve=SERVE_TIMED_MOJO)
-        cmds[("upstream", mode)] = served([str(exe_dir / UPSTREAM_EXE)], _args(opts, dtype, ngpus, "upstream", mode),
-                                          serve=SERVE_TIMED_MOJO)
-        for name in peers.of_suite("allreduce"):  # NCCL, then PyTorch symm_mem one-shot and two-shot
-            if peers.missing(name) is None:
+        for name in variants:  # ours
+            cmds[(name, mode)] = served([str(exe_dir / registry.ALLREDUCE.variants[name].target)],
+                                        _args(opts, dtype, ngpus, name, mode), serve=SERVE_TIMED_MOJO)
+        for name in chosen:  # upstream (built), then NCCL, PyTorch symm_mem one-shot and two-shot
+            target = peers.PEERS[name].target
+            if target:
+                cmds[(name, mode)] = served([str(exe_dir / target)], _args(opts, dtype, ngpus, name, mode),
+                                            serve=SERVE_TIMED_MOJO)
+            elif peers.missing(name) is None:
                 args = _args(opts, dtype, ngpus, name, mode)
                 cmds[(name, mode)] = served(torch_server(ngpus), ["--impl", name, *args],
                                             one_shot=peers.command(name, *args))
     return cmds
+
+
+def chosen_impls(opts: RunOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Our variants and the peers this run times (`bench --variants/--peers`; all registered by default)."""
+    return registry.select("allreduce", "variants", opts.variants), registry.select("allreduce", "peers", opts.peers)
 
 
 def line_key(cmd_key: tuple[str, str], line: AllreduceLine) -> tuple[str, str, int]:
@@ -154,11 +163,16 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         result.skipped.append(Skip(suite="allreduce", impl="*", reason=f"needs at least 2 GPUs; this host has {present}"))
         return result
     device.require_gpus(dev, counts)
+    variants, chosen = chosen_impls(opts)
+    for kind, names, picked in (("variants", registry.variant_names("allreduce"), variants),
+                                ("peers", registry.peer_names("allreduce"), chosen)):
+        result.skipped += [Skip(suite="allreduce", impl=n, reason=registry.not_selected(kind))
+                           for n in names if n not in picked]
     for name in peers.of_suite("allreduce"):
         why = peers.missing(name)
-        if why:
+        if why and name in chosen:
             result.skipped.append(Skip(suite="allreduce", impl=name, reason=why))
-    impls = 2 + sum(peers.missing(name) is None for name in peers.of_suite("allreduce"))
+    impls = len(variants) + sum(peers.PEERS[n].target is not None or peers.missing(n) is None for n in chosen)
     with contextlib.ExitStack() as stack:
         # Every GPU count's workers start at once, side by side (a torch import, a process group, CUDA contexts:
         # 10-17 s each on 4x H200), while the link ceiling's process imports torch and copies: the copy may

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from driver import config, device, peers, phases
+from driver import config, device, peers, phases, registry
 from driver.clocks import ClockSampler, nvml_sampler
 from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered, WrongResults
 from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
@@ -39,8 +39,10 @@ from driver.verify import SdpaErrors, sdpa_errors
 from driver.workers import Pool, Served, served
 
 TARGETS = "sdpa"
-VARIANTS = {"baseline": "sdpa_fp8_baseline", "cpasync": "sdpa_fp8_cpasync"}
-PEERS = peers.of_suite("sdpa")  # torch_sdpa, cudnn_fp8, flash_attn: each reads our inputs, writes --out
+# Derived from driver/registry.py at each use: our variants (name -> build target) and the peers (each reads our
+# inputs, writes --out).
+VARIANTS = registry.View(lambda: {name: v.target for name, v in registry.SDPA.variants.items()})
+PEERS = registry.View(lambda: dict.fromkeys(peers.of_suite("sdpa")))
 HOPPER_KERNEL, HOPPER_FP16_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"
 TIMED_DISTRIBUTION = "normal"  # the inputs every timing runs on: a launch's time does not depend on the values
 
@@ -244,9 +246,16 @@ class Cases:
         self.input_pool.shutdown(wait=True)
 
 
-def servers(exe_dir: Path, peer_impls: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """The command each implementation's worker runs (with --serve), or its one-shot command (without)."""
-    out = {impl: (str(exe_dir / exe),) for impl, exe in VARIANTS.items()}
+def chosen_variants(opts: RunOptions) -> tuple[str, ...]:
+    """Our variants this run times (`bench --variants`; all registered by default)."""
+    return registry.select("sdpa", "variants", opts.variants)
+
+
+def servers(exe_dir: Path, peer_impls: tuple[str, ...],
+            variants: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
+    """The command each implementation's worker runs (with --serve), or its one-shot command (without);
+    `variants`: ours that run (None: all)."""
+    out = {impl: (str(exe_dir / exe),) for impl, exe in VARIANTS.items() if variants is None or impl in variants}
     out |= {impl: tuple(peers.command(impl)) for impl in peer_impls}
     return out
 
@@ -259,7 +268,7 @@ def peers_of(peer_impls: tuple[str, ...], tiers: tuple[str, ...]) -> tuple[str, 
 def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...], tiers: tuple[str, ...] | None = None) -> int:
     """Cases one shape sends at most: checks of every distribution and seed, then every round of every mode."""
     tiers = opts.precisions if tiers is None else tiers
-    impls = len(VARIANTS) * len(tiers) + len(peers_of(peer_impls, tiers))
+    impls = len(chosen_variants(opts)) * len(tiers) + len(peers_of(peer_impls, tiers))
     return len(opts.distributions) * len(opts.seeds) * impls + opts.rounds * len(opts.modes("sdpa")) * impls
 
 
@@ -303,9 +312,9 @@ def _run_shape(
     timed record gets the summary of its rounds' samples."""
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
-    serve = servers(exe_dir, peer_impls)
+    serve = servers(exe_dir, peer_impls, chosen_variants(opts))
     timed_seed, dists = opts.seeds[0], opts.distributions
-    ours: list[Impl] = [(impl, tier) for tier in tiers if tier not in not_offered for impl in VARIANTS]
+    ours: list[Impl] = [(impl, tier) for tier in tiers if tier not in not_offered for impl in chosen_variants(opts)]
     theirs: list[Impl] = [(p, SDPA_PEER_PRECISION[p]) for p in peers_of(peer_impls, tiers)]
     lines: dict[tuple[str, str, str, int], SdpaLine] = {}  # (impl, tier, dist, seed) -> its check's line
     pending: dict[tuple[str, str, str, int], list[Future]] = {}  # -> the errors of each checked output
@@ -550,8 +559,12 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         else:
             tiers.append(tier)
     tiers_t = tuple(tiers)
+    chosen = registry.select("sdpa", "peers", opts.peers)
+    result.skipped += [Skip(suite="sdpa", impl=n, reason=registry.not_selected("variants"))
+                       for n in VARIANTS if n not in chosen_variants(opts)]
+    result.skipped += [Skip(suite="sdpa", impl=n, reason=registry.not_selected("peers")) for n in PEERS if n not in chosen]
     here = []
-    for impl in PEERS:
+    for impl in chosen:
         why = peers.missing(impl, gpu_arch)
         if why:  # its gates are then not measured (gates.py), never passed
             result.skipped.append(Skip(suite="sdpa", impl=impl, reason=why))
@@ -564,7 +577,7 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     not_offered: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(Pool(one_shot=not opts.workers))
-        pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t).values()])  # start-ups overlap
+        pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t, chosen_variants(opts)).values()])  # start-ups overlap
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
         gpu_ref = None
         if opts.workers and peers.missing("torch_sdpa", gpu_arch) is None:  # torch sees this GPU

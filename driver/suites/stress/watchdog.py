@@ -87,7 +87,7 @@ def allreduce_hang(opts: RunOptions, exe: Path, dev: DeviceInfo, gates: Threshol
 def sdpa_hang(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str) -> ArchivedRecord:
     """Single-GPU hosts: an SDPA runner stuck behind a kernel that never finishes (--debug-hang) is
     killed in time, and a checked SDPA run afterwards proves the GPU usable."""
-    exe = exe_dir / sdpa.VARIANTS["baseline"]
+    exe = exe_dir / next(iter(sdpa.VARIANTS.values()))  # the first registered variant (baseline)
     with tempfile.TemporaryDirectory(prefix="stress-hang-") as tmp:
         files, expected = sdpa.prepare_case(Path(tmp), SDPA_SHAPES["small"], 0)
         out = Path(tmp) / "out.npy"
