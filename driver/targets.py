@@ -155,7 +155,7 @@ def all_targets() -> tuple[Target, ...]:
                 min_arch=89,  # decodes E4M3 with cvt.rn.f16x2.e4m3x2
                 ptx=(PtxExpectation("sdpa", cp_async=cp_async, mma=True),),
                 sm90a=True,
-                impl=variant,
+                impl=impl,
                 # sm_90: both tiers' Hopper kernels, the fp16 tier's warpgroup MMA (HGMMA) and the fp8 tier's
                 # (QGMMA), and the copy engine's tensor loads in the cpasync build only (the mma_sync kernel
                 # beside them brings HMMA, and LDGSTS in cpasync).
@@ -168,7 +168,7 @@ def all_targets() -> tuple[Target, ...]:
                 ),
             )
             # One target per SDPA variant of driver/registry.py, with its defines.
-            for variant in registry.SDPA.variants.values()
+            for impl, variant in registry.SDPA.variants.items()
             for cp_async in (variant.defines.get("USE_CP_ASYNC") == "1",)
         ),
     )

@@ -8,7 +8,7 @@ allreduce executable that prints the peer's name."""
 
 from __future__ import annotations
 
-from driver import archive, build, cli, device, peers, targets
+from driver import archive, build, cli, device, peers, registry, targets
 from driver.errors import WrongResults
 from driver.records import Toolchain, ToolVersion
 from driver.suites import sdpa
@@ -32,7 +32,7 @@ def test_every_target_that_prints_lines_is_told_its_impl():
     tc = Toolchain(python="test", nvcc=ToolVersion(name="nvcc", path="nvcc", version="13.0"),
                    mojo=ToolVersion(name="mojo", path="mojo", version="1.2"))
     by_name = {t.name: t for t in targets.all_targets()}
-    assert {by_name[exe].impl: exe for exe in sdpa.VARIANTS.values()} == sdpa.VARIANTS
+    assert {by_name[exe].impl: exe for exe in sdpa.VARIANTS.values()} == dict(sdpa.VARIANTS)
     assert (by_name["allreduce_bench"].impl, by_name["upstream_bench"].impl) == ("ours", "upstream")
     for t in by_name.values():
         for arch in ("sm_89", "sm_90"):
@@ -49,7 +49,8 @@ def test_a_new_variant_whose_executable_prints_another_impl_is_refused_not_merge
     its timings being counted as cpasync's."""
     exe_dir = _host(tmp_path, monkeypatch)
     log = sdpa_exes(exe_dir, p50={"baseline": 10.0, "cpasync": 8.0})
-    monkeypatch.setitem(sdpa.VARIANTS, "cpasync_x", "sdpa_fp8_cpasync_x")
+    monkeypatch.setitem(registry.SDPA.variants, "cpasync_x",
+                        registry.Variant("sdpa_fp8_cpasync_x", {"USE_CP_ASYNC": "1"}))
     sdpa_exe(exe_dir / "sdpa_fp8_cpasync_x", impl="cpasync", p50=4.0, log=log)
     code = cli.main([*BENCH, "--suite", "sdpa"])
     err = capsys.readouterr().err.strip().splitlines()
