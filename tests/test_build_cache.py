@@ -278,3 +278,62 @@ def test_a_read_only_tree_builds_when_everything_is_cached(tmp_path):
     assert lines[-1].startswith(f"I/O error: cannot write {repo / 'build' / 'sm_90'}"), lines
     assert "Read-only file system" in lines[-1], lines
     assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- targets compiled side by side
+
+PAIR = ("upstream_bench", "dispatch_table")  # two Mojo targets with no PTX expectations, in the table's order
+
+
+def _timed_mojo(where: Path) -> Path:
+    """A fake Mojo that logs `start NAME` and `end NAME` around its sleep: 3 s for PAIR[0], 0.5 s for the rest."""
+    exe = _fake_mojo(where)
+    exe.write_text(r"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+name=$(basename "$out" | sed 's/^[.]//; s/-building-.*//')
+echo "start $name" >> "$FAKE_MOJO_LOG"
+case "$name" in """ + PAIR[0] + r""") sleep 3;; *) sleep 0.5;; esac
+echo "fake executable" > "$out"
+echo "end $name" >> "$FAKE_MOJO_LOG"
+""")
+    return exe
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_targets_compile_side_by_side_and_print_in_the_tables_order(fake, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOJO", str(_timed_mojo(tmp_path / "timed")))
+    _clear_tool_caches()
+    rc = cli.main(["build", "--targets", ",".join(PAIR)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    events = fake.read_text().split("\n")[:-1]
+    assert events[:2] == [f"start {PAIR[0]}", f"start {PAIR[1]}"], events  # the second began before the first ended
+    assert events.index(f"end {PAIR[1]}") < events.index(f"end {PAIR[0]}"), events  # and ended first
+    said = [ln.split(":")[0].split()[-1] + ":" + ln.split(":")[1].split()[0] for ln in err.splitlines()
+            if ln.startswith("[build]")]
+    assert said == [f"{PAIR[0]}:compiling", f"{PAIR[0]}:compiled", f"{PAIR[1]}:compiling", f"{PAIR[1]}:compiled"], err
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_an_interrupted_build_kills_every_running_compiler(tmp_path):
+    repo = _checkout(tmp_path / "repo")
+    compiles = tmp_path / "compiles.log"
+    proc = subprocess.Popen([sys.executable, "-m", "driver", "build", "--targets", ",".join(PAIR)], cwd=repo,
+                            env=_env(FAKE_MOJO_LOG=str(compiles), FAKE_MOJO_SLEEP="30"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while (not compiles.is_file() or len(compiles.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(ln.split()[0]) for ln in compiles.read_text().splitlines()]
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 20 and proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (f"interrupted: build of {PAIR[0]} for sm_90, {PAIR[1]} for sm_90 stopped "
+                                            "and their compilers killed; they were not cached (the next build "
+                                            "compiles them again)"), err
+    assert all(_alive(pid) == [] for pid in pids)
+    assert not (repo / "build" / "sm_90").exists() or not any((repo / "build" / "sm_90").glob("*.stamp.json"))
