@@ -286,7 +286,7 @@ PAIR = ("upstream_bench", "dispatch_table")  # two Mojo targets with no PTX expe
 
 
 def _timed_mojo(where: Path) -> Path:
-    """A fake Mojo that logs `start NAME` and `end NAME` around its sleep: 3 s for PAIR[0], 0.5 s for the rest."""
+    """A fake Mojo that logs `start NAME` and `end NAME` around its sleep: 1.5 s for PAIR[0], 0.3 s for the rest."""
     exe = _fake_mojo(where)
     exe.write_text(r"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
@@ -294,7 +294,7 @@ out=""; prev=""
 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
 name=$(basename "$out" | sed 's/^[.]//; s/-building-.*//')
 echo "start $name" >> "$FAKE_MOJO_LOG"
-case "$name" in """ + PAIR[0] + r""") sleep 3;; *) sleep 0.5;; esac
+case "$name" in """ + PAIR[0] + r""") sleep 1.5;; *) sleep 0.3;; esac
 echo "fake executable" > "$out"
 echo "end $name" >> "$FAKE_MOJO_LOG"
 """)
@@ -309,7 +309,7 @@ def test_targets_compile_side_by_side_and_print_in_the_tables_order(fake, capsys
     err = capsys.readouterr().err
     assert rc == 0, err
     events = fake.read_text().split("\n")[:-1]
-    assert events[:2] == [f"start {PAIR[0]}", f"start {PAIR[1]}"], events  # the second began before the first ended
+    assert set(events[:2]) == {f"start {PAIR[0]}", f"start {PAIR[1]}"}, events  # both began before either ended
     assert events.index(f"end {PAIR[1]}") < events.index(f"end {PAIR[0]}"), events  # and ended first
     said = [ln.split(":")[0].split()[-1] + ":" + ln.split(":")[1].split()[0] for ln in err.splitlines()
             if ln.startswith("[build]")]
