@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import psutil
@@ -260,8 +260,8 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
 
 def _build_side_by_side(jobs: list[tuple[Target, str]], tc: Toolchain, force: bool) -> list[tuple[TargetBuild, bool]]:
     """build_target for every (target, arch), at most os.cpu_count() at once; their results, and their lines
-    printed whole, in the order of `jobs`. The first failure in that order stops the rest (their compilers are
-    killed) and is raised; so is Ctrl-C or SIGTERM (Interrupted, naming the compiles it stopped)."""
+    printed whole, in the order of `jobs`. A failure stops the rest at once (their compilers are killed) and is
+    raised, after its own lines; so is Ctrl-C or SIGTERM (Interrupted, naming the compiles it stopped)."""
     stop = threading.Event()
     lines: list[list[str]] = [[] for _ in jobs]
 
@@ -280,12 +280,15 @@ def _build_side_by_side(jobs: list[tuple[Target, str]], tc: Toolchain, force: bo
     results: list[tuple[TargetBuild, bool]] = []
     try:
         for i, fut in enumerate(futures):
-            try:
-                results.append(fut.result())
-            finally:
-                if fut.done() and not isinstance(fut.exception(), _Stopped):
-                    for line in lines[i]:
-                        log(line)
+            while not fut.done():  # a failure anywhere ends the build at once, not when its turn comes
+                wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                failed = next((j for j, f in enumerate(futures) if f.done() and f.exception() is not None), None)
+                if failed is not None:
+                    i, fut = failed, futures[failed]
+                    break
+            for line in lines[i]:
+                log(line)
+            results.append(fut.result())  # a failure raises here, and stops the others below
     except KeyboardInterrupt as exc:  # SIGTERM too (errors.Terminated): the signal lands in this thread
         order = [f"{t.name} for {arch}" for t, arch in jobs]
         stopped = sorted(_stop_all(stop, futures), key=order.index)

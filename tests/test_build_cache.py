@@ -337,3 +337,29 @@ def test_an_interrupted_build_kills_every_running_compiler(tmp_path):
                                             "compiles them again)"), err
     assert all(_alive(pid) == [] for pid in pids)
     assert not (repo / "build" / "sm_90").exists() or not any((repo / "build" / "sm_90").glob("*.stamp.json"))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_a_failing_target_stops_the_others_at_once(fake, capsys, tmp_path, monkeypatch):
+    """PAIR[1] fails at once while PAIR[0] compiles for 30 s: the build ends with PAIR[1]'s failure, PAIR[0]'s
+    compiler killed and nothing of it cached, without waiting for PAIR[0]'s turn."""
+    exe = _fake_mojo(tmp_path / "failing")
+    exe.write_text(r"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+echo "$$ $out" >> "$FAKE_MOJO_LOG"
+case "$out" in *""" + PAIR[1] + r"""*) echo "error: fake failure" >&2; exit 1;; esac
+sleep 30
+echo "fake executable" > "$out"
+""")
+    monkeypatch.setenv("MOJO", str(exe))
+    _clear_tool_caches()
+    started = time.monotonic()
+    rc = cli.main(["build", "--targets", ",".join(PAIR)])
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 20, "the build waited for the slow compile"
+    assert rc == 4 and err.strip().splitlines()[-1].startswith(f"build failed: {PAIR[1]} for sm_90: error: fake"), err
+    slow = next(int(ln.split()[0]) for ln in fake.read_text().splitlines() if PAIR[0] in ln)
+    assert not psutil.pid_exists(slow) or psutil.Process(slow).status() == psutil.STATUS_ZOMBIE
+    assert sorted(p.name for p in (paths.build_dir() / "sm_90").iterdir()) == [f"{PAIR[1]}.log"]
