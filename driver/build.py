@@ -4,7 +4,9 @@ A target rebuilds only when its sources, its command line (flags, defines, arch)
 pins, never its path) change, or when a file it wrote is no longer what its stamp says (size and sha256).
 Each result is a TargetBuild record kept in a stamp beside the executable, so a cached build still reports its
 ptxas numbers. A compiler writes under a temporary name that is renamed into place only after it succeeded;
-an interrupted build kills the compiler's whole process group before the driver exits.
+an interrupted build kills every running compiler's whole process group before the driver exits.
+The targets compile side by side, at most one per CPU core (`build_all`); each target's lines are printed whole
+and in the table's order, once it and every target before it are done.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import secrets
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import psutil
@@ -40,9 +44,23 @@ COMPILE_TOKEN_VAR = "DRIVER_BUILD_TOKEN"
 STOP_WAIT_S = 10.0
 BUILD_DIR_HINT = "make build/ writable, or build in a writable copy of the checkout"
 
+# The compiles running now (token -> "<target> for <arch>"), and the flag that keeps new ones from starting once
+# the build is being stopped: `build_all` kills what this holds on Ctrl-C, SIGTERM or another target's failure.
+_RUNNING: dict[str, str] = {}
+_RUNNING_LOCK = threading.Lock()
+_LOCAL = threading.local()  # .lines: where log() collects a compile's lines while it runs beside others
+
+
+class _Stopped(Exception):
+    """A compile that the build stopped (killed, or never started): it wrote and cached nothing."""
+
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    lines = getattr(_LOCAL, "lines", None)
+    if lines is not None:
+        lines.append(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
 
 
 def _command(t: Target, arch: str, tc: Toolchain, out: Path | str, keep_dir: Path | str) -> list[str]:
@@ -202,12 +220,23 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
     tmp_out = Path(name)
     tmp_out.unlink()
     token = secrets.token_hex(8)
+    stop = getattr(_LOCAL, "stop", None)
     try:
         with tempfile.TemporaryDirectory(prefix=f"keep-{t.name}-") as keep:
             keep_dir = Path(keep)
             log(f"[build] {arch} {t.name}: {why + ': rebuilding' if why else 'compiling'} ...")
-            res = run_process(_command(t, arch, tc, tmp_out, keep_dir), timeout_s=BUILD_TIMEOUT_S, cwd=paths.ROOT,
-                              env={**os.environ, COMPILE_TOKEN_VAR: token})
+            with _RUNNING_LOCK:
+                if stop is not None and stop.is_set():
+                    raise _Stopped()
+                _RUNNING[token] = f"{t.name} for {arch}"
+            try:
+                res = run_process(_command(t, arch, tc, tmp_out, keep_dir), timeout_s=BUILD_TIMEOUT_S,
+                                  cwd=paths.ROOT, env={**os.environ, COMPILE_TOKEN_VAR: token})
+            finally:
+                with _RUNNING_LOCK:
+                    _RUNNING.pop(token, None)
+            if stop is not None and stop.is_set():  # killed by build_all, or finished as it stopped: keep nothing
+                raise _Stopped()
             with _writing(log_path):
                 paths.write_atomic(log_path, f"$ {' '.join(recorded)}\n{res.stdout}\n{res.stderr}")
             if res.timed_out or res.returncode != 0 or not tmp_out.is_file():
@@ -253,6 +282,72 @@ def build_target(t: Target, arch: str, tc: Toolchain, *, force: bool = False) ->
     return record, True
 
 
+def _build_side_by_side(jobs: list[tuple[Target, str]], tc: Toolchain, force: bool) -> list[tuple[TargetBuild, bool]]:
+    """build_target for every (target, arch), at most os.cpu_count() at once; their results, and their lines
+    printed whole, in the order of `jobs`. A failure stops the rest at once (their compilers are killed) and is
+    raised, after its own lines; so is Ctrl-C or SIGTERM (Interrupted, naming the compiles it stopped)."""
+    stop = threading.Event()
+    lines: list[list[str]] = [[] for _ in jobs]
+
+    def one(i: int) -> tuple[TargetBuild, bool]:
+        _LOCAL.lines, _LOCAL.stop = lines[i], stop
+        try:
+            if stop.is_set():
+                raise _Stopped()
+            t, arch = jobs[i]
+            return build_target(t, arch, tc, force=force)
+        finally:
+            _LOCAL.lines = _LOCAL.stop = None
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1)), thread_name_prefix="build")
+    futures = [pool.submit(one, i) for i in range(len(jobs))]
+    results: list[tuple[TargetBuild, bool]] = []
+    try:
+        for i, fut in enumerate(futures):
+            while not fut.done():  # a failure anywhere ends the build at once, not when its turn comes
+                wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                failed = next((j for j, f in enumerate(futures) if f.done() and f.exception() is not None), None)
+                if failed is not None:
+                    i, fut = failed, futures[failed]
+                    break
+            for line in lines[i]:
+                log(line)
+            results.append(fut.result())  # a failure raises here, and stops the others below
+    except KeyboardInterrupt as exc:  # SIGTERM too (errors.Terminated): the signal lands in this thread
+        order = [f"{t.name} for {arch}" for t, arch in jobs]
+        stopped = sorted(_stop_all(stop, futures), key=order.index)
+        if not stopped:
+            raise
+        n = len(stopped)
+        raise Interrupted(f"build of {', '.join(stopped)} stopped and {'its compiler' if n == 1 else 'their compilers'}"
+                          f" killed; nothing of {'it' if n == 1 else 'them'} was written",
+                          "build/ keeps what the last finished build made; the next build compiles what that is "
+                          "not") from exc
+    except BaseException:
+        _stop_all(stop, futures)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def _stop_all(stop: threading.Event, futures: list[Future]) -> list[str]:
+    """Keep every compile from starting, kill every running one's process group (stop_compiler) until all of
+    `futures` are done; the compiles it stopped, "<target> for <arch>"."""
+    with _RUNNING_LOCK:
+        stop.set()
+    stopped: list[str] = []
+    while True:
+        with _RUNNING_LOCK:
+            running = dict(_RUNNING)
+        for token, what in running.items():
+            stop_compiler(token)
+            if what not in stopped:
+                stopped.append(what)
+        if not wait(futures, timeout=0.1).not_done:
+            return stopped
+
+
 def build_all(
     targets: tuple[Target, ...], archs: tuple[str, ...], gates: BuildGates, *, force: bool = False
 ) -> tuple[BuildMeta, list[TargetBuild]]:
@@ -266,16 +361,18 @@ def build_all(
     records: list[TargetBuild] = []
     compiled: list[TargetBuild] = []
     violations: list[str] = []
+    jobs = []
     for arch in archs:
         for t in targets:
             if not t.supports(arch):
                 log(f"[build] {arch} {t.name}: skipped, needs sm_{t.min_arch} or newer")
                 continue
-            rec, did = build_target(t, arch, tc, force=force)
-            if did:
-                compiled.append(rec)
-            records.append(rec)
-            violations += build_gates.static_violations(t, rec, gates)
+            jobs.append((t, arch))
+    for (t, arch), (rec, did) in zip(jobs, _build_side_by_side(jobs, tc, force), strict=True):
+        if did:
+            compiled.append(rec)
+        records.append(rec)
+        violations += build_gates.static_violations(t, rec, gates)
     # Keep what an earlier call built for other targets or archs, so that
     # `build --arch sm_89` does not forget the sm_90 executables.
     try:

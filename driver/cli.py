@@ -301,7 +301,7 @@ def cmd_limits(ns: argparse.Namespace) -> int:
             raise ConfigError(f"limits --write: {limits.TABLE_FILE} left alone: {why}",
                               "unset BENCH_RESULTS_DIR to write it from bench_results/, or print the table "
                               "with `python -m driver limits`")
-        if not _write_limits():
+        if limits.section() is None or not _write_limits():  # the markers checked before any run is read
             raise ConfigError(f"{limits.TABLE_FILE} has no limits markers", f"add the lines {limits.BEGIN!r} and "
                               f"{limits.END!r} where the table belongs")
         return 0

@@ -279,3 +279,89 @@ def test_a_read_only_tree_builds_when_everything_is_cached(tmp_path):
     assert lines[-1].startswith(f"I/O error: cannot write {repo / 'build' / 'sm_90'}"), lines
     assert "Read-only file system" in lines[-1], lines
     assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- targets compiled side by side
+
+PAIR = ("upstream_bench", "dispatch_table")  # two Mojo targets with no PTX expectations, in the table's order
+
+
+def _timed_mojo(where: Path) -> Path:
+    """A fake Mojo that logs `start NAME` and `end NAME` around its sleep: 1.5 s for PAIR[0], 0.3 s for the rest."""
+    exe = _fake_mojo(where)
+    exe.write_text(r"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+name=$(basename "$out" | sed 's/^[.]//; s/-building-.*//')
+echo "start $name" >> "$FAKE_MOJO_LOG"
+case "$name" in """ + PAIR[0] + r""") sleep 1.5;; *) sleep 0.3;; esac
+echo "fake executable" > "$out"
+echo "end $name" >> "$FAKE_MOJO_LOG"
+""")
+    return exe
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_targets_compile_side_by_side_and_print_in_the_tables_order(fake, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOJO", str(_timed_mojo(tmp_path / "timed")))
+    _clear_tool_caches()
+    rc = cli.main(["build", "--targets", ",".join(PAIR)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    events = fake.read_text().split("\n")[:-1]
+    assert set(events[:2]) == {f"start {PAIR[0]}", f"start {PAIR[1]}"}, events  # both began before either ended
+    assert events.index(f"end {PAIR[1]}") < events.index(f"end {PAIR[0]}"), events  # and ended first
+    said = [ln.split(":")[0].split()[-1] + ":" + ln.split(":")[1].split()[0] for ln in err.splitlines()
+            if ln.startswith("[build]")]
+    assert said == [f"{PAIR[0]}:compiling", f"{PAIR[0]}:compiled", f"{PAIR[1]}:compiling", f"{PAIR[1]}:compiled"], err
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_an_interrupted_build_kills_every_running_compiler(tmp_path):
+    repo = _checkout(tmp_path / "repo")
+    compiles = tmp_path / "compiles.log"
+    proc = subprocess.Popen([sys.executable, "-m", "driver", "build", "--targets", ",".join(PAIR)], cwd=repo,
+                            env=_env(FAKE_MOJO_LOG=str(compiles), FAKE_MOJO_SLEEP="30"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while (not compiles.is_file() or len(compiles.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(ln.split()[0]) for ln in compiles.read_text().splitlines()]
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 20 and proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (f"interrupted: build of {PAIR[0]} for sm_90, {PAIR[1]} for sm_90 stopped "
+                                            "and their compilers killed; nothing of them was written (build/ keeps "
+                                            "what the last finished build made; the next build compiles what that "
+                                            "is not)"), err
+    assert all(_alive(pid) == [] for pid in pids)
+    assert not (repo / "build" / "sm_90").exists() or not any((repo / "build" / "sm_90").glob("*.stamp.json"))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU core: the build compiles one target at a time")
+def test_a_failing_target_stops_the_others_at_once(fake, capsys, tmp_path, monkeypatch):
+    """PAIR[1] fails at once while PAIR[0] compiles for 30 s: the build ends with PAIR[1]'s failure, PAIR[0]'s
+    compiler killed and nothing of it cached, without waiting for PAIR[0]'s turn."""
+    exe = _fake_mojo(tmp_path / "failing")
+    exe.write_text(r"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+echo "$$ $out" >> "$FAKE_MOJO_LOG"
+case "$out" in *""" + PAIR[1] + r"""*) echo "error: fake failure" >&2; exit 1;; esac
+sleep 30
+echo "fake executable" > "$out"
+""")
+    monkeypatch.setenv("MOJO", str(exe))
+    _clear_tool_caches()
+    started = time.monotonic()
+    rc = cli.main(["build", "--targets", ",".join(PAIR)])
+    err = capsys.readouterr().err
+    assert time.monotonic() - started < 20, "the build waited for the slow compile"
+    assert rc == 4 and err.strip().splitlines()[-1].startswith(f"build failed: {PAIR[1]} for sm_90: error: fake"), err
+    slow = next(int(ln.split()[0]) for ln in fake.read_text().splitlines() if PAIR[0] in ln)
+    assert not psutil.pid_exists(slow) or psutil.Process(slow).status() == psutil.STATUS_ZOMBIE
+    assert sorted(p.name for p in (paths.build_dir() / "sm_90").iterdir()) == [f"{PAIR[1]}.log"]

@@ -1,5 +1,6 @@
 """Known limits: the newest archived gate states, split per gate, and the table they write (docs/LIMITS.md)."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -16,6 +17,14 @@ from tests.conftest import ROOT, run_driver
 REPO_RUNS = archive.archived_runs(ROOT / "bench_results")
 GATES = thresholds.load()
 NOISE = GATES.noise.min_rel_noise
+
+
+@functools.cache
+def _loaded(folder: Path) -> RunArchive:
+    """An archived run read once for the whole module (a run folder's archive is gzip'd JSON: slow to replay)."""
+    return archive.load_run(folder)
+
+
 H200X2 = DeviceInfo(driver_version="580.159.04",
                     gpus=[GpuInfo(index=i, name="NVIDIA H200", memory_mib=143771) for i in range(2)])
 
@@ -30,7 +39,7 @@ def _sdpa_run(created: str, reasons: list[str], status: str) -> RunArchive:
                          measurement=line, round_p50_us=[9.4])
     return RunArchive(run_id=archive.run_id(created, "b" * 40, H200X2.kind), created_utc=created,
                       command=["python", "-m", "driver", "bench"], git_sha="b" * 40, git_dirty=False,
-                      device=H200X2, host=archive.load_run(REPO_RUNS[-1]).host, records=[rec])
+                      device=H200X2, host=_loaded(REPO_RUNS[-1]).host, records=[rec])
 
 
 def _store(root: Path, run: RunArchive, noise: float = 0.02) -> Path:
@@ -90,7 +99,7 @@ def test_every_archived_gate_reason_is_understood():
     """A change to how the gate stage words its reasons must show up here, not as rows silently missing."""
     patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED, limits._UNTRUSTED, limits._NOTE)
     for folder in REPO_RUNS:
-        for r in archive.load_run(folder).records:
+        for r in _loaded(folder).records:
             for reason in (r.performance.reasons if r.performance else []):
                 assert any(p.match(reason) for p in patterns), f"{folder.name}: {reason!r}"
 
@@ -99,32 +108,39 @@ def test_split_states_agree_with_the_archived_verdicts():
     """Where a record had one gate, the state recomputed from its reason is the status the gate archived."""
     checked = 0
     for folder in REPO_RUNS:
-        for r in archive.load_run(folder).records:
+        archived = _loaded(folder)
+        for r in archived.records:
             if r.performance and len(r.performance.reasons) == 1 and limits._RATIO.match(r.performance.reasons[0]):
-                run = archive.load_run(folder).model_copy(update={"records": [r]})
+                run = archived.model_copy(update={"records": [r]})
                 (state,) = limits.gate_states(run, limits._noise(folder, NOISE))
                 assert state.status == r.performance.status, f"{folder.name} {r.config}"
                 checked += 1
     assert checked >= 5
 
 
+@functools.cache
+def _newest_table() -> str:
+    """The known-limits table of the checkout's archived runs, computed once (it reads every run)."""
+    return limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
+
+
 def test_readme_known_limits_are_the_newest_archived_states():
     if problem := limits.History().problem:  # the committed table was written where the runs' commits are known
         pytest.skip(f"which runs are stale cannot be told here: {problem}")
-    expected = limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
-    assert limits.section() == expected, (
+    assert limits.section() == _newest_table(), (
         "docs/LIMITS.md's known limits are not the newest archived gate states: run `python -m driver index`")
 
 
 def test_limits_cli_prints_the_table():
     out = run_driver("limits")
-    assert out.returncode == 0 and out.stdout == limits.markdown(limits.newest(REPO_RUNS, NOISE, GATES))
+    assert out.returncode == 0 and out.stdout == _newest_table()
 
 
 def test_limits_write_refuses_a_readme_without_markers(tmp_path, monkeypatch, capsys):
     plain = tmp_path / "README.md"
     plain.write_text("no markers\n")
     monkeypatch.setattr(limits, "TABLE_FILE", plain)
+    monkeypatch.setattr(archive, "try_load_run", lambda folder: pytest.fail(f"read {folder} before the markers"))
     assert cli.main(["limits", "--write"]) == 2
     assert "has no limits markers" in capsys.readouterr().err
     assert plain.read_text() == "no markers\n"
