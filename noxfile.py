@@ -55,7 +55,9 @@ def test(session: nox.Session) -> None:
     _install(session)
     session.run("python", "-m", "driver", "build", "--arch", "sm_90")
     session.run("python", "-m", "driver", "build", "--arch", "sm_89", "--targets", "sdpa")
-    session.run("pytest", *session.posargs)
+    # The CPU tests side by side, one process per core (pytest-xdist); the GPU tests all in one group, one
+    # at a time on one of them, since they share the GPUs and time them.
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session

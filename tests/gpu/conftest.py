@@ -15,6 +15,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/gpu/" in str(item.fspath):
             item.add_marker(pytest.mark.gpu)
+            item.add_marker(pytest.mark.xdist_group("gpu"))  # under `-n`: one worker runs them, one at a time
             if _REASON:
                 item.add_marker(pytest.mark.skip(reason=_REASON))
 
