@@ -274,7 +274,7 @@ def parse_ngpus(text: str) -> tuple[int, ...]:
     out = []
     for part in text.split(","):
         part = part.strip()
-        if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, part) or int(part) not in SUPPORTED_NGPUS:
+        if not re.fullmatch(rf"[0-9]{{1,{MAX_DIGITS}}}", part) or int(part) not in SUPPORTED_NGPUS:
             raise ConfigError(
                 f"unsupported GPU count {_brief(part)}",
                 f"the allreduce kernels are built for {', '.join(map(str, SUPPORTED_NGPUS))} GPUs",
@@ -353,7 +353,7 @@ def parse_minutes(text: str) -> float:
     count only), at most MAX_SOAK_MINUTES."""
     token = text.strip()
     hint = f"give a number of minutes >= 0, at most {MAX_SOAK_MINUTES}, e.g. --minutes 10"
-    if not re.fullmatch(r"[0-9]{1,%d}(\.[0-9]{0,%d})?|\.[0-9]{1,%d}" % (MAX_DIGITS, MAX_DIGITS, MAX_DIGITS), token):
+    if not re.fullmatch(rf"[0-9]{{1,{MAX_DIGITS}}}(\.[0-9]{{0,{MAX_DIGITS}}})?|\.[0-9]{{1,{MAX_DIGITS}}}", token):
         raise ConfigError(f"malformed --minutes {_brief(text)}", hint)
     value = float(token)
     if value > MAX_SOAK_MINUTES:

@@ -448,8 +448,8 @@ def exit_decision(gates: list[GateResult], folder: Path, strict: bool = False) -
 
 def _known_part(gates: list[GateResult]) -> list[str]:
     known = [g for g in gates if g.status == "known"]
-    return [f"{len(known)} speed gate(s) KNOWN (marked known in thresholds.toml; reported, not failing the run), "
-            f"e.g. {known[0].gate}"] if known else []
+    return [(f"{len(known)} speed gate(s) KNOWN (marked known in thresholds.toml; reported, not failing the run), "
+            f"e.g. {known[0].gate}")] if known else []
 
 
 def exit_line(gates: list[GateResult], strict: bool = False) -> str:

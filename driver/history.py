@@ -17,8 +17,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from driver import archive, compare, host, paths, plots
 from driver.errors import ConfigError
 from driver.records import ArchivedRecord, RunArchive
@@ -205,10 +203,10 @@ def markdown(picked: list[Series], unreadable: list[tuple[str, str]]) -> str:
     for (kind, suite), group in _groups(picked).items():
         nruns = len({p.run.run_id for s in group for p in s.points})
         lines += [f"## {suite} on {kind}", "",
-                  f"{len(group)} config(s) over {nruns} run(s); p50 us of every run in commit order (oldest first); "
-                  "a step beyond the noise (compare's rule) is named with the commit of the run where it appeared.",
-                  "", f"| config | impl | kernel | timing | runs | p50 us, oldest to newest | newest {METRIC[suite]} | "
-                  "steps beyond the noise |", "|---|---|---|---|---|---|---|---|"]
+                  (f"{len(group)} config(s) over {nruns} run(s); p50 us of every run in commit order (oldest first); "
+                  "a step beyond the noise (compare's rule) is named with the commit of the run where it appeared."),
+                  "", (f"| config | impl | kernel | timing | runs | p50 us, oldest to newest | newest {METRIC[suite]} | "
+                  "steps beyond the noise |"), "|---|---|---|---|---|---|---|---|"]
         for s in group:
             cfg, impl, kernel, timing = s.label
             values = " ".join(f"{p.record.measurement.p50_us:.2f}" for p in s.points)
@@ -240,7 +238,7 @@ def pngs(picked: list[Series], runs: list[TimedRun]) -> dict[str, bytes]:
         x_of = {p.run.run_id: i for i, p in enumerate(shown)}
         lines: list[plots.HistoryLine] = []
         for s in group:
-            def pts(want: tuple[str, ...], s: Series = s) -> list[tuple[int, float]]:
+            def pts(want: tuple[str, ...], s: Series = s, x_of: dict[str, int] = x_of) -> list[tuple[int, float]]:
                 return [(x_of[p.run.run_id], p.record.measurement.p50_us) for p in s.points if p.step in want]
             colour = s.key[2] if suite == "sweep" else s.label[1]  # a sweep is all ours: one colour per kernel
             lines.append((colour, pts(("", "slower", "faster")), pts(("slower",)), pts(("faster",))))
@@ -266,15 +264,15 @@ def index_section(root: Path, min_noise: float) -> list[str]:
     for (kind, suite), group in _groups(picked).items():
         moved = [s.points[-1].step for s in group]
         lines += [f"### {suite} on {kind}", "",
-                  f"{len(group)} config(s); in their newest run {moved.count('slower')} slower and "
-                  f"{moved.count('faster')} faster than the run before, beyond the noise.", ""]
+                  (f"{len(group)} config(s); in their newest run {moved.count('slower')} slower and "
+                  f"{moved.count('faster')} faster than the run before, beyond the noise."), ""]
         if (root / PNG_FOLDER / png_name(kind, suite)).is_file():
             lines += [f"![{suite} on {kind}]({PNG_FOLDER}/{png_name(kind, suite)})", ""]
         if suite == "sweep":  # every kernel at every size: the plot, and `history --suite sweep` for the numbers
             lines += [f"`python -m driver history --device {kind} --suite sweep` lists them.", ""]
             continue
-        lines += [f"| config | impl | timing | runs | newest p50 us (commit) | newest {METRIC[suite]} | "
-                  "since the first | since the run before | steps (newest last) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [(f"| config | impl | timing | runs | newest p50 us (commit) | newest {METRIC[suite]} | "
+                  "since the first | since the run before | steps (newest last) |"), "|---|---|---|---|---|---|---|---|---|"]
         for s in group:
             cfg, impl, _kernel, timing = s.label
             first, newest = s.points[0], s.points[-1]

@@ -185,15 +185,15 @@ def render(opts: RunOptions, limits: Thresholds, host: Host, thresholds_name: st
         modes = ", ".join(opts.modes(suite))
         if suite == "allreduce":
             counts = _counts(opts, host)
-            lines += [f"suite allreduce: sizes {', '.join(config.format_size(s) for s in opts.sizes_bytes)}; dtypes "
+            lines += [(f"suite allreduce: sizes {', '.join(config.format_size(s) for s in opts.sizes_bytes)}; dtypes "
                       f"{', '.join(opts.dtypes)}; GPU counts "
                       f"{', '.join(map(str, counts)) or f'none (needs 2 GPUs, this host has {host.gpus})'}; "
-                      f"timing {modes}; kernel {opts.kernel}"]
+                      f"timing {modes}; kernel {opts.kernel}")]
         else:
             shapes = ", ".join(f"{n} ({'x'.join(map(str, d))})" for n, d in opts.shapes)
-            lines += [f"suite sdpa: shapes {shapes}; tiers {', '.join(opts.precisions)}; distributions "
+            lines += [(f"suite sdpa: shapes {shapes}; tiers {', '.join(opts.precisions)}; distributions "
                       f"{', '.join(opts.distributions)}; seeds {', '.join(map(str, opts.seeds))} (each checked); "
-                      f"timed: seed {opts.seeds[0]}, {sdpa.TIMED_DISTRIBUTION} inputs, timing {modes}"]
+                      f"timed: seed {opts.seeds[0]}, {sdpa.TIMED_DISTRIBUTION} inputs, timing {modes}")]
         ours = ", ".join(f"{impl} ({exe})" for impl, exe in variants(suite).items())
         lines += [f"  ours: {ours}", f"  peers: {', '.join(_peer_line(p, host) for p in peers_of(suite))}"]
     built = targets.select(",".join(s for s in PLAN_SUITES if s in opts.suites))

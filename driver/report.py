@@ -584,8 +584,8 @@ def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
             newest[(suite, run.device.kind, part)] = (folder, run, sorted(speedups))
     if not newest:
         return "No archived run timed ours and a peer in the same run.\n"
-    lines = [f"Speedup: the fastest correct peer's {HEADLINE_MODE} p50 over our fastest correct variant's per config, "
-             "newest run timing both (>1: ours faster; within 5%: tie).", "",
+    lines = [(f"Speedup: the fastest correct peer's {HEADLINE_MODE} p50 over our fastest correct variant's per config, "
+             "newest run timing both (>1: ours faster; within 5%: tie)."), "",
              "| suite | device | part | configs (ahead/tie/behind) | speedup (median) | lowest at | run |",
              "|---|---|---|---|---|---|---|"]
     for (suite, kind, part), (folder, run, sp) in sorted(newest.items()):

@@ -67,7 +67,7 @@ def spread(p50s: Sequence[float]) -> float:
 def check_samples(value: object) -> list[float]:
     """An executable's `samples_us` as a list of finite non-negative numbers, or ValueError saying what is wrong."""
     if not isinstance(value, list):
-        raise ValueError("samples_us is not a list")
+        raise ValueError("samples_us is not a list")  # noqa: TRY004 (the line parser turns ValueError into malformed output)
     for x in value:
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
             raise ValueError(f"samples_us holds {x!r}, not a finite non-negative time")

@@ -116,8 +116,8 @@ def test_a_refused_read_says_it_could_not_read_which_file(runs, capsys, monkeypa
     monkeypatch.setattr(Path, "read_bytes", refuse)
     code, _out, err = _main(capsys, "index")
     assert code == 0
-    assert err.splitlines() == [f"skipped {bad}: cannot read results.json.gz: Permission denied: "
-                                f"{bad / 'results.json.gz'}"]
+    assert err.splitlines() == [(f"skipped {bad}: cannot read results.json.gz: Permission denied: "
+                                f"{bad / 'results.json.gz'}")]
     code, _out, err = _main(capsys, "compare", str(good[0]), str(bad))
     assert code == 10 and err.startswith(f"I/O error: cannot read run {bad}: cannot read results.json.gz")
 
@@ -175,7 +175,7 @@ def _publish_at(barrier, run, queue) -> None:
     barrier.wait()
     try:
         queue.put(str(report.publish(run, _meta(), "")))
-    except BaseException as exc:  # the parent reports it
+    except BaseException as exc:  # noqa: BLE001 (the parent reports whatever it was)
         queue.put(f"error: {exc!r}")
 
 
@@ -205,7 +205,7 @@ def test_threads_archiving_at_once_get_a_folder_each(results_dir):
         barrier.wait()
         try:
             folders.append(report.publish(run, _meta(), ""))
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (the test reports whatever it was)
             errors.append(exc)
 
     threads = [threading.Thread(target=one) for _ in range(n)]

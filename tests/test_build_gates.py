@@ -174,8 +174,8 @@ def test_a_record_without_a_name_the_gate_asks_about_fails_not_passes(fake, caps
     old = rec.model_copy(update={"sass": {k: v for k, v in rec.sass.items() if k != "UTMALDG"}})
     (t,) = targets.select("sdpa_fp8_baseline")
     got = build_gates.sass_violations(t, old)
-    assert got == ["sdpa_fp8_baseline sm_90: UTMALDG was not looked for in this build's SASS (read for LDGSTS, HMMA, "
-                   "HGMMA, QGMMA, UBLKCP; build again to read it)"], got
+    assert got == [("sdpa_fp8_baseline sm_90: UTMALDG was not looked for in this build's SASS (read for LDGSTS, HMMA, "
+                   "HGMMA, QGMMA, UBLKCP; build again to read it)")], got
 
 
 # ---------------------------------------------------------------- (c) ptxas limits per target
@@ -215,11 +215,11 @@ def test_a_target_entry_with_a_pattern_holds_for_its_matching_entries_only(fake,
 
 @pytest.mark.parametrize("entry, says", [
     ('target = "sdpa_fp8_cpasync_variant"',
-     "[[build.kernels]] #1 (target = 'sdpa_fp8_cpasync_variant'): no build target is named "
-     "'sdpa_fp8_cpasync_variant' (CUDA targets: sdpa_fp8_baseline, sdpa_fp8_cpasync)"),
+     ("[[build.kernels]] #1 (target = 'sdpa_fp8_cpasync_variant'): no build target is named "
+     "'sdpa_fp8_cpasync_variant' (CUDA targets: sdpa_fp8_baseline, sdpa_fp8_cpasync)")),
     ('target = "allreduce_bench"',
-     "[[build.kernels]] #1 (target = 'allreduce_bench'): allreduce_bench is a Mojo target, which ptxas reports "
-     "nothing of (CUDA targets: sdpa_fp8_baseline, sdpa_fp8_cpasync)"),
+     ("[[build.kernels]] #1 (target = 'allreduce_bench'): allreduce_bench is a Mojo target, which ptxas reports "
+     "nothing of (CUDA targets: sdpa_fp8_baseline, sdpa_fp8_cpasync)")),
     ('target = "sdpa_fp8_cpasync"\nkernel = "wgmma_sm90"',
      "target 'sdpa_fp8_cpasync' with kernel 'wgmma_sm90': a runner's shared memory is gated per kernel family"),
     ('pattern = "sdpa"', "an entry names a kernel family (`kernel` and `pattern`) or a build target"),

@@ -76,7 +76,7 @@ def _peer_exits(path: Path) -> list[tuple[int, str]]:
 def test_python_peers_exit_by_name():
     for path in PEERS:
         assert _peer_exits(path) == [], f"{path.name} exits with a bare number, not a RunnerExit name"
-        for name, value in re.findall(r"^(EXIT_\w+(?:, EXIT_\w+)*) = (.+?)(?:  #.*)?$", path.read_text(), re.M):
+        for name, value in re.findall(r"^(EXIT_\w+(?:, EXIT_\w+)*) = (.+?)(?:  #.*)?$", path.read_text(), re.MULTILINE):
             for one, rhs in zip(name.split(", "), value.split(", "), strict=True):
                 assert rhs == f"RunnerExit.{one.removeprefix('EXIT_')}", f"{path.name}: {one} = {rhs}"
 
@@ -91,7 +91,7 @@ def _doc_table() -> dict[str, tuple[int, str, int]]:
     """docs/BUILD.md's runners' table: name -> (runner code, the driver's error, its exit code)."""
     text = (ROOT / "docs/BUILD.md").read_text()
     section = text[text.index("## Kernel executable interface"):]
-    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| [^|]+ \| `(\w+)` \((\d+)", section, re.M)
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| [^|]+ \| `(\w+)` \((\d+)", section, re.MULTILINE)
     return {name: (int(code), error, int(exit_code)) for code, name, error, exit_code in rows}
 
 

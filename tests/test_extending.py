@@ -19,7 +19,7 @@ import pytest
 from driver import archive, cli, device, paths, peers, records, registry, targets, thresholds
 from driver.errors import ConfigError
 from driver.suites import sdpa
-from tests.runner_doubles import H200X2, SDPA, SERVE, ROOT, fake_build, sdpa_exes
+from tests.runner_doubles import H200X2, ROOT, SDPA, SERVE, fake_build, sdpa_exes
 
 PAGE = ROOT / "docs" / "EXTENDING.md"
 BENCH = ["bench", "--no-build", "--arch", "sm_90", "--iters", "5", "--warmup", "0", "--rounds", "1",
@@ -37,7 +37,7 @@ def block(tag: str) -> str:
 
 def entry(tag: str) -> tuple[str, object]:
     """A registry entry as the page writes it (`"name": Peer(...)`), evaluated in driver/registry.py."""
-    (name, value), = eval("{" + block(tag).strip().rstrip(",") + "}", vars(registry)).items()  # noqa: S307
+    (name, value), = eval("{" + block(tag).strip().rstrip(",") + "}", vars(registry)).items()
     return name, value
 
 

@@ -58,7 +58,7 @@ def test_history_lists_every_run_in_commit_order_and_flags_the_step_at_its_commi
     assert cli.main(["history", "--device", "2xH200", "--suite", "allreduce"]) == 0
     out = capsys.readouterr().out
     row = _row(out, "ours", "hot")
-    p50 = [r for r in BASE.records if r.impl == "ours" and r.config == CFG][0].measurement.p50_us
+    p50 = next(r for r in BASE.records if r.impl == "ours" and r.config == CFG).measurement.p50_us
     assert f"| 3 | {p50:.2f} {p50 * 1.01:.2f} {p50 * 1.3:.2f} |" in row  # commit order, not archive order
     assert row.endswith(f"| +28.7% at {SHAS[2][:8]} |")  # 1.3 / 1.01: beyond the noise, at the newest commit
     assert _row(out, "nccl", "hot").endswith("| - |")  # unchanged: no step

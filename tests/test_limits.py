@@ -374,15 +374,15 @@ def test_a_ratio_the_gate_did_not_trust_reads_inconclusive_in_the_table():
     the ratio, says inconclusive too, not the fail the ratio alone would give."""
     run = _sdpa_run("2026-11-28T10:00:00Z", [
         "cold p50 vs torch_sdpa: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.00x)",
-        "timed while another process used the GPU (GPU0: 4 other process(es), NVML before or after the case): neither "
-        "pass nor fail; re-run with the GPUs to itself"], "inconclusive")
+        ("timed while another process used the GPU (GPU0: 4 other process(es), NVML before or after the case): neither "
+        "pass nor fail; re-run with the GPUs to itself")], "inconclusive")
     (state,) = limits.gate_states(run, noise=0.02)
     assert state.status == "inconclusive"
     run = _sdpa_run("2026-11-28T10:00:00Z", [
         "cold p50 vs baseline: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.10x)",
         "cold p50 vs torch_sdpa: 0.90x (ours 10.00 us, peer 9.00 us, floor 1.00x)",
-        "torch_sdpa timing not trusted: 60 of 100 samples outlasted the stream hold (host enqueue time inside the "
-        "interval); re-run with fewer launches per sample or a longer hold"], "inconclusive")
+        ("torch_sdpa timing not trusted: 60 of 100 samples outlasted the stream hold (host enqueue time inside the "
+        "interval); re-run with fewer launches per sample or a longer hold")], "inconclusive")
     states = {s.peer: s.status for s in limits.gate_states(run, noise=0.02)}
     assert states == {"baseline": "fail", "torch_sdpa": "inconclusive"}
 

@@ -61,10 +61,8 @@ def test_torch_peers_print_the_executables_line(impl, mode, method):
 
 
 def test_every_torch_peer_is_registered_and_launched_with_its_impl():
-    from driver import peers
+    from driver import peers, registry
     from driver.suites import allreduce
-
-    from driver import registry
 
     # Every timed Python peer of the family (the link ceiling is measured, never timed against ours).
     assert peers.of_suite("allreduce") == tuple(n for n, p in registry.ALLREDUCE.peers.items() if p.module and p.timed)

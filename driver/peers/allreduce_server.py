@@ -17,8 +17,18 @@ import sys
 from functools import partial
 
 from driver.peers import nccl_allreduce, symm_allreduce
-from driver.peers.torch_allreduce import (EXIT_BAD_INPUT, EXIT_CUDA_ERROR, EXIT_NO_GPU, MULTICAST_OFF, BadRequest,
-                                          Setup, _join, _parse, _sizes, fail)
+from driver.peers.torch_allreduce import (
+    EXIT_BAD_INPUT,
+    EXIT_CUDA_ERROR,
+    EXIT_NO_GPU,
+    MULTICAST_OFF,
+    BadRequest,
+    Setup,
+    _join,
+    _parse,
+    _sizes,
+    fail,
+)
 
 USAGE = "usage: python -m driver.peers.allreduce_server --ngpus N --serve"
 
