@@ -149,6 +149,26 @@ def locked(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def fill_claim(root: Path, final: Path, write: Callable[[Path], None]) -> None:
+    """Fill the empty run folder `final` claimed in `root`: `write(tmp)` fills a temporary folder of this call
+    alone, which then replaces the claim (rename(2) onto an empty folder). On any failure or interrupt the
+    temporary folder and the claim are removed, so no reader ever sees a part of a run. archive.write_run and the
+    cluster's collect (a run copied in) both archive this way."""
+    tmp: Path | None = None
+    done = False
+    try:
+        tmp = fresh_tmp(root, final.name)
+        write(tmp)
+        os.replace(tmp, final)  # onto the empty folder claimed for it
+        done = True
+    finally:
+        if not done:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                final.rmdir()  # only while still empty: never a run that was renamed into place
+
+
 FileMap = dict[str, bytes]
 
 
@@ -165,25 +185,17 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
     root = paths.results_dir()
     root.mkdir(parents=True, exist_ok=True)
     final = _claim(root, run.run_id)
-    tmp: Path | None = None
-    done = False
-    try:
-        run = run.model_copy(update={"run_id": final.name})
-        tmp = fresh_tmp(root, final.name)
+    run = run.model_copy(update={"run_id": final.name})
+
+    def write(tmp: Path) -> None:
         own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
                "build_meta.json": meta.model_dump_json(indent=1).encode(), "thresholds.toml": thresholds_text.encode()}
         rendered = files(run) if callable(files) else files
         for name, data in itertools.chain(own.items(), ({} if rendered is None else rendered).items()):
             with paths.naming(tmp / name):  # a full disk's OSError names no file
                 (tmp / name).write_bytes(data)
-        os.replace(tmp, final)  # onto the empty folder this call claimed
-        done = True
-    finally:
-        if not done:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                final.rmdir()  # only while still empty: never a run that was renamed into place
+
+    fill_claim(root, final, write)
     return final
 
 

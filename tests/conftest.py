@@ -39,3 +39,21 @@ def gpu_skip_reason() -> str | None:
     except NoGPU as exc:
         return f"no GPU on this machine: {exc.message}"
     return None
+
+
+def one_line(text: str) -> str:
+    """The one non-empty line a refused command printed, asserted to be the only one and no traceback."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    """`python -m driver ARGV` in this process (so that a test can stub the stages behind it): exit code, stdout,
+    stderr."""
+    from driver import cli
+
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err

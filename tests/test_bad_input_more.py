@@ -14,22 +14,12 @@ from driver import build, cli, report, thresholds
 from driver.errors import ConfigError
 from driver.records import ClusterTask, Submission, TaskState
 from tests.conftest import ROOT, run_driver
+from tests.conftest import one_line as _one_line
+from tests.conftest import run_main as _main
 
 RUN = ROOT / "bench_results" / "20261122T131144Z-89d7f9d3-1xH100"  # a real archived run (SDPA, 1x H100)
 
 
-def _one_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    assert len(lines) == 1, text
-    assert "Traceback" not in text
-    return lines[0]
-
-
-def _main(capsys, *argv: str) -> tuple[int, str, str]:
-    """`python -m driver ARGV` in this process (so the test can stub the stages behind it)."""
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from driver.errors import ConfigError, IOFailed
 from driver.host import host_info, utc_now
 from driver.records import BuildMeta, Toolchain
 from tests.conftest import ROOT, run_driver
+from tests.conftest import one_line as _one_line
+from tests.conftest import run_main as _main
 from tests.test_archive import _meta, _run
 from tests.test_pipeline import BENCH, host  # noqa: F401  (the fixture: runner doubles for a whole bench)
 
@@ -36,17 +38,6 @@ def _snapshot(*where: Path) -> dict[str, tuple[int, str]]:
     return out
 
 
-def _one_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    assert len(lines) == 1, text
-    assert "Traceback" not in text
-    return lines[0]
-
-
-def _main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture

@@ -14,24 +14,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from driver import bench, build, cli, config, device, registry, thresholds
+from driver import bench, build, config, device, registry, thresholds
 from driver.errors import ConfigError, KernelFailed, NoGPU
 from driver.parse import parse_lines
 from driver.records import AllreduceLine, SdpaLine
-
-
-def _one_line(text: str) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    assert len(lines) == 1, text
-    assert "Traceback" not in text
-    return lines[0]
-
-
-def _main(capsys, *argv: str) -> tuple[int, str, str]:
-    """`python -m driver ARGV` in this process, so the stages behind it can be stubbed."""
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from tests.conftest import one_line as _one_line
+from tests.conftest import run_main as _main
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ driver/report.py (`cluster_markdown`, `cross_device`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import sys
@@ -61,18 +60,7 @@ def move_run(src: Path, root: Path) -> RunArchive:
             raise ClusterFailed(f"{dest} already holds {what}; {src} is left where it is") from None
         shutil.rmtree(src)
         return run
-    tmp, done = None, False
-    try:
-        tmp = archive.fresh_tmp(root, src.name)
-        shutil.copytree(src, tmp, dirs_exist_ok=True)
-        os.replace(tmp, dest)  # onto the empty folder claimed above
-        done = True
-    finally:
-        if not done:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                dest.rmdir()  # the claim, while still empty
+    archive.fill_claim(root, dest, lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
     shutil.rmtree(src)
     return run
 
