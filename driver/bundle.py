@@ -64,7 +64,15 @@ exec "$py" -m driver "$@"
 """
 RUN_TESTS_SCRIPT = RUN_SCRIPT.replace("# Run the driver from this bundle: ./run bench --sizes 256K,16M",
                                       "# Run the GPU tests against this bundle's executables: ./run-tests -x")
-RUN_TESTS_SCRIPT = RUN_TESTS_SCRIPT.replace('exec "$py" -m driver "$@"', 'cd "$here" && exec "$py" -m pytest tests/gpu "$@"')
+# Every GPU test by default; only the tests named where an argument is a path that exists here (a file, a folder,
+# or file::test): `./run-tests tests/gpu/test_timing_gpu.py -q` runs that file alone, `./run-tests -k sdpa -x` the
+# GPU tests it selects.
+RUN_TESTS_SCRIPT = RUN_TESTS_SCRIPT.replace('exec "$py" -m driver "$@"', (
+    'cd "$here"\n'
+    'for arg in "$@"; do\n'
+    '  case "$arg" in -*) ;; *) if [ -e "${arg%%::*}" ]; then exec "$py" -m pytest "$@"; fi ;; esac\n'
+    'done\n'
+    'exec "$py" -m pytest tests/gpu "$@"'))
 
 
 def peer_pins() -> list[str]:

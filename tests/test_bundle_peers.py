@@ -39,3 +39,32 @@ def test_the_drivers_own_packages_stay_required(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle, "_pip_target", lambda site, py, pins, deps=True: "network unreachable")
     with pytest.raises(ToolchainMissing, match="cannot fetch pydantic"):
         bundle._site(tmp_path, "3.12")
+
+
+@pytest.mark.parametrize("args, pytest_args", [
+    ([], ["tests/gpu"]),
+    (["-q", "-x"], ["tests/gpu", "-q", "-x"]),
+    (["-k", "sdpa", "-rs"], ["tests/gpu", "-k", "sdpa", "-rs"]),
+    (["tests/gpu/test_timing_gpu.py", "-q"], ["tests/gpu/test_timing_gpu.py", "-q"]),
+    (["-q", "tests/gpu/test_timing_gpu.py::test_one"], ["-q", "tests/gpu/test_timing_gpu.py::test_one"]),
+])
+def test_run_tests_runs_the_gpu_tests_or_only_the_ones_named(tmp_path, args, pytest_args):
+    """The bundle's ./run-tests: every GPU test by default; where an argument names a test file (or file::test)
+    of the bundle, that alone. Until 2026-11-28 it always added tests/gpu, so a partial re-run on a GPU host ran
+    the whole suite again. Run through the real script, with a stand-in python that prints what it was asked."""
+    import subprocess
+    import sys
+
+    (tmp_path / "site" / f"py{sys.version_info[0]}{sys.version_info[1]}").mkdir(parents=True)
+    (tmp_path / "tests" / "gpu").mkdir(parents=True)
+    (tmp_path / "tests" / "gpu" / "test_timing_gpu.py").write_text("")
+    script = tmp_path / "run-tests"
+    script.write_text(bundle.RUN_TESTS_SCRIPT)
+    script.chmod(0o755)
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\nprintf "%s\\n" "$@"\n')
+    stand_in.chmod(0o755)
+    res = subprocess.run([str(script), *args], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": str(stand_in)}, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["-m", "pytest", *pytest_args]
