@@ -57,3 +57,18 @@ def run_main(capsys, *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+@pytest.fixture
+def no_work(monkeypatch, results_dir):
+    """Any build, GPU run or Slurm plan reached is a test failure: bad input must stop before them (and the
+    results folder is a temporary one, should it not)."""
+    from driver import bench, build
+    from driver.cluster import submit
+
+    def reached(*_a, **_k):
+        raise AssertionError("bad input reached the build / run stage")
+
+    monkeypatch.setattr(bench, "run", reached)
+    monkeypatch.setattr(build, "build_all", reached)
+    monkeypatch.setattr(submit, "plan", reached)

@@ -23,19 +23,6 @@ from tests.conftest import run_main as _main
 
 
 @pytest.fixture
-def no_work(monkeypatch, results_dir):
-    """Any build, GPU run or Slurm plan reached is a test failure: bad input must stop before them."""
-    from driver.cluster import submit
-
-    def reached(*_a, **_k):
-        raise AssertionError("bad input reached the build / run stage")
-
-    monkeypatch.setattr(bench, "run", reached)
-    monkeypatch.setattr(build, "build_all", reached)
-    monkeypatch.setattr(submit, "plan", reached)
-
-
-@pytest.fixture
 def ran(monkeypatch, results_dir) -> list:
     """bench.run replaced by a recorder: the options a command would run with."""
     seen: list = []
