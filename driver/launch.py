@@ -71,20 +71,6 @@ def error_line(stderr_lines: Sequence[str]) -> str:
     return lines[-1] if lines else "(no output on stderr)"
 
 
-def kill_tree(pid: int) -> None:
-    try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    procs = parent.children(recursive=True) + [parent]
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-
-
 def kill_session(proc: subprocess.Popen) -> None:
     """Kill a process started by this module with everything in its session (children of a main process that
     exited have lost their parent, not their session) and its descendants that left the session, then wait
