@@ -299,6 +299,11 @@ class SdpaLine(Record):
     # Lines from before the tiers (2026-11-26) say none: ours then by the kernel that ran, a peer by its name.
     precision: Precision
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    # The case in full (since 2026-11-28, kernels_cuda/sdpa_fp8/attn_shape.h): q [B, Hq, Sq, D] (= shape), k/v
+    # [B, Hkv, Skv, D], and the bottom-right causal mask. None: a line from before, square non-causal MHA.
+    q_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)] | None = None
+    kv_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)] | None = None
+    causal: bool = False
     iters: NonNegativeInt
     warmup: NonNegativeInt
     # p50_us .. tflops: the driver's, from samples_us (below); a line from before 2026-11-28: its executable's

@@ -5,7 +5,12 @@
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
 //                               [--precision fp16|fp8]
-//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80]
+//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80] [--causal]
+//
+// q.npy [B,Hq,Sq,D] fp16; k.npy, v.npy [B,Hkv,Skv,D] E4M3 codes, Hq a multiple of Hkv (attn_shape.h); --causal: the
+// bottom-right aligned mask (row i sees keys j <= i + Skv - Sq; Sq > Skv with --causal is refused, exit 2).
+// The line carries "q_shape", "kv_shape" and "causal" ("shape" is q's, as before 2026-11-28).  Only the sm_90
+// kernels serve a case other than square, non-causal MHA; elsewhere such a case is refused with exit 5.
 //
 // --precision picks the tier (default fp16): what the matrix products compute in.
 //   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
@@ -87,6 +92,7 @@
 #define SDPA_IMPL_NAME "unnamed"
 #endif
 
+#include "attn_shape.h"
 #include "npy.h"
 #include "sdpa_fp8.cuh"
 #include "timing.cuh"
@@ -190,6 +196,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
     return r + (s.size() == 1 ? ",)" : ")");
 }
 
+// A case in words for error lines: q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D], causal or not.
+std::string case_str(const AttnShape& a) {
+    return "q " + shape_str({a.B, a.Hq, a.Sq, a.D}) + ", k/v " + shape_str({a.B, a.Hkv, a.Skv, a.D}) +
+           (a.causal ? ", causal" : ", not causal");
+}
+
 // One case: the arguments of a one-shot command line.  Returns 0, or 2 after a bad-input error
 // (its "error: " line already on stderr, its text in *error); exits on a CUDA error or no GPU.
 int run_case(const std::vector<std::string>& args, std::string* error) try {
@@ -203,6 +215,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     long batch = 20;             // hot: launches per graph replay
     std::string kernel_req = "auto";
     bool fp8 = false;            // --precision: the tier (fp16 by default)
+    bool causal = false;         // --causal: the bottom-right aligned causal mask (attn_shape.h)
     int q_terms_req = 0;         // --q-terms: 0 = auto (the build's SDPA_SM90_FP8_Q2 policy), 1 or 2 (fp8 tier)
     bool tuned = false;          // --warps given (mma_sync_sm80 only)
     for (size_t i = 0; i < args.size(); ++i) {
@@ -253,6 +266,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             else if (v == "2") q_terms_req = 2;
             else die(EXIT_BAD_INPUT, "--q-terms must be auto, 1 or 2, got '" + v + "'");
         }
+        else if (a == "--causal") causal = true;
         else if (a == "--debug-hang") debug_hang = true;
         else if (a == "--soak") { if (!parse_int(need("--soak"), &soak) || soak < 0 || soak > 10000000) die(EXIT_BAD_INPUT, "--soak must be an integer >= 0"); }
         else if (a == "--streams") { if (!parse_int(need("--streams"), &streams) || streams < 1 || streams > 8) die(EXIT_BAD_INPUT, "--streams must be 1..8"); }
@@ -261,7 +275,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
         die(EXIT_BAD_INPUT, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
                "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin] [--timing cold|hot] "
-               "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80]");
+               "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80] [--causal]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
@@ -274,17 +288,31 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (k.descr != "|u1" && k.descr != "<u1" && k.descr != "u1") die(EXIT_BAD_INPUT, "k must be uint8, got '" + k.descr + "'");
     if (v.descr != "|u1" && v.descr != "<u1" && v.descr != "u1") die(EXIT_BAD_INPUT, "v must be uint8, got '" + v.descr + "'");
     if (sc.descr != "<f4") die(EXIT_BAD_INPUT, "scales must be float32 ('<f4'), got '" + sc.descr + "'");
-    if (q.shape.size() != 4) die(EXIT_BAD_INPUT, "q must be 4-D [B,H,S,D], got shape " + shape_str(q.shape));
-    if (k.shape != q.shape) die(EXIT_BAD_INPUT, "k shape " + shape_str(k.shape) + " differs from q shape " + shape_str(q.shape));
-    if (v.shape != q.shape) die(EXIT_BAD_INPUT, "v shape " + shape_str(v.shape) + " differs from q shape " + shape_str(q.shape));
+    if (q.shape.size() != 4) die(EXIT_BAD_INPUT, "q must be 4-D [B,Hq,Sq,D], got shape " + shape_str(q.shape));
+    if (k.shape.size() != 4) die(EXIT_BAD_INPUT, "k must be 4-D [B,Hkv,Skv,D], got shape " + shape_str(k.shape));
+    if (v.shape != k.shape) die(EXIT_BAD_INPUT, "v shape " + shape_str(v.shape) + " differs from k shape " + shape_str(k.shape));
     if (sc.shape != std::vector<int64_t>{2}) die(EXIT_BAD_INPUT, "scales must have shape (2,), got " + shape_str(sc.shape));
-    const int64_t B = q.shape[0], H = q.shape[1], S = q.shape[2], D = q.shape[3];
-    if (B < 1 || H < 1) die(EXIT_BAD_INPUT, "B and H must be >= 1, got shape " + shape_str(q.shape));
-    if (S < 1) die(EXIT_BAD_INPUT, "S must be >= 1, got shape " + shape_str(q.shape));
+    AttnShape shape;
+    shape.B = q.shape[0]; shape.Hq = q.shape[1]; shape.Sq = q.shape[2]; shape.D = q.shape[3];
+    shape.Hkv = k.shape[1]; shape.Skv = k.shape[2]; shape.causal = causal;
+    const int64_t B = shape.B, H = shape.Hq, S = shape.Sq, D = shape.D;
+    for (const auto& a : {q.shape, k.shape})
+        for (int64_t d : a)
+            if (d < 1) die(EXIT_BAD_INPUT, "every dimension must be >= 1, got q " + shape_str(q.shape) + ", k/v " + shape_str(k.shape));
+    if (k.shape[0] != B || k.shape[3] != D)
+        die(EXIT_BAD_INPUT, "k/v shape " + shape_str(k.shape) + " must share B and D with q shape " + shape_str(q.shape) +
+                                " (q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D])");
+    if (shape.Hq % shape.Hkv != 0)
+        die(EXIT_BAD_INPUT, "q has " + std::to_string(shape.Hq) + " heads, k/v " + std::to_string(shape.Hkv) +
+                                ": Hq must be a multiple of Hkv (grouped-query heads)");
     if (D != 64 && D != 128) die(EXIT_BAD_INPUT, "unsupported head dim " + std::to_string(D) + " (supported: 64, 128)");
-    if (S > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "S too large");
+    if (S > (int64_t)1 << 30 || shape.Skv > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "Sq or Skv too large (at most 2^30)");
+    if (causal && shape.Sq > shape.Skv)
+        die(EXIT_BAD_INPUT, "causal with Sq = " + std::to_string(shape.Sq) + " > Skv = " + std::to_string(shape.Skv) +
+                                ": bottom-right alignment leaves query rows 0.." + std::to_string(shape.Sq - shape.Skv - 1) +
+                                " without a key; give at least as many keys as queries");
     const int64_t BH = B * H;
-    if (BH > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "B*H too large");
+    if (BH > (int64_t)1 << 30 || B * shape.Hkv > (int64_t)1 << 30) die(EXIT_BAD_INPUT, "B*H too large");
     float k_scale, v_scale;
     std::memcpy(&k_scale, sc.data.data(), 4);
     std::memcpy(&v_scale, sc.data.data() + 4, 4);
@@ -330,12 +358,16 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             die(EXIT_BAD_INPUT, "the " + kHopper + " kernel is not in this build (it is built for sm_90a only)");
         if (fp8 && !SDPA_SM90A)
             die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (a build for sm_90a on an sm_90 GPU); this build has no sm_90a code");
+        if ((kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) && !shape.square_mha())
+            die(EXIT_NOT_OFFERED, std::string("mma_sync_sm80 serves square, non-causal attention with one K/V head per query head; "
+                                              "this case (") + case_str(shape) + ") needs the sm_90 kernels (an sm_90 GPU, a build for sm_90a)");
         if (kernel_req == "mma_sync_sm80" || !SDPA_SM90A || tuned) {
             sdpa_fp8::LaunchInfo probe;
             if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, 1, (int)warps, (int)split, ablate, &probe, &why)) die(EXIT_BAD_INPUT, why);
         }
 #if SDPA_SM90A
         if (kernel_req == kHopper || fp8) {
+            if (!sdpa_sm90::serves(shape, &why)) die(EXIT_NOT_OFFERED, std::string(kHopper) + ": " + why + " (" + case_str(shape) + ")");
             sdpa_sm90::LaunchInfo p90;
             if (!select90(1, &p90, &why)) die(EXIT_BAD_INPUT, why);
         }
@@ -363,6 +395,9 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (fp8 && !sm90_possible)
         die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
     const bool use_sm90 = kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned);
+    if (!use_sm90 && !shape.square_mha())
+        die(EXIT_NOT_OFFERED, std::string("mma_sync_sm80 serves square, non-causal attention with one K/V head per query head; "
+                                          "this case (") + case_str(shape) + ") needs the sm_90 kernels; this GPU is " + arch);
 
     const char* kernel_name = use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
 
@@ -377,6 +412,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 #endif
     if (use_sm90) {
 #if SDPA_SM90A
+        if (!sdpa_sm90::serves(shape, &why)) die(EXIT_NOT_OFFERED, std::string(kHopper) + ": " + why + " (" + case_str(shape) + ")");
         if (!select90(num_sms, &l90, &why)) die(EXIT_BAD_INPUT, why);
         if (q_terms_req == 2 && l90.q_terms != 2)  // only the two-warpgroup, 128-key kernels have a second term
             die(EXIT_BAD_INPUT, std::string("--q-terms 2: at this shape the fp8 tier runs ") +
@@ -399,7 +435,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, func));
 
-    const size_t n = (size_t)q.count();
+    const size_t n = (size_t)q.count();     // Q and O elements
+    const size_t nkv = (size_t)k.count();   // K and V elements each (may exceed 2^31)
     __half* dq = nullptr;
     uint8_t *dk = nullptr, *dv = nullptr;
     __half* dout = nullptr;
@@ -414,12 +451,12 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         cudaFree(dout);
     });
     CK(cudaMalloc(&dq, n * sizeof(__half)));
-    CK(cudaMalloc(&dk, n));
-    CK(cudaMalloc(&dv, n));
+    CK(cudaMalloc(&dk, nkv));
+    CK(cudaMalloc(&dv, nkv));
     CK(cudaMalloc(&dout, n * sizeof(__half)));
     CK(cudaMemcpy(dq, q.data.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dk, k.data.data(), n, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv, v.data.data(), n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, k.data.data(), nkv, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, v.data.data(), nkv, cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xFF, n * sizeof(__half)));  // poison: NaN fp16 anywhere not written
     // The copies and the poison above run on the legacy default stream, which the non-blocking stream `st`
     // below does not wait for: cudaMemset returns before it is done, and a pageable cudaMemcpy returns once
@@ -523,12 +560,13 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         extra += ",\"soak_launches\":" + std::to_string(soak) + ",\"soak_streams\":" + std::to_string(streams) +
                  ",\"soak_mismatched_elements\":" + std::to_string(soak_bad);
     std::printf(
-        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"precision\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"iters\":%ld,\"warmup\":%ld,"
+        "{\"suite\":\"sdpa\",\"impl\":\"%s\",\"kernel\":\"%s\",\"precision\":\"%s\",\"shape\":[%lld,%lld,%lld,%lld],\"q_shape\":[%lld,%lld,%lld,%lld],\"kv_shape\":[%lld,%lld,%lld,%lld],\"causal\":%s,\"iters\":%ld,\"warmup\":%ld,"
         "\"samples_us\":%s,"
         "\"grid\":[%d,1,1],\"block\":[%d,1,1],\"smem_bytes\":%d,\"regs_per_thread\":%d,"
         "\"timing\":\"%s\",\"batch\":%ld,\"l2_flush_bytes\":%zu,\"hold_overruns\":%ld%s}\n",
         SDPA_IMPL_NAME, kernel_name, fp8 ? "fp8" : "fp16", (long long)B, (long long)H, (long long)S, (long long)D,
-        iters, warmup, samples.c_str(), grid, block,
+        (long long)B, (long long)H, (long long)S, (long long)D, (long long)B, (long long)shape.Hkv, (long long)shape.Skv,
+        (long long)D, causal ? "true" : "false", iters, warmup, samples.c_str(), grid, block,
         smem + (int)fa.sharedSizeBytes, fa.numRegs, bench_timing::mode_name(timing), timed.batch, timed.flush_bytes,
         timed.hold_overruns, extra.c_str());
     std::fflush(stdout);

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../sdpa_fp8/attn_shape.h"
 #include "epilogue.cuh"
 #include "fp8_traits.cuh"
 #include "mainloop.cuh"
@@ -143,6 +144,16 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 // ------------------------------------------------------------------------------------------
 // host side
 // ------------------------------------------------------------------------------------------
+// Which attention cases these kernels serve (attn_shape.h); false with the reason in *why for the others, which the
+// runner refuses with exit 5 ("not offered here").
+inline bool serves(const AttnShape& a, const char** why) {
+    if (!a.square_mha()) {
+        *why = "serves square, non-causal attention with one K/V head per query head only (Sq = Skv, Hq = Hkv)";
+        return false;
+    }
+    return true;
+}
+
 struct LaunchInfo {
     const void* func = nullptr;
     int D = 0;
