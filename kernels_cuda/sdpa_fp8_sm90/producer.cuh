@@ -57,13 +57,26 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
-        // Where tile g + d lies (d >= 0) when g is tile t of unit i: the loop keeps the K/V head and tile count
-        // of unit i, so that an issue divides by nothing unless it reaches into a later unit (the last NS - 1
-        // issues of a unit: the issuing thread is on the ring's critical path, and two divisions per issue
-        // made the head-dim-128 kernel 3-6% slower).  Keeping unit i + 1's too spilled the producer (56
-        // registers at head dim 128 in the fp16 tier).
-        int i = 0, t = 0;                                          // unit and tile of g
+        // Where tile g + d lies (d >= 0) when g is tile t of unit i: the issuing thread (ptid 0: it alone
+        // tracks the units) keeps the K/V head and tile count of unit i in registers and those of unit i + 1
+        // in shared memory (OFF_NEXT: in registers they spilled the producer, 56 registers at head dim 128 in
+        // the fp16 tier), so that an issue divides by nothing unless a unit has fewer tiles than the ring is
+        // deep (the issuing thread is on the ring's critical path: two divisions per issue made the
+        // head-dim-128 kernel 3-6% slower; taking unit i + 1 by its divisions in the last NS issues of each
+        // unit made (8,8,1024,64) 9% slower, 1x H200, experiments/2026-11-28-sdpa-sm90-inference-cases).
+        int i = 0, t = 0;                                          // unit and tile of g (ptid 0)
         int kv_cur, nt_cur;
+        int* const next = reinterpret_cast<int*>(smem + T::OFF_NEXT);  // unit i + 1: {kvh, nt}; nt 0 if none
+        auto note_next = [&](int ii) {
+            int kv = 0, nt = 0;
+            if (has_unit<T>(ii, plan)) {
+                const BlockTile u = unit_tile<T>(ii, plan);
+                kv = u.kvh;
+                nt = u.nt;
+            }
+            next[0] = kv;
+            next[1] = nt;
+        };
         {
             const BlockTile u0 = unit_tile<T>(0, plan);
             kv_cur = u0.kvh;
@@ -71,9 +84,12 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         }
         auto locate = [&](int d, int& tt) {
             tt = t + d;
-            if (tt < nt_cur) return kv_cur;
+            if (!T::PERSIST || tt < nt_cur) return kv_cur;  // one unit per block: every tile is unit 0's
             tt -= nt_cur;
-            for (int ii = i + 1;; ++ii) {  // (g + d < nload: a later unit of this block holds it)
+            const int nt1 = next[1];
+            if (tt < nt1) return next[0];
+            tt -= nt1;
+            for (int ii = i + 2;; ++ii) {  // (g + d < nload: a later unit of this block holds it)
                 const BlockTile u = unit_tile<T>(ii, plan);
                 if (tt < u.nt) return u.kvh;
                 tt -= u.nt;
@@ -123,6 +139,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         // t + NS after tile t), not with its K stage once the consumers release that (tile t - 1 + NS).
         constexpr bool kEarlyV = T::NS == 2;
         if (ptid == 0) {
+            if constexpr (T::PERSIST) note_next(1);
             issue_q(0);
             for (int g = 0; g < nload && g < T::NS; ++g) issue(0, g);
             if constexpr (kPrefetch && !T::PERSIST) {
@@ -195,14 +212,12 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                     if (i > 0 && t == tq1) issue_q(i);
                 }
             }
-            if (++t == nt_cur) {
+            if (ptid == 0 && ++t == nt_cur && T::PERSIST) {  // the next unit: its head and tiles as noted, then the one after
                 t = 0;
                 ++i;
-                if (has_unit<T>(i, plan)) {
-                    const BlockTile un = unit_tile<T>(i, plan);
-                    kv_cur = un.kvh;
-                    nt_cur = un.nt;
-                }
+                kv_cur = next[0];
+                nt_cur = next[1];
+                note_next(i + 1);
             }
         }
     } else {
