@@ -449,6 +449,11 @@ def main():
     def exe(n):
         return os.path.join(HERE, n)
 
+    import hashlib
+    RESULTS["sha256"] = {n: hashlib.sha256(open(exe(n), "rb").read()).hexdigest()  # noqa: SIM115
+                         for n in ("sdpa_fp8_baseline", "sdpa_fp8_cpasync", "main_sdpa_fp8_baseline",
+                                   "main_sdpa_fp8_cpasync", "sdpa_fp8_cpasync_ncwg2")}
+
     new_b, new_c = Worker(exe("sdpa_fp8_baseline")), Worker(exe("sdpa_fp8_cpasync"))
     old_b, old_c = Worker(exe("main_sdpa_fp8_baseline")), Worker(exe("main_sdpa_fp8_cpasync"))
     ncwg2 = Worker(exe("sdpa_fp8_cpasync_ncwg2"))
