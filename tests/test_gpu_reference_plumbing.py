@@ -136,3 +136,26 @@ def test_attention_cases_reach_the_reference_with_their_mask(tmp_path):
         assert not np.array_equal(got, ref.reference(*want, causal=False))
     finally:
         cases.close()
+
+
+def test_gpu_turns_go_lowest_priority_first():
+    """Waiters on the worker are served by priority (shape, inputs before references, order), not by arrival; a
+    plain hold (a timing section) comes first."""
+    import threading
+
+    turns = sdpa.GpuTurns()
+    served: list[tuple] = []
+    turns.acquire()
+    threads = []
+    for prio in [(2, 0, 5), (0, 1, 1), (1, 0, 2), (0, 0, 0)]:
+        def take(p=prio):
+            with turns.turn(p):
+                served.append(p)
+        threads.append(threading.Thread(target=take))
+        threads[-1].start()
+    while len(turns._waiting) < 4:
+        time.sleep(0.01)
+    turns.release()
+    for t in threads:
+        t.join(timeout=10)
+    assert served == [(0, 0, 0), (0, 1, 1), (1, 0, 2), (2, 0, 5)]

@@ -125,6 +125,9 @@ class NumpyBackend:
     def empty_f64(self, n):
         return np.empty(n, dtype=np.float64)
 
+    def keep_elems(self) -> int:
+        return KEEP_ELEMS["numpy"]
+
 
 class TorchBackend:
     """torch on `device` (a CUDA GPU; "cpu" works too). Lanes are int64 holding 32-bit words."""
@@ -199,6 +202,10 @@ class TorchBackend:
 
     def empty_f64(self, n):
         return self.t.empty(n, dtype=self.t.float64, device=self.dev)
+
+    def keep_elems(self) -> int:
+        free = self.t.cuda.mem_get_info()[0] if self.dev.startswith("cuda") else 1 << 62
+        return min(KEEP_ELEMS["torch"], free // 3 // 8)
 
 
 Backend = NumpyBackend | TorchBackend
@@ -378,7 +385,9 @@ def check_shapes(q_shape, kv_shape, causal: bool = False) -> tuple[tuple[int, ..
 
 # ---------------------------------------------------------------------------------------------- making a case
 CHUNK_ELEMS = {"numpy": 1 << 18, "torch": 1 << 26}  # elements per chunk (whole rows of D, a multiple of 4)
-KEEP_ELEMS = {"numpy": 1 << 26, "torch": 1 << 29}  # a K or V past this is made twice (amax, codes), never kept whole
+# A K or V past this many elements is made twice (amax, then codes), never kept whole in float64; on a GPU also past a
+# third of its free memory.
+KEEP_ELEMS = {"numpy": 1 << 26, "torch": 1 << 31}
 
 
 @dataclass
@@ -452,13 +461,15 @@ def make(be: Backend, q_shape, kv_shape, seed: int, distribution: str, target: T
 
     def kv_tensor(stream: int, std: float, out: np.ndarray) -> float:
         """The codes of K or V into `out`; its scale."""
-        if n_kv <= KEEP_ELEMS[kind]:
-            parts = run(lambda s, e: kv_values(stream, std, s, e), n_kv)
-            whole = parts[0] if len(parts) == 1 else be.concat(parts)
-            amax = be.amax(whole)
-        else:  # twice: the amax of every chunk, then the codes
-            whole = None
-            amax = max(run(lambda s, e: be.amax(kv_values(stream, std, s, e)), n_kv))
+        whole = be.empty_f64(n_kv) if n_kv <= be.keep_elems() else None
+
+        def values(s: int, e: int) -> float:
+            x = kv_values(stream, std, s, e)
+            if whole is not None:
+                whole[s:e] = x
+            return be.amax(x)
+
+        amax = max(run(values, n_kv))  # kept whole, or made again below for the codes
         scale = float(np.float32(amax / E4M3_MAX)) if amax > 0 else 1.0
 
         def codes(s: int, e: int) -> None:

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -185,6 +186,47 @@ PEER_CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--timing", "cold"]  # the p
 CaseKey = tuple[str, int, str]  # (shape name, seed, distribution)
 
 
+class GpuTurns:
+    """The GPU worker's turns: a lock whose waiters are served lowest priority first (not first come), so that a
+    shape's inputs go before its references and both before the shapes after it, whatever order the background
+    threads reach the worker in. Holding it plainly (`with turns:`, `acquire()`: what a timing section does) comes
+    before every request."""
+
+    FIRST = (-1,)
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = False
+        self._waiting: list[tuple] = []
+
+    def acquire(self, priority: tuple = FIRST) -> None:
+        with self._cond:
+            self._waiting.append(priority)
+            self._cond.wait_for(lambda: not self._held and min(self._waiting) == priority)
+            self._waiting.remove(priority)
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def turn(self, priority: tuple):
+        self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+
 class GpuReference:
     """The inputs and the float64 references on the GPU (driver/reference/sdpa_gpu.py, a long-lived torch worker of
     its own): a case's inputs in well under a second where numpy takes seconds of CPU (the same bytes:
@@ -197,7 +239,7 @@ class GpuReference:
 
     def __init__(self, timeout_s: float):
         self.pool = Pool()
-        self.quiet = threading.Lock()
+        self.quiet = GpuTurns()
         self.timeout_s = timeout_s
         self.broken: str | None = None
 
@@ -208,7 +250,8 @@ class GpuReference:
         self.broken = f"{type(exc).__name__}: {exc}"
         progress(f"the GPU {what} failed ({self.broken}); inputs and references are made on the CPU from now on")
 
-    def make_inputs(self, folder: Path, case: AttnCase, seed: int, distribution: str) -> dict[str, Path] | None:
+    def make_inputs(self, folder: Path, case: AttnCase, seed: int, distribution: str,
+                    priority: tuple = (0,)) -> dict[str, Path] | None:
         """The case's four input files in `folder`, made on the GPU, or None (then the CPU makes them) once the
         worker failed. The time spent making them (not waiting for `quiet`) goes to "inputs (background)"."""
         if self.broken:
@@ -216,7 +259,7 @@ class GpuReference:
         args = ["--make-inputs", str(folder), "--q-shape", ",".join(map(str, case.q_shape)),
                 "--kv-shape", ",".join(map(str, case.kv_shape)), "--seed", str(seed), "--distribution", distribution]
         try:
-            with self.quiet:
+            with self.quiet.turn(priority):
                 start = time.perf_counter()
                 self.pool.run(served(self.SERVER, args), InputsLine, what="SDPA inputs on the GPU",
                               timeout_s=self.timeout_s)
@@ -226,12 +269,13 @@ class GpuReference:
             return None
         return {name: folder / f"{name}.npy" for name in ("q", "k", "v", "scales")}
 
-    def compute(self, files: dict[str, Path], out: Path, causal: bool = False) -> np.ndarray | None:
+    def compute(self, files: dict[str, Path], out: Path, causal: bool = False,
+                priority: tuple = (0,)) -> np.ndarray | None:
         """The reference of these input files, or None (then the CPU computes it) once the worker failed."""
         if self.broken:
             return None
         try:
-            with self.quiet:
+            with self.quiet.turn(priority):
                 self.pool.run(served(self.SERVER, [*file_args(files), "--out", str(out), *(["--causal"] if causal
                                                                                          else [])]),
                               ReferenceLine, what="float64 SDPA reference on the GPU", timeout_s=self.timeout_s)
@@ -278,10 +322,13 @@ class Cases:
         self.closed = False
         self.inputs: dict[CaseKey, Future] = {}
         self.refs: dict[CaseKey, Future] = {}
+        self.shape_index = {name: n for n, name in enumerate(self.order)}
+        self.submitted: dict[CaseKey, int] = {}
         order = sorted(distributions, key=lambda d: d != TIMED_DISTRIBUTION)
         for name in self.order:
             keys = [(name, seed, dist) for dist in order for seed in seeds]
             for key in keys:
+                self.submitted[key] = len(self.submitted)
                 self.inputs[key] = self.input_pool.submit(self._inputs, key)
             for key in keys:
                 self.refs[key] = self.pool.submit(self._reference, key)
@@ -298,7 +345,7 @@ class Cases:
             self.reserved[key] = case.input_bytes
         folder = self.folder_of(name, seed, dist)
         folder.mkdir(parents=True, exist_ok=True)
-        files = self.gpu.make_inputs(folder, case, seed, dist) if self.gpu else None
+        files = self.gpu.make_inputs(folder, case, seed, dist, self._priority(key, 0)) if self.gpu else None
         if files is None:
             start = time.perf_counter()
             files = write_inputs(folder, case, seed, dist)
@@ -309,14 +356,18 @@ class Cases:
         start = time.perf_counter()
         files, folder = self.inputs[key].result()
         causal = self.cases[key[0]].causal
-        out = self.gpu.compute(files, folder / "reference.npy", causal) if self.gpu else None
+        out = self.gpu.compute(files, folder / "reference.npy", causal, self._priority(key, 1)) if self.gpu else None
         if out is None:
             out = cpu_reference(files, causal, workers=self.ref_threads)
         phases.add("reference (background)", time.perf_counter() - start)
         return out
 
+    def _priority(self, key: CaseKey, kind: int) -> tuple:
+        """The GPU worker's order: by shape, then inputs (0) before references (1), then the order submitted."""
+        return self.shape_index[key[0]], kind, self.submitted[key]
+
     def quiet(self):
-        """Held while something is timed: no GPU reference runs meanwhile."""
+        """Held while something is timed: no GPU inputs or reference are made meanwhile."""
         return self.gpu.quiet if self.gpu else contextlib.nullcontext()
 
     def folder_of(self, name: str, seed: int, distribution: str) -> Path:
