@@ -391,7 +391,7 @@ KEEP_ELEMS = {"numpy": 1 << 26, "torch": 1 << 31}
 
 
 @dataclass
-class Target:
+class CaseArrays:
     """Where the arrays go: flat, writable numpy arrays (in memory, or an open .npy memmap)."""
 
     q: np.ndarray  # float16, B*Hq*Sq*D
@@ -405,8 +405,8 @@ def _chunks(n: int, step: int):
     return [(s, min(n, s + step)) for s in range(0, n, step)]
 
 
-def make(be: Backend, q_shape, kv_shape, seed: int, distribution: str, target: Target,
-         workers: int = 1) -> Target:
+def make(be: Backend, q_shape, kv_shape, seed: int, distribution: str, target: CaseArrays,
+         workers: int = 1) -> CaseArrays:
     """Fill `target` with the case's inputs; `workers` threads over the chunks (numpy releases the GIL)."""
     (b, hq, sq, d), (_, hkv, skv, _) = check_shapes(q_shape, kv_shape)
     dist = distribution_of(distribution)
@@ -484,14 +484,14 @@ def make(be: Backend, q_shape, kv_shape, seed: int, distribution: str, target: T
     return target
 
 
-def in_memory(q_shape, kv_shape) -> Target:
+def in_memory(q_shape, kv_shape) -> CaseArrays:
     q, kv = check_shapes(q_shape, kv_shape)
-    return Target(np.empty(math.prod(q), np.float16), np.empty(math.prod(kv), np.uint8),
+    return CaseArrays(np.empty(math.prod(q), np.float16), np.empty(math.prod(kv), np.uint8),
                   np.empty(math.prod(kv), np.uint8))
 
 
-def to_files(folder, q_shape, kv_shape) -> tuple[Target, dict[str, Any], list]:
-    """A Target whose arrays are the .npy files the runners read (`q k v` in `folder`), written in place."""
+def to_files(folder, q_shape, kv_shape) -> tuple[CaseArrays, dict[str, Any], list]:
+    """A CaseArrays whose arrays are the .npy files the runners read (`q k v` in `folder`), written in place."""
     from pathlib import Path
 
     folder = Path(folder)
@@ -500,7 +500,7 @@ def to_files(folder, q_shape, kv_shape) -> tuple[Target, dict[str, Any], list]:
     maps = [np.lib.format.open_memmap(files["q"], mode="w+", dtype=np.float16, shape=q),
             np.lib.format.open_memmap(files["k"], mode="w+", dtype=np.uint8, shape=kv),
             np.lib.format.open_memmap(files["v"], mode="w+", dtype=np.uint8, shape=kv)]
-    return Target(*(m.reshape(-1) for m in maps)), files, maps
+    return CaseArrays(*(m.reshape(-1) for m in maps)), files, maps
 
 
 def write_files(be: Backend, folder, q_shape, kv_shape, seed: int, distribution: str, workers: int = 1):

@@ -123,7 +123,10 @@ class AttnCase:
 def write_inputs(folder: Path, shape, seed: int, distribution: str = "normal") -> dict[str, Path]:
     """One seed's inputs as the runners read them, made in numpy (driver/reference/inputs.py: the same bytes the GPU
     makes) and written straight into the files; `shape` a square (B, H, S, D) or anything AttnCase.of takes."""
-    case = AttnCase.of(shape)
+    return _write_numpy(folder, AttnCase.of(shape), seed, distribution)
+
+
+def _write_numpy(folder: Path, case: AttnCase, seed: int, distribution: str) -> dict[str, Path]:
     files, _scales = inputs.write_files(inputs.NUMPY, folder, case.q_shape, case.kv_shape, seed, distribution,
                                         workers=max(1, (os.cpu_count() or 2) // 2))
     return files
@@ -133,8 +136,9 @@ def prepare_case(
     folder: Path, shape, seed: int, distribution: str = "normal", *, with_reference: bool = True,
 ) -> tuple[dict[str, Path], np.ndarray | None]:
     """Write one seed's inputs as the runners read them; the float64 reference (numpy) from the same files."""
-    files = write_inputs(folder, shape, seed, distribution)
-    return files, cpu_reference(files, AttnCase.of(shape).causal) if with_reference else None
+    case = AttnCase.of(shape)
+    files = _write_numpy(folder, case, seed, distribution)
+    return files, cpu_reference(files, case.causal) if with_reference else None
 
 
 def cpu_reference(files: dict[str, Path], causal: bool = False, workers: int | None = None) -> np.ndarray:
@@ -348,7 +352,7 @@ class Cases:
         files = self.gpu.make_inputs(folder, case, seed, dist, self._priority(key, 0)) if self.gpu else None
         if files is None:
             start = time.perf_counter()
-            files = write_inputs(folder, case, seed, dist)
+            files = _write_numpy(folder, case, seed, dist)
             phases.add("inputs (background)", time.perf_counter() - start)
         return files, folder
 
