@@ -201,3 +201,19 @@ def test_causal_is_bottom_right_aligned():
     q, k, v, ks, vs = ref.make_inputs((1, 2, 6, 64), (1, 2, 6, 64), 0)
     out = ref.reference(q, k, v, ks, vs, causal=True)
     np.testing.assert_allclose(out[:, :, 0], ref.decode_e4m3_sim(v[:, :, 0]) * vs, rtol=1e-15)
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--q-shape", "2,5,3,64", "--kv-shape", "2,2,30,64"], "Hq = 5 is not a multiple of Hkv = 2"),
+    (["--q-shape", "2,4,3", "--kv-shape", "2,2,30,64"], "a shape is B,H,S,D"),
+    (["--q-shape", "2,4,3,64", "--kv-shape", "2,2,30,64", "--distribution", "wide"], "unknown input distribution"),
+])
+def test_the_gpu_workers_make_inputs_refuses_bad_input_before_torch(tmp_path, args, why):
+    """One `error:` line and exit 2, before torch is imported (so it holds on a machine without torch or a GPU)."""
+    import subprocess
+    import sys
+
+    full = ["--make-inputs", str(tmp_path), "--seed", "0", "--distribution", "normal", *args]
+    res = subprocess.run([sys.executable, "-m", "driver.reference.sdpa_gpu", *full], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and why in res.stderr and res.stderr.count("\n") == 1, res.stderr
