@@ -394,7 +394,7 @@ def test_causal_units_run_only_the_tiles_their_rows_see(fp8):
     """The K/V tiles of all units: without the mask every unit runs ceil(Skv / BN); with it each row tile runs the
     tiles of its last row (restated here from the mask's definition), so a causal square prefill runs about half."""
     for shape in CASES:
-        b, hq, hkv, sq, skv, d, causal = shape
+        b, hq, _, sq, skv, _, causal = shape
         for tier in (True, False):
             (r,) = fp8([(shape, 132, 0, 1)], fp8=tier)
             bm, bn = r["bm"], r["bn"]

@@ -34,23 +34,59 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_torch_timing():
-    """driver/peers/torch_timing.py (the peers' timing modes) by its path: the package's __init__ needs pydantic,
-    which the GPU host lacks. Looked for above this folder (the repository) or beside it (a copy)."""
-    import importlib.util
-    d = HERE
-    for _ in range(6):
-        for cand in (os.path.join(d, "driver", "peers", "torch_timing.py"), os.path.join(d, "torch_timing.py")):
-            if os.path.exists(cand):
-                spec = importlib.util.spec_from_file_location("torch_timing", cand)
-                mod = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(mod)
-                return mod
-        d = os.path.dirname(d)
-    raise SystemExit("driver/peers/torch_timing.py not found above " + HERE)
+class torch_timing:  # the cold mode of driver/peers/torch_timing.py, written out (no driver import here)
+    """cold: each launch timed alone by its own event pair, queued behind a spin kernel (torch.cuda._sleep) long
+    enough for the host to enqueue a chunk of 20, an L2 flush (a write of max(2 x L2, 64 MiB)) before each sample
+    outside the timed interval; per-launch microseconds. (Runs 1 and 2 loaded driver/peers/torch_timing.py at
+    90347d1 by its path; this is its time_cold and l2_flush_bytes, line for line.)"""
 
+    HOLD_CHUNK = 20
+    SPIN_CLOCK_HZ = 2e9
 
-torch_timing = _load_torch_timing()
+    @staticmethod
+    def l2_flush_bytes(torch, device_index: int = 0) -> int:
+        l2 = int(getattr(torch.cuda.get_device_properties(device_index), "L2_cache_size", 0) or 0)
+        return max(2 * l2, 64 << 20)
+
+    @staticmethod
+    def _host_enqueue_s(torch, fn, flush, reps: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        costs = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            if flush is not None:
+                flush.zero_()
+            start.record()
+            fn()
+            end.record()
+            costs.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        costs.sort()
+        return max(costs[len(costs) // 2], 5e-6)
+
+    @staticmethod
+    def time_cold(torch, fn, *, iters: int, warmup: int, flush_bytes: int = 0, hold: bool = True) -> list[float]:
+        tt = torch_timing
+        flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda") if flush_bytes > 0 else None
+        for _ in range(max(warmup, 1)):
+            fn()
+        torch.cuda.synchronize()
+        per_sample_s = tt._host_enqueue_s(torch, fn, flush, reps=5)
+        times: list[float] = []
+        while len(times) < iters:
+            chunk = min(tt.HOLD_CHUNK, iters - len(times))
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(chunk)]
+            if hold:
+                torch.cuda._sleep(int(min(3 * per_sample_s * chunk, 0.2) * tt.SPIN_CLOCK_HZ))
+            for start, end in events:
+                if flush is not None:
+                    flush.zero_()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            times += [start.elapsed_time(end) * 1e3 for start, end in events]
+        return times
 
 OUT = os.environ.get("OUT", "/tmp/prefill_out")
 T0 = time.time()
