@@ -45,16 +45,18 @@ def _compile(tmp_path_factory, name: str, *defines: str):
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
-    def run(cases, plan: int = 0, bn: int = -1, fp8: bool = True, q2: int = -1):
+    def run(cases, plan: int = 0, bn: int = -1, fp8: bool = True, q2: int = -1, ablate: int = 0):
         """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below); bn: the
         head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128); fp8: the tier (both kernels are
         in every build: --precision at run time); q2: the fp8 tier's Q-terms policy (-1: the build's
-        SDPA_SM90_FP8_Q2). A case's shape: (B, H, S, D) or (B, Hq, Hkv, Sq, Skv, D, causal)."""
-        stdin = "".join(f"{' '.join(map(str, _case(shape)))} {sms} {split} {pol} {plan} {bn} {int(fp8)} {q2}\n"
+        SDPA_SM90_FP8_Q2); ablate: --ablate's mode (0 none, 1 no_compute, 2 no_loads). A case's shape:
+        (B, H, S, D) or (B, Hq, Hkv, Sq, Skv, D, causal)."""
+        stdin = "".join(f"{' '.join(map(str, _case(shape)))} {sms} {split} {pol} {plan} {bn} {int(fp8)} {q2} {ablate}\n"
                         for shape, sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
 
+    run.exe = exe
     return run
 
 
@@ -465,3 +467,70 @@ def test_bad_cases_are_errors(fp8):
     """select_config refuses what serves() refuses: Sq > Skv with the mask, Hq not a multiple of Hkv."""
     assert "error" in fp8([((1, 4, 4, 300, 100, 64, 1), 132, 0, 1)])[0]
     assert "error" in fp8([((1, 6, 4, 100, 100, 64, 0), 132, 0, 1)])[0]
+
+
+# ------------------------------------------------------------------ the kernel of the mask and the one without
+
+
+def test_the_mask_picks_the_kernel(fp8):
+    """Every configuration has two kernels (sdpa_sm90::CaseTraits): the causal mask's (per-unit tile counts, running
+    tile count, heaviest-first snake order, per-row masks, 8 more bytes of shared memory) and the one without, which
+    since 2026-11-28 is the kernel of 90347d1 but for the K/V head (bh / G) and Skv apart from Sq. select_config
+    takes the first exactly for causal cases, the second for every other case (square or not, MHA, GQA or MQA),
+    both tiers, every split override, warpgroup policy and Q-terms policy."""
+    sizes = [(b, hq, hkv, sq, skv, d) for d in (64, 128) for (b, hq, hkv) in ((1, 8, 8), (2, 8, 2), (1, 6, 1))
+             for sq, skv in ((1, 1), (7, 1000), (128, 128), (300, 1000), (777, 777), (2048, 2048), (512, 8192))]
+    for tier in (True, False):
+        for q2 in (0, 2):
+            cases = [((*s[:5], s[5], c), sms, split, pol) for s in sizes for c in (0, 1) for sms in (132, 66)
+                     for split in (0, 1, 2) for pol in (1, 2)]
+            got = fp8(cases, fp8=tier, q2=q2)
+            assert all("error" not in r and r["cover"] for r in got)
+            assert [r["causal_kernel"] for r in got] == [bool(c[0][6]) for c in cases]
+            # one entry point per (configuration, mask): the same configuration with and without it differs in
+            # function and in 8 bytes of shared memory, and the non-causal entry is one for every non-causal case
+            by_cfg: dict = {}
+            for c, r in zip(cases, got):
+                cfg = (c[0][5], r["bm"], r["bn"], r["split"], r["ncwg"], r["q_terms"])
+                by_cfg.setdefault(cfg, {}).setdefault(r["causal_kernel"], set()).add((r["func"], r["smem"]))
+            for cfg, kinds in by_cfg.items():
+                assert all(len(v) == 1 for v in kinds.values()), (cfg, kinds)
+                if len(kinds) == 2:
+                    (f0, m0), (f1, m1) = next(iter(kinds[False])), next(iter(kinds[True]))
+                    assert f0 != f1 and m1 == m0 + 8, (cfg, kinds)
+            assert sum(len(k) == 2 for k in by_cfg.values()) >= 2
+
+
+def test_square_non_causal_runs_the_kernel_without_the_mask(fp8):
+    """The seven default shapes (square, non-causal MHA) take the kernel without the mask in both tiers: the same
+    entry point as a GQA or Sq != Skv case of that configuration, not the causal one of the same shape."""
+    shapes = [(4, 32, 4096, 64), (2, 16, 2048, 128), (1, 16, 8192, 128), (2, 16, 2048, 64), (8, 8, 1024, 64),
+              (1, 8, 512, 64), (3, 5, 777, 64)]
+    for tier in (True, False):
+        square = fp8([(s, 132, 0, -1) for s in shapes], -1, fp8=tier)
+        causal = fp8([((b, h, h, s, s, d, 1), 132, 0, -1) for b, h, s, d in shapes], -1, fp8=tier)
+        assert [r["causal_kernel"] for r in square] == [False] * 7
+        assert [r["causal_kernel"] for r in causal] == [True] * 7
+        assert all(a["func"] != b["func"] for a, b in zip(square, causal))
+
+
+def test_ablations_refuse_the_mask(fp8):
+    """The ablations (diagnostics) are built without the mask only: select_config refuses --ablate with --causal
+    (the runner exits 2 with this line) and serves it for every case without the mask, GQA and Sq != Skv too."""
+    for mode in (1, 2):
+        for tier in (True, False):
+            (bad,) = fp8([((1, 8, 2, 300, 1000, 64, 1), 132, 0, 1)], fp8=tier, ablate=mode)
+            assert bad == {"error": "--ablate runs the kernels without the causal mask only (a diagnostic, not built "
+                                    "with it): drop --causal or --ablate"}
+            ok = fp8([((1, 8, 2, 300, 1000, d, 0), 132, split, 1) for d in (64, 128) for split in (0, 1, 2)],
+                     fp8=tier, ablate=mode)
+            assert all(r.get("ablate") == mode and not r["causal_kernel"] and r["cover"] for r in ok), ok
+
+
+def test_fast_division_is_exact(fp8):
+    """sdpa_sm90::fast_div (the K/V head bh / G and the causal order's b / (B Hq) by a multiply-high, an add and a
+    shift) equals integer division for every divisor up to 5000 and near powers of two up to 2^30, at small
+    numerators and around multiples of the divisor near every power of two up to 2^31 - 1."""
+    out = subprocess.run([str(fp8.exe), "--fast-div"], capture_output=True, text=True, timeout=60, check=True).stdout
+    r = json.loads(out)
+    assert r["fast_div_checked"] > 20_000_000 and r["fast_div_wrong"] == 0, r

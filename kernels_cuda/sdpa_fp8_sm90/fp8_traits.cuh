@@ -129,10 +129,10 @@ struct Fp8TraitsN {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T
     static constexpr int NBARS = BAR_VEMPTY + NVT;
-    // The producer's issuing thread's note of the next work unit (producer.cuh: its K/V head and tile count), in
-    // shared memory rather than two registers of the producer.
+    // The causal kernels' 8 more bytes (tile_plan.cuh CaseTraits: the producer's issuing thread notes the next work
+    // unit's K/V head and tile count there, producer.cuh) start here; the kernels without the mask end here.
     static constexpr int OFF_NEXT = OFF_BAR + NBARS * 8;
-    static constexpr int SMEM_USED = OFF_NEXT + 8;
+    static constexpr int SMEM_USED = OFF_NEXT;
     static constexpr int SMEM = SMEM_USED + 1024;
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
     static_assert(!SPLIT || NVT == NCWG, "split: one V^T buffer per consumer warpgroup");

@@ -68,12 +68,15 @@ using KernelTraits = std::conditional_t<
 template <bool FP8>
 constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NCWG == 3;
 
-template <class T>
-__global__ void __launch_bounds__(T::THREADS, 1)
+// CAUSAL: the kernel of the bottom-right causal mask (tile_plan.cuh CaseTraits: what it changes), a template
+// argument of its own so that the tier's traits (and the entry names the build gates match) stay as they are.
+template <class Traits, bool CAUSAL>
+__global__ void __launch_bounds__(Traits::THREADS, 1)
 sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
                      const uint8_t* __restrict__ V, __half* __restrict__ O, TilePlan plan, float scale_log2,
                      float out_scale) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using T = CaseTraits<Traits, CAUSAL>;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     // The swizzled tiles need 1024-byte alignment; the dynamic allocation has 1024 bytes of slack.
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -177,6 +180,7 @@ struct LaunchInfo {
     int bn = 0;
     int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
     int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
+    bool causal = false;  // the kernel of the causal mask (CaseTraits); else the one without
     int num_sms = 0;  // the SM count select_config was given
     int ablate = kAblNone;
     bool persistent = false;  // blocks take units grid apart (SDPA_SM90_PERSISTENT); else grid = units
@@ -190,16 +194,18 @@ inline int grid_for(const LaunchInfo& li) {
     return li.persistent && li.num_sms > 0 && li.num_sms < li.plan.units ? li.num_sms : li.plan.units;
 }
 
-template <bool FP8, int D, int ABL, bool SPLIT, int NCWG, int BN, bool Q2 = false>
+template <bool FP8, int D, int ABL, bool SPLIT, int NCWG, int BN, bool Q2, bool CAUSAL>
 inline LaunchInfo info_for(int BH, int S) {
-    using T = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN, Q2>;
+    using Base = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN, Q2>;
+    using T = CaseTraits<Base, CAUSAL>;
     LaunchInfo li;
-    li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<T>);
+    li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<Base, CAUSAL>);
     li.D = D;
     li.plan = make_tile_plan((S + T::BM - 1) / T::BM, 0, BH);
     li.grid = li.plan.units;  // select_config: grid_for
     li.block = T::THREADS;
     li.smem = T::SMEM;
+    li.causal = CAUSAL;
     li.bm = T::BM;
     li.bn = T::BN;
     li.split = SPLIT ? 2 : 1;
@@ -211,15 +217,19 @@ inline LaunchInfo info_for(int BH, int S) {
     return li;
 }
 
+// causal: the kernel of the mask (no ablation: select_config refuses the pair).
 template <bool FP8, int D, bool SPLIT, int NCWG = 2, int BN = 128>
-inline LaunchInfo info_for(int BH, int S, int ablate, bool q2 = false) {
+inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
     // Two Q terms only for the fp8 tier's two-warpgroup, 128-key kernels without ablation (select_config).
     if constexpr (FP8 && NCWG == 2 && BN == 128)
-        if (q2 && ablate == kAblNone) return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, true>(BH, S);
+        if (q2 && ablate == kAblNone)
+            return causal ? info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, true, true>(BH, S)
+                          : info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, true, false>(BH, S);
+    if (causal) return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, false, true>(BH, S);
     switch (ablate) {
-        case kAblNoCompute: return info_for<FP8, D, kAblNoCompute, SPLIT, NCWG, BN>(BH, S);
-        case kAblNoLoads: return info_for<FP8, D, kAblNoLoads, SPLIT, NCWG, BN>(BH, S);
-        default: return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN>(BH, S);
+        case kAblNoCompute: return info_for<FP8, D, kAblNoCompute, SPLIT, NCWG, BN, false, false>(BH, S);
+        case kAblNoLoads: return info_for<FP8, D, kAblNoLoads, SPLIT, NCWG, BN, false, false>(BH, S);
+        default: return info_for<FP8, D, kAblNone, SPLIT, NCWG, BN, false, false>(BH, S);
     }
 }
 
@@ -250,6 +260,10 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const int D = (int)a.D;
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
     if (!serves(a, err)) return false;
+    if (a.causal && ablate != kAblNone) {
+        *err = "--ablate runs the kernels without the causal mask only (a diagnostic, not built with it): drop --causal or --ablate";
+        return false;
+    }
     const int BH = (int)(a.B * a.Hq), S = (int)a.Sq, Skv = (int)a.Skv;
     if (split_override < 0 || split_override > 2) {
         *err = FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
@@ -284,13 +298,15 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
     const bool q2 = FP8 && !three && !wide &&
                     (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, D, num_sms)));
+    const bool c = a.causal;  // the kernel of the mask, or the one without (every other case: kernels of 90347d1)
     if (D == 64) {
-        if (split) *li = info_for<FP8, 64, true>(BH, S, ablate, q2);
-        else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate);
-        else *li = info_for<FP8, 64, false>(BH, S, ablate, q2);
+        if (split) *li = info_for<FP8, 64, true>(BH, S, ablate, q2, c);
+        else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate, false, c);
+        else *li = info_for<FP8, 64, false>(BH, S, ablate, q2, c);
     } else {
-        if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate) : info_for<FP8, 128, false, 2, 192>(BH, S, ablate);
-        else *li = split ? info_for<FP8, 128, true>(BH, S, ablate, q2) : info_for<FP8, 128, false>(BH, S, ablate, q2);
+        if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate, false, c)
+                              : info_for<FP8, 128, false, 2, 192>(BH, S, ablate, false, c);
+        else *li = split ? info_for<FP8, 128, true>(BH, S, ablate, q2, c) : info_for<FP8, 128, false>(BH, S, ablate, q2, c);
     }
     li->num_sms = num_sms;
     if (li->split == 1)

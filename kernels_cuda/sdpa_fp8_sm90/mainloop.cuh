@@ -28,7 +28,8 @@ namespace sdpa_sm90 {
 template <class T>
 struct ConsumerState {
     float o[T::D / 2];
-    OnlineSoftmax<T::BN> sm;
+    // With the causal mask a row's running max starts finite (softmax.cuh kRowMaxInit).
+    OnlineSoftmax<T::BN> sm{{T::CAUSAL ? kRowMaxInit : kRowMaxInitAll, T::CAUSAL ? kRowMaxInit : kRowMaxInitAll}};
 };
 
 // Consumer barriers (ptx.cuh NamedBarrier): the ping-pong turns kBarTurn0, kBarTurn1 (and kBarTurn2 with three
@@ -118,14 +119,15 @@ struct Ring {
 // fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
 // the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
 // q: the unit's Q buffer; lim0: the key limit of the warpgroup's first row (keys j < lim0 are seen; without
-// the causal mask Skv for every row, with it m0 + 1 + Skv - Sq for row m0, one more per row: masked_keys);
-// ntiles: the unit's K/V tiles; g0: the block's count of K/V tiles before this unit (a running count of the
-// units' tiles, the producer's too: the rings run on across units); pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
+// the causal mask Skv for every row, with it m0 + 1 + Skv - Sq for row m0, one more per row: mask_keys);
+// ntiles: the unit's K/V tiles; g0: the block's count of K/V tiles before this unit (without the mask i * ntiles
+// for unit i, with it a running count of the units' tiles, the producer's too: the rings run on across units);
+// pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
 // leave one for warpgroup 0); next_takes_turns(): whether the next unit takes turns, so that the last
 // warpgroup passes its turn after its last P V (asked there, so that nothing is live across the loop).
 template <class T, int NC, class NextTakesTurns>
 __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint8_t* q, uint32_t bars, int cw,
-                                                  const TilePlan& plan, int lim0, int ntiles, int g0, bool pass_first,
+                                                  int lim0, int ntiles, int g0, bool pass_first,
                                                   NextTakesTurns next_takes_turns, float scale_log2) {
     static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
     const int ctid = threadIdx.x % 128;
@@ -260,9 +262,13 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     fence_regs(s);
     release_k(kr);
     kr.advance(step);
-    // Tiles that reach past the first row's limit (the tail of Skv, the causal diagonal) mask what the rows
+    // Tiles that reach past the first row's limit (the tail of Skv; the causal diagonal) mask what the rows
     // do not see.
-    if (first * T::BN + T::BN > lim0) OnlineSoftmax<T::BN>::mask_keys(s, first * T::BN, lim0, plan.causal, ctid);
+    auto mask = [&](int n0) {
+        if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+        else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
+    };
+    if (first * T::BN + T::BN > lim0) mask(first * T::BN);
     softmax_step();
     pack();
 
@@ -289,7 +295,7 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         release_k(kr);
         kr.advance(step);
         const int n0 = t * T::BN;
-        if (n0 + T::BN > lim0) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, plan.causal, ctid);
+        if (n0 + T::BN > lim0) mask(n0);
         softmax_step();
         keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
         wgmma_wait<0>();
@@ -341,12 +347,15 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
     const int ctid = threadIdx.x % 128, lane = ctid & 31;
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
     const int S = plan.sq;  // query rows per head
-    // (The unit count is not kept across the loop: the consumers have no register to spare.)  g0: the K/V tiles
-    // of the block's units before unit i (the producer counts them the same way).
-    int g0 = 0;
+    // K/V tiles per unit without the mask (every unit the same).
+    [[maybe_unused]] const int ntiles_all = (plan.skv + T::BN - 1) / T::BN;
+    // (The unit count is not kept across the loop: the consumers have no register to spare.)  With the mask,
+    // g_run: the K/V tiles of the block's units before unit i (the producer counts them the same way).
+    [[maybe_unused]] int g_run = 0;
     for (int i = 0; has_unit<T>(i, plan); ++i) {
         const BlockTile u = unit_tile<T>(i, plan);
-        const int ntiles = u.nt;
+        const int ntiles = T::CAUSAL ? u.nt : ntiles_all;
+        const int g0 = T::CAUSAL ? g_run : i * ntiles;
         // The turn passes from unit to unit when both take turns (two or more warpgroups).
         const bool pass_first = !(i > 0 && u.nc >= 2 && unit_tile<T>(i - 1, plan).nc >= 2);
         auto next_takes_turns = [&] { return has_unit<T>(i + 1, plan) && unit_tile<T>(i + 1, plan).nc >= 2; };
@@ -381,18 +390,18 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             }
             ConsumerState<T> st;
             // The key limit of this warpgroup's first row (split: both warpgroups own the unit's rows).
-            const int lim0 = plan.causal ? u.m0 + (T::SPLIT ? 0 : 64 * cw) + 1 + plan.skv - plan.sq : plan.skv;
+            const int lim0 = T::CAUSAL ? u.m0 + (T::SPLIT ? 0 : 64 * cw) + 1 + plan.skv - plan.sq : plan.skv;
             if constexpr (kShortTiles<T>) {
                 // Full units run the loop of all three warpgroups; a tile with fewer rows the loop of as
                 // many as it has.
                 if (u.nc == 3)
-                    consumer_mainloop<T, 3>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 3>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
                 else if (u.nc == 2)
-                    consumer_mainloop<T, 2>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 2>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
                 else
-                    consumer_mainloop<T, 1>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 1>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
             } else {
-                consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns,
+                consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns,
                                                   scale_log2);
             }
             if constexpr (T::SPLIT) {
@@ -419,7 +428,7 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             __syncwarp();
             if (lane == 0) mbar_arrive(bar(T::BAR_QEMPTY + qb));
         }
-        g0 += unit_tile<T>(i, plan).nt;
+        if constexpr (T::CAUSAL) g_run += unit_tile<T>(i, plan).nt;
     }
 }
 

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <queue>
 #include <vector>
@@ -32,6 +33,28 @@
 #include "config.cuh"  // SDPA_SM90_TILE_PLAN
 
 namespace sdpa_sm90 {
+
+// n / d for 0 <= n < 2^31 and a divisor d >= 1 known at launch, by a multiply-high, an add and a shift instead of
+// the ~19 instructions of a division by a run-time value (Granlund & Montgomery 1994, the round-up method):
+// l = ceil(log2 d), mul = floor(2^32 (2^l - d) / d) + 1 (< 2^32), n / d = (umulhi(mul, n) + n) >> l, exact for every
+// n < 2^32 where the sum does not overflow, which n < 2^31 ensures (umulhi(mul, n) <= n).  d = 1: mul 1, l 0.
+struct FastDiv {
+    uint32_t mul;
+    uint32_t shift;
+};
+inline FastDiv make_fast_div(uint32_t d) {
+    uint32_t l = 0;
+    while ((1ull << l) < d) ++l;
+    return FastDiv{(uint32_t)((((1ull << 32) * ((1ull << l) - d)) / d) + 1), l};
+}
+__host__ __device__ __forceinline__ int fast_div(int n, const FastDiv& f) {
+#if defined(__CUDA_ARCH__)
+    const uint32_t hi = __umulhi(f.mul, (uint32_t)n);
+#else
+    const uint32_t hi = (uint32_t)(((uint64_t)f.mul * (uint32_t)n) >> 32);
+#endif
+    return (int)((hi + (uint32_t)n) >> f.shift);
+}
 
 struct TilePlan {
     int full;         // full tiles per (b, h)
@@ -44,6 +67,8 @@ struct TilePlan {
     int sq;
     int skv;
     int causal;       // 1: bottom-right causal mask (heaviest units first, snake rounds); 0: none
+    FastDiv group_div;  // / group: the K/V head of a query head
+    FastDiv bh_div;     // / bh: the causal order's round of row tiles
 };
 
 // Which kernels have short tiles and warpgroups without rows: every unsplit three-warpgroup kernel
@@ -57,6 +82,24 @@ struct TilePlan {
 template <class T>
 constexpr bool kShortTiles = !T::SPLIT && T::NCWG == 3;
 
+// The kernel's traits with the mask as a compile-time choice (kernel.cuh instantiates each configuration without
+// it and, but for the ablations, with it; select_config picks by AttnShape::causal).  Without the mask every unit
+// runs ceil(Skv / BN) K/V tiles, unit i of a block starting at the block's tile i * ntiles, in the order of
+// every build before the attention cases: the kernels of 90347d1 but for the K/V head (bh / G) and Skv apart from
+// Sq.  With it a unit's tiles are counted per unit (BlockTile::nt), the block's as a running sum, the units come
+// heaviest first in snake rounds, and the tiles that reach past a warpgroup's first row mask per row; the producer
+// keeps the next unit's K/V head and tile count in 8 more bytes of shared memory (OFF_NEXT).  What that bookkeeping
+// cost the square non-causal case while every kernel carried it: 2-7% at 1-2 units per block
+// (experiments/2026-11-28-sdpa-sm90-inference-cases).
+template <class T, bool C>
+struct CaseTraits : T {
+    static constexpr bool CAUSAL = C;
+    static constexpr int SMEM_USED = T::OFF_NEXT + (C ? 8 : 0);
+    static constexpr int SMEM = SMEM_USED + 1024;  // + slack to align the base to 1024
+    static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
+    static_assert(!C || T::ABL == 0, "the ablations (diagnostics) are built without the mask only");
+};
+
 struct BlockTile {
     int m0;   // first query row
     int bh;   // b * Hq + h: the query head (Q, O)
@@ -67,22 +110,31 @@ struct BlockTile {
 
 // K/V tiles of BN keys that rows [m0, m0 + rows) need: every tile, or with the causal mask the tiles up to
 // key m0 + rows - 1 + Skv - Sq (the last row's last key; >= 1 key since Sq <= Skv).
+template <bool CAUSAL>
 __host__ __device__ __forceinline__ int unit_kv_tiles(const TilePlan& plan, int m0, int rows, int bn) {
-    const int keys = plan.causal ? m0 + rows + plan.skv - plan.sq : plan.skv;
+    const int keys = CAUSAL ? m0 + rows + plan.skv - plan.sq : plan.skv;
     return (keys + bn - 1) / bn;
 }
 
+// Unit b of the plan.  T: CaseTraits (T::CAUSAL picks the order).
 template <class T>
 __host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& plan) {
     BlockTile t;
     int rows = T::BM;
-    if (plan.causal) {  // heaviest first: row tile full - 1 of every head, then full - 2, ... (full tiles only)
-        const int k = (int)((unsigned)b / (unsigned)plan.bh);
+    if constexpr (T::CAUSAL) {  // heaviest first: row tile full - 1 of every head, then full - 2, ... (full tiles only)
+        const int k = fast_div(b, plan.bh_div);
         t.bh = b - k * plan.bh;
         t.m0 = (plan.full - 1 - k) * T::BM;
-    } else if (!kShortTiles<T> || b < plan.full_blocks) {  // full tiles
+    } else if constexpr (!kShortTiles<T>) {  // full tiles, every warpgroup (as before the attention cases)
         t.m0 = (int)((unsigned)b % (unsigned)plan.full) * T::BM;
         t.bh = (int)((unsigned)b / (unsigned)plan.full);
+        t.nc = T::NCWG;
+        t.kvh = fast_div(t.bh, plan.group_div);
+        t.nt = unit_kv_tiles<false>(plan, t.m0, rows, T::BN);
+        return t;
+    } else if (b < plan.full_blocks) {
+        t.bh = b / plan.full;
+        t.m0 = (b - t.bh * plan.full) * T::BM;
     } else {
         const int j = b - plan.full_blocks;
         t.bh = j / plan.nshort;
@@ -91,8 +143,8 @@ __host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& 
     }
     rows = rows < plan.sq - t.m0 ? rows : plan.sq - t.m0;
     t.nc = kShortTiles<T> ? (rows + 63) / 64 : T::NCWG;  // the other kernels keep every warpgroup
-    t.kvh = (int)((unsigned)t.bh / (unsigned)plan.group);
-    t.nt = unit_kv_tiles(plan, t.m0, rows, T::BN);
+    t.kvh = fast_div(t.bh, plan.group_div);
+    t.nt = unit_kv_tiles<T::CAUSAL>(plan, t.m0, rows, T::BN);
     return t;
 }
 
@@ -108,16 +160,29 @@ __host__ __device__ __forceinline__ int units_of_block(int block, int grid, cons
     return rounds + (pos < rem ? 1 : 0);
 }
 
-// Whether this block has an i-th unit (T::PERSIST: i < units_of_block; else the one of its own index), asked
-// where needed rather than counted once: neither the producer nor the consumers have a register to spare.
+// The work units of this block without the mask: blockIdx.x, blockIdx.x + gridDim.x, ... below plan.units
+// (T::PERSIST), or the one of its own index.
+template <class T>
+__device__ __forceinline__ int block_units(const TilePlan& plan) {
+    if constexpr (!T::PERSIST) return 1;
+    else return (plan.units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+}
+// Whether this block has an i-th unit (T::PERSIST: below plan.units in its sequence; else the one of its own
+// index), asked where needed rather than counted once: neither the producer nor the consumers have a register to
+// spare.  Without the mask the consumers' test of every build before (blocks start at units below plan.units).
 template <class T>
 __device__ __forceinline__ bool has_unit(int i, const TilePlan& plan) {
-    if constexpr (!T::PERSIST) return i == 0;
-    else return unit_index((int)blockIdx.x, (int)gridDim.x, i, plan.causal) < plan.units;
+    if constexpr (T::CAUSAL) {
+        if constexpr (!T::PERSIST) return i == 0;
+        else return unit_index((int)blockIdx.x, (int)gridDim.x, i, 1) < plan.units;
+    } else {
+        return i < (T::PERSIST ? plan.units : 1) && (int)blockIdx.x + i * (int)gridDim.x < plan.units;
+    }
 }
 template <class T>
 __device__ __forceinline__ BlockTile unit_tile(int i, const TilePlan& plan) {
-    return block_tile<T>(unit_index((int)blockIdx.x, (int)gridDim.x, i, plan.causal), plan);
+    if constexpr (T::CAUSAL) return block_tile<T>(unit_index((int)blockIdx.x, (int)gridDim.x, i, 1), plan);
+    else return block_tile<T>((int)blockIdx.x + i * (int)gridDim.x, plan);
 }
 
 // Time of a three-warpgroup block with nc consumer warpgroups running, relative to a full one
@@ -159,7 +224,7 @@ inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, in
 }
 
 inline TilePlan make_tile_plan(int full, int nshort, int BH) {
-    return TilePlan{full, nshort, full * BH, (full + nshort) * BH, BH, 1, 0, 0, 0};
+    return TilePlan{full, nshort, full * BH, (full + nshort) * BH, BH, 1, 0, 0, 0, make_fast_div(1), make_fast_div(BH)};
 }
 // The plan with the attention case: B * Hq query heads (plan.units counts them), G = Hq / Hkv, Sq, Skv, mask.
 inline TilePlan with_case(TilePlan p, const AttnShape& a) {
@@ -168,6 +233,8 @@ inline TilePlan with_case(TilePlan p, const AttnShape& a) {
     p.sq = (int)a.Sq;
     p.skv = (int)a.Skv;
     p.causal = a.causal ? 1 : 0;
+    p.group_div = make_fast_div((uint32_t)p.group);
+    p.bh_div = make_fast_div((uint32_t)p.bh);
     return p;
 }
 

@@ -120,10 +120,10 @@ struct Fp16Traits {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NKB;  // [NVB] fp16 V decoded
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVB;  // [NVB] consumers done with fp16 V
     static constexpr int NBARS = BAR_VEMPTY + NVB;
-    // The producer's issuing thread's note of the next work unit (producer.cuh: its K/V head and tile count), in
-    // shared memory rather than two registers of the producer.
+    // The causal kernels' 8 more bytes (tile_plan.cuh CaseTraits: the producer's issuing thread notes the next work
+    // unit's K/V head and tile count there, producer.cuh) start here; the kernels without the mask end here.
     static constexpr int OFF_NEXT = OFF_BAR + NBARS * 8;
-    static constexpr int SMEM_USED = OFF_NEXT + 8;
+    static constexpr int SMEM_USED = OFF_NEXT;
     static constexpr int SMEM = SMEM_USED + 1024;       // + slack to align the base to 1024
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
     static_assert(!SPLIT || (NKB == NCWG && NVB == NCWG), "split: one K/V buffer per consumer warpgroup");

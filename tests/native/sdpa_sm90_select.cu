@@ -2,9 +2,9 @@
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
 // launched.  Prints one JSON line per argument set read from stdin ("B Hq Hkv Sq Skv D causal num_sms split
-// policy plan bn fp8 q2"; the attention case of ../../kernels_cuda/sdpa_fp8/attn_shape.h; policy / plan / bn /
+// policy plan bn fp8 q2 ablate"; the attention case of ../../kernels_cuda/sdpa_fp8/attn_shape.h; policy / plan / bn /
 // q2 -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by Skv; fp8: 1 = the fp8 tier's kernel, 0 =
-// the fp16 tier's; q2: SDPA_SM90_FP8_Q2's policy):
+// the fp16 tier's; q2: SDPA_SM90_FP8_Q2's policy; ablate: --ablate's mode, 0 none, 1 no_compute, 2 no_loads):
 // the launch configuration select_config gives (with "bn", the keys per K/V tile), or
 // its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
 // "cover" = every row of every query head in exactly one unit, each unit reading K/V head bh / G and
@@ -13,8 +13,10 @@
 // units_of_block, take every unit exactly once); "nc" = units per number of consumer warpgroups with rows;
 // "order" = with the causal mask, the units' tile counts never increase with the unit index (heaviest
 // first); "tiles_total" = K/V tiles of all units, "tiles_max_block" = most K/V tiles one block runs (a
-// persistent block: its units' sum; else the largest unit).
+// persistent block: its units' sum; else the largest unit); "causal_kernel" = the kernel select_config chose is
+// the one with the causal mask (sdpa_sm90::CaseTraits), else the one without.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "../../kernels_cuda/sdpa_fp8_sm90/kernel.cuh"
@@ -83,25 +85,63 @@ static void cover(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv
     cv->ok = ok;
 }
 
-// The traits of the configuration select_config chose, by what it reports.
-template <bool FP8>
-static void cover_all(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
+// The traits of the configuration select_config chose, by what it reports: C, the kernel with the causal mask or
+// the one without (CaseTraits), as li.causal says; the units are those that kernel's block_tile takes.
+template <bool FP8, bool C>
+static void cover_case(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
     using namespace sdpa_sm90;
     const int D = (int)a.D;
-    if (D == 64 && li.split == 2) cover<KernelTraits<FP8, 64, kAsync, kAblNone, true>>(li, a, cv);
-    else if (D == 64 && li.ncwg == 3) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>>(li, a, cv);
-    else if (D == 64) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false>>(li, a, cv);
-    else if (li.split == 2 && li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>>(li, a, cv);
-    else if (li.split == 2) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true>>(li, a, cv);
-    else if (li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>>(li, a, cv);
-    else cover<KernelTraits<FP8, 128, kAsync, kAblNone, false>>(li, a, cv);
+    if (D == 64 && li.split == 2) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, true>, C>>(li, a, cv);
+    else if (D == 64 && li.ncwg == 3) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>, C>>(li, a, cv);
+    else if (D == 64) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false>, C>>(li, a, cv);
+    else if (li.split == 2 && li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>, C>>(li, a, cv);
+    else if (li.split == 2) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true>, C>>(li, a, cv);
+    else if (li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>, C>>(li, a, cv);
+    else cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false>, C>>(li, a, cv);
+}
+template <bool FP8>
+static void cover_all(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
+    if (li.causal) cover_case<FP8, true>(li, a, cv);
+    else cover_case<FP8, false>(li, a, cv);
 }
 
-int main() {
+// --fast-div: sdpa_sm90::fast_div (the kernels' division of a unit or head index by a divisor fixed at launch)
+// against '/' for every divisor up to 5000 and the divisors near powers of two up to 2^30, at numerators 0..4999
+// and around every multiple of the divisor near powers of two and 2^31 - 1; prints the count checked and wrong.
+static int check_fast_div() {
+    std::vector<uint32_t> ds, ns;
+    for (uint32_t d = 1; d <= 5000; ++d) ds.push_back(d);
+    for (int k = 12; k <= 30; ++k)
+        for (int e = -3; e <= 3; ++e) ds.push_back((uint32_t)((1u << k) + e));
+    long long checked = 0, wrong = 0;
+    for (uint32_t d : ds) {
+        const sdpa_sm90::FastDiv f = sdpa_sm90::make_fast_div(d);
+        ns.clear();
+        for (uint32_t n = 0; n < 5000; ++n) ns.push_back(n);
+        for (int k = 0; k <= 31; ++k) {
+            const uint64_t p = k == 31 ? 0x7fffffffull : (1ull << k);
+            for (uint64_t m : {p / d * d, p / d * d + d}) {
+                for (int e = -2; e <= 2; ++e) {
+                    const long long n = (long long)m + e;
+                    if (n >= 0 && n <= 0x7fffffffLL) ns.push_back((uint32_t)n);
+                }
+            }
+        }
+        for (uint32_t n : ns) {
+            ++checked;
+            if ((uint32_t)sdpa_sm90::fast_div((int)n, f) != n / d) ++wrong;
+        }
+    }
+    std::printf("{\"fast_div_checked\":%lld,\"fast_div_wrong\":%lld}\n", checked, wrong);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && std::string(argv[1]) == "--fast-div") return check_fast_div();
     long long B, Hq, Hkv, Sq, Skv;
-    int D, causal, sms, split, policy, plan, bnpol, fp8, q2pol;
-    while (std::scanf("%lld %lld %lld %lld %lld %d %d %d %d %d %d %d %d %d", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms,
-                      &split, &policy, &plan, &bnpol, &fp8, &q2pol) == 14) {
+    int D, causal, sms, split, policy, plan, bnpol, fp8, q2pol, ablate;
+    while (std::scanf("%lld %lld %lld %lld %lld %d %d %d %d %d %d %d %d %d %d", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms,
+                      &split, &policy, &plan, &bnpol, &fp8, &q2pol, &ablate) == 15) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
         AttnShape a;
@@ -111,7 +151,7 @@ int main() {
         const int bp = bnpol < 0 ? SDPA_SM90_BN_D128 : bnpol;
         const int q2p = q2pol < 0 ? SDPA_SM90_FP8_Q2 : q2pol;
         const sdpa_sm90::Precision prec = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
-        if (!sdpa_sm90::select_config(prec, a, sms, split, 0, &li, &err, pol, pl, bp, q2p)) {
+        if (!sdpa_sm90::select_config(prec, a, sms, split, ablate, &li, &err, pol, pl, bp, q2p)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
@@ -120,10 +160,11 @@ int main() {
         else cover_all<false>(li, a, &cv);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
                     "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d],\"q_terms\":%d,"
-                    "\"order\":%s,\"tiles_total\":%lld,\"tiles_max_block\":%lld}\n",
+                    "\"order\":%s,\"tiles_total\":%lld,\"tiles_max_block\":%lld,\"causal_kernel\":%s,\"ablate\":%d}\n",
                     sdpa_sm90::kernel_name(li.precision), li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
                     li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", cv.ok ? "true" : "false", cv.nc[1],
-                    cv.nc[2], cv.nc[3], li.q_terms, cv.order ? "true" : "false", cv.tiles_total, cv.tiles_max_block);
+                    cv.nc[2], cv.nc[3], li.q_terms, cv.order ? "true" : "false", cv.tiles_total, cv.tiles_max_block,
+                    li.causal ? "true" : "false", li.ablate);
     }
     return 0;
 }
