@@ -281,7 +281,8 @@ def _samples_consistent(line: AllreduceLine | SdpaLine) -> None:
 Precision = Literal["fp16", "fp8"]
 # The tier of each of our kernels, and of each SDPA peer (what its arithmetic is: torch SDPA and FlashAttention
 # compute on fp16 operands, cuDNN's FP8 attention quantizes Q and P to E4M3).
-SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8"}
+SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8",
+                                         "decode_sm89": "fp16", "decode_fp8_sm89": "fp8"}
 SDPA_PEER_PRECISION = registry.SDPA_PEER_PRECISION  # derived from driver/registry.py (each peer's `precision`)
 
 
@@ -292,9 +293,10 @@ class SdpaLine(Record):
     impl: Annotated[str, registry.Names(lambda: registry.impl_names("sdpa"))]  # driver/registry.py
     # Which of our kernels ran (chosen by the tier and the GPU's architecture): the Hopper warpgroup-MMA
     # kernel on fp16 operands (wgmma_sm90: the fp16 tier on sm_90) or on E4M3 operands (wgmma_fp8_sm90: the
-    # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere). Our runners always print it;
-    # peers leave it out.
-    kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"] | None = None
+    # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere); for few query rows per K/V head
+    # (decode), the split-KV kernel of either tier (decode_sm89, decode_fp8_sm89: mma.sync, sm_89 and newer,
+    # kernels_cuda/sdpa_decode/). Our runners always print it; peers leave it out.
+    kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80", "decode_sm89", "decode_fp8_sm89"] | None = None
     # The precision tier the numbers belong to (ours: what --precision asked for; a peer: its arithmetic's).
     # Lines from before the tiers (2026-11-26) say none: ours then by the kernel that ran, a peer by its name.
     precision: Precision
