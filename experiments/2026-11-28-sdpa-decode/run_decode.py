@@ -2,8 +2,9 @@
 """The decode kernel (kernels_cuda/sdpa_decode/) on one GPU: correctness against float64 and timing against torch.
 
 Standalone (python3 with torch and numpy, no driver package): the runners built here (bin/sdpa_fp8_{baseline,
-cpasync}), driver/peers/torch_timing.py loaded by path (torch timed as the peers are), thresholds.toml's
-[[sdpa.bounds]] for the tolerances. Inputs are made on the GPU: Q ~ N(0, std) in fp16, K and V ~ N(0, std) stored
+cpasync}), torch timed as the peers are (driver/peers/torch_timing.py's cold mode, restated below: events per
+launch, an L2 flush before each, chunks queued behind a spin), thresholds.toml's [[sdpa.bounds]] for the
+tolerances. Inputs are made on the GPU: Q ~ N(0, std) in fp16, K and V ~ N(0, std) stored
 as E4M3 codes with the per-tensor scale amax / 448 (driver/reference/sdpa.py make_inputs' recipe, torch's
 float8_e4m3fn rounding). The reference is float64 on the GPU: K, V decoded exactly (torch's float8_e4m3fn ->
 float64) times their scales, query head h on K/V head h // G, the bottom-right causal mask (row i sees keys
@@ -22,7 +23,6 @@ Usage: python3 run_decode.py [--quick]   (results in $OUT: results.json, and the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -52,9 +52,6 @@ def _tmp() -> pathlib.Path:
 
 
 TMP = _tmp()
-spec = importlib.util.spec_from_file_location("torch_timing", ROOT / "driver" / "peers" / "torch_timing.py")
-tt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tt)
 BOUNDS = tomllib.loads((ROOT / "thresholds.toml").read_text())["sdpa"]["bounds"]
 
 
@@ -67,6 +64,45 @@ def bound(tier: str, dist: str) -> tuple[float, float]:
 
 def log(*a):
     print(*a, flush=True)
+
+
+# ---------------------------------------------------------------- torch timed as the peers are
+class tt:  # driver/peers/torch_timing.py's cold mode, restated (an experiment imports no driver code)
+    HOLD_CHUNK, SPIN_CLOCK_HZ = 20, 2e9
+
+    @staticmethod
+    def l2_flush_bytes(torch) -> int:
+        return max(2 * int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0), 64 << 20)
+
+    @staticmethod
+    def time_cold(torch, fn, *, iters: int, warmup: int, flush_bytes: int) -> list[float]:
+        """Per-launch device time in us: each launch between its own event pair, an L2 flush (a memset of
+        flush_bytes) before each outside the pair, chunks of 20 queued behind torch.cuda._sleep."""
+        flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+        for _ in range(max(warmup, 1)):
+            fn()
+        torch.cuda.synchronize()
+        costs = []
+        for _ in range(5):  # the host's enqueue time of one sample
+            t0 = time.perf_counter()
+            flush.zero_()
+            fn()
+            costs.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+        per = max(sorted(costs)[2], 5e-6)
+        times: list[float] = []
+        while len(times) < iters:
+            n = min(tt.HOLD_CHUNK, iters - len(times))
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+            torch.cuda._sleep(int(min(3 * per * n, 0.2) * tt.SPIN_CLOCK_HZ))
+            for a, b in ev:
+                flush.zero_()
+                a.record()
+                fn()
+                b.record()
+            torch.cuda.synchronize()
+            times += [a.elapsed_time(b) * 1e3 for a, b in ev]
+        return times
 
 
 # ---------------------------------------------------------------- the runners, as --serve workers
