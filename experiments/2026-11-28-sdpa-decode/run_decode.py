@@ -27,6 +27,7 @@ import json
 import math
 import os
 import pathlib
+import random
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent  # the repository (this folder is .gpu/<name>/ or experiments/<date>/)
 OUT = pathlib.Path(os.environ.get("OUT", HERE / "out"))
 BIN = {v: HERE / "bin" / f"sdpa_fp8_{v}" for v in ("baseline", "cpasync")}
+# The same runners built with -DSDPA_DECODE_L2_EVICT_FIRST=0 (plain K/V loads; the build's default is 1), timed
+# beside them in the fp16 tier: the A/B of the L2 policy.
+NOEVICT = {f"{v}_noevict": HERE / "bin_noevict" / f"sdpa_fp8_{v}" for v in ("baseline", "cpasync")}
 KERNEL = {"fp16": "decode_sm89", "fp8": "decode_fp8_sm89"}
 QUICK = "--quick" in sys.argv
 
@@ -107,12 +111,13 @@ class tt:  # driver/peers/torch_timing.py's cold mode, restated (an experiment i
 
 # ---------------------------------------------------------------- the runners, as --serve workers
 class Worker:
-    def __init__(self, variant: str):
+    def __init__(self, variant: str, path: pathlib.Path):
         self.variant = variant
+        self.path = path
         self.p = None
 
     def _start(self):
-        self.p = subprocess.Popen([str(BIN[self.variant]), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.p = subprocess.Popen([str(self.path), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True, bufsize=1)
         assert json.loads(self.p.stdout.readline()) == {"worker_ready": True}
 
@@ -132,7 +137,18 @@ class Worker:
             line = d
 
 
-WORKERS = {v: Worker(v) for v in BIN}
+def _unpack(path: pathlib.Path) -> None:
+    """The runners travel xz-compressed (the call's size limit); unpacked beside themselves."""
+    xz = path.with_name(path.name + ".xz")
+    if not path.exists() and xz.exists():
+        import lzma
+        path.write_bytes(lzma.decompress(xz.read_bytes()))
+        path.chmod(0o755)
+
+
+for _p in (*BIN.values(), *NOEVICT.values()):
+    _unpack(_p)
+WORKERS = {v: Worker(v, path) for v, path in {**BIN, **NOEVICT}.items() if path.exists()}
 
 
 # ---------------------------------------------------------------- inputs, reference, errors
@@ -208,16 +224,23 @@ def load_out(path) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- 1. correctness
+CORRECTNESS_BUDGET_S = float(os.environ.get("DECODE_CORRECTNESS_S", "110"))
+
+
 def correctness() -> list[dict]:
     rows = []
     grid = [(d, g, sq, skv) for d in (64, 128) for g in (1, 4, 8, 32) for sq in (1, 4, 16)
             for skv in (1, 100, 4096, 32768)]
+    random.Random(0).shuffle(grid)  # a time cut (CORRECTNESS_BUDGET_S) still leaves every axis covered
     if QUICK:
         grid = grid[::7]
     extra_cases = [(128, 4, 4, 4096, dist) for dist in ("large_logits_8", "tiny", "large_v")]
-    cases = [(d, g, sq, skv, "normal") for d, g, sq, skv in grid] + extra_cases
+    cases = extra_cases + [(d, g, sq, skv, "normal") for d, g, sq, skv in grid]
     t0 = time.time()
     for n, (d, g, sq, skv, dist) in enumerate(cases):
+        if time.time() - t0 > CORRECTNESS_BUDGET_S:
+            rows.append({"check": "grid", "stopped_after_cases": n, "of": len(cases), "why": "out of time"})
+            break
         B, Hkv = 2, 2
         folder = TMP / "c"
         shutil.rmtree(folder, ignore_errors=True)
@@ -270,6 +293,13 @@ def correctness() -> list[dict]:
                 lim = bound(tier, "normal")
                 rec["ok"] = rec["errors"]["rel_l2"] <= lim[0] and rec["errors"]["max_abs_rel"] <= lim[1]
             rows.append(rec)
+        for variant in BIN:  # --soak: launches on 4 streams at once, each with its own workspace, bit for bit
+            rc, line, err = run_ours(variant, files, folder / "o.npy", tier, True,
+                                     ("--iters", "1", "--warmup", "0", "--soak", "200", "--streams", "4"))
+            rows.append({"check": "soak", "tier": tier, "variant": variant, "rc": rc, "error": err,
+                         "launches": line and line.get("soak_launches"),
+                         "mismatched": line and line.get("soak_mismatched_elements"),
+                         "ok": rc == 0 and line["soak_mismatched_elements"] == 0})
         rc, line, err = run_ours("cpasync", files, folder / "o.npy", tier, True, ("--iters", "1", "--warmup", "0"),
                                  kernel="auto")
         rows.append({"check": "auto", "tier": tier, "rc": rc, "error": err, "kernel": line and line.get("kernel"),
@@ -279,12 +309,14 @@ def correctness() -> list[dict]:
 
 # ---------------------------------------------------------------- 2. timing
 TIMING_CASES = [  # (B, Hq, Hkv, Sq, Skv); D 128.  B 64 at Skv 131072 left out: K, V 8.6 GB each as E4M3, torch's
-    # fp16 copies twice that.
-    (1, 32, 8, 1, 4096), (8, 32, 8, 1, 4096), (64, 32, 8, 1, 4096),
-    (1, 32, 8, 1, 32768), (8, 32, 8, 1, 32768), (64, 32, 8, 1, 32768),
-    (1, 32, 8, 1, 131072), (8, 32, 8, 1, 131072),
+    # fp16 copies twice that.  B 64 at Skv 32768 (K, V 2^31 elements each) early: it is also the 64-bit check.
+    (8, 32, 8, 1, 32768), (64, 32, 8, 1, 32768), (1, 32, 8, 1, 32768),
     (8, 32, 8, 4, 32768), (8, 32, 8, 16, 32768), (8, 64, 8, 1, 32768), (8, 32, 1, 1, 32768),
+    (1, 32, 8, 1, 131072), (8, 32, 8, 1, 131072),
+    (1, 32, 8, 1, 4096), (8, 32, 8, 1, 4096), (64, 32, 8, 1, 4096),
 ]
+DEADLINE_S = float(os.environ.get("DECODE_DEADLINE_S", "270"))  # stop starting cases past this (the call's limit)
+T_START = time.time()
 ITERS, WARMUP = 100, 10
 
 
@@ -305,6 +337,9 @@ def timing(copy_gbps: float, res: dict) -> list[dict]:
     flush = tt.l2_flush_bytes(torch)
     cases = TIMING_CASES[:3] if QUICK else TIMING_CASES
     for (B, Hq, Hkv, Sq, Skv) in cases:
+        if time.time() - T_START > DEADLINE_S:
+            rows.append({"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "skipped": "out of time"})
+            continue
         D = 128
         t0 = time.time()
         folder = TMP / "t"
@@ -316,22 +351,22 @@ def timing(copy_gbps: float, res: dict) -> list[dict]:
         rec = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "D": D, "kv_elems": B * Hkv * Skv * D,
                "bytes_e4m3": kv_bytes + qo_bytes, "bytes_fp16": 2 * kv_bytes + qo_bytes}
         outs = {}
-        for tier in ("fp16", "fp8"):
-            for variant in BIN:
-                out_path = folder / f"o_{tier}_{variant}.npy"
-                rc, line, err = run_ours(variant, files, out_path, tier, False,
-                                         ("--iters", str(ITERS), "--warmup", str(WARMUP), "--timing", "cold",
-                                          "--split", "0"))
-                key = f"{tier}_{variant}"
-                if rc != 0:
-                    rec[key] = {"rc": rc, "error": err}
-                    continue
-                t = p50(line["samples_us"])
-                rec[key] = {"p50_us": t, "hbm_frac": (kv_bytes + qo_bytes) / (t * 1e-6) / (copy_gbps * 1e9),
-                            "grid": line["grid"][0], "block": line["block"][0], "split": line.get("split"),
-                            "smem": line["smem_bytes"], "regs": line["regs_per_thread"],
-                            "hold_overruns": line["hold_overruns"], "min_us": min(line["samples_us"])}
-                outs[key] = load_out(out_path)
+        runs = [(tier, v) for tier in ("fp16", "fp8") for v in BIN] + [("fp16", v) for v in NOEVICT if v in WORKERS]
+        for tier, variant in runs:
+            out_path = folder / f"o_{tier}_{variant}.npy"
+            rc, line, err = run_ours(variant, files, out_path, tier, False,
+                                     ("--iters", str(ITERS), "--warmup", str(WARMUP), "--timing", "cold",
+                                      "--split", "0"))
+            key = f"{tier}_{variant}"
+            if rc != 0:
+                rec[key] = {"rc": rc, "error": err}
+                continue
+            t = p50(line["samples_us"])
+            rec[key] = {"p50_us": t, "hbm_frac": (kv_bytes + qo_bytes) / (t * 1e-6) / (copy_gbps * 1e9),
+                        "grid": line["grid"][0], "block": line["block"][0], "split": line.get("split"),
+                        "smem": line["smem_bytes"], "regs": line["regs_per_thread"],
+                        "hold_overruns": line["hold_overruns"], "min_us": min(line["samples_us"])}
+            outs[key] = load_out(out_path)
         # torch SDPA on the same values as fp16 K/V (what torch's users store), enable_gqa, not causal
         k16 = (kc.view(torch.float8_e4m3fn).to(torch.float32) * ks).half()
         v16 = (vc.view(torch.float8_e4m3fn).to(torch.float32) * vs).half()
@@ -356,6 +391,11 @@ def timing(copy_gbps: float, res: dict) -> list[dict]:
             a, b = outs.get(f"{tier}_baseline"), outs.get(f"{tier}_cpasync")
             if a is not None and b is not None:
                 rec[f"{tier}_bit_identical"] = bool(torch.equal(a.view(torch.int16), b.view(torch.int16)))
+        others = [outs.get(k) for k in ("fp16_baseline_noevict", "fp16_cpasync_noevict")]
+        if outs.get("fp16_cpasync") is not None and all(o is not None for o in others):
+            rec["fp16_noevict_bit_identical"] = all(bool(torch.equal(o.view(torch.int16),
+                                                                     outs["fp16_cpasync"].view(torch.int16)))
+                                                    for o in others)
         del fn, q, kc, vc, k16, v16, tout, ref, outs
         torch.cuda.empty_cache()
         shutil.rmtree(folder, ignore_errors=True)
@@ -406,9 +446,13 @@ def summarize(res):
         if "check" in r:
             log("  ", json.dumps(r))
     log("\n| B | Hq | Hkv | Sq | Skv | torch us (hbm) | fp16 cpasync us | hbm_frac | x torch | fp16 baseline us | "
-        "fp8 cpasync us | hbm_frac | x torch | fp8 baseline us |")
-    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "fp8 cpasync us | hbm_frac | x torch | fp8 baseline us | fp16 cpasync / baseline, plain L2 us |")
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res.get("timing", []):
+        if "skipped" in r:
+            log(f"| {r['B']} | {r['Hq']} | {r['Hkv']} | {r['Sq']} | {r['Skv']} | skipped: {r['skipped']} |")
+            continue
+
         def cell(k, r=r):
             x = r.get(k, {})
             return f"{x['p50_us']:.1f}" if "p50_us" in x else f"rc {x.get('rc')}"
@@ -418,11 +462,15 @@ def summarize(res):
             return (f"{x['hbm_frac']:.2f} | {x['ratio_vs_torch']:.2f}x") if "p50_us" in x else "- | -"
         log(f"| {r['B']} | {r['Hq']} | {r['Hkv']} | {r['Sq']} | {r['Skv']} | {cell('torch')} "
             f"({r['torch']['hbm_frac']:.2f}) | {cell('fp16_cpasync')} | {frac('fp16_cpasync')} | {cell('fp16_baseline')} | "
-            f"{cell('fp8_cpasync')} | {frac('fp8_cpasync')} | {cell('fp8_baseline')} |")
+            f"{cell('fp8_cpasync')} | {frac('fp8_cpasync')} | {cell('fp8_baseline')} | "
+            f"{cell('fp16_cpasync_noevict')} / {cell('fp16_baseline_noevict')} |")
     for r in res.get("timing", []):
+        if "skipped" in r:
+            continue
         errs = {k: (r[k]["errors"]["rel_l2"], r[k].get("ok")) for k in r if isinstance(r[k], dict) and "errors" in r[k]}
         log(f"  {r['B']},{r['Hq']},{r['Hkv']},{r['Sq']},{r['Skv']} rel_l2/ok {errs} bit-identical "
-            f"{r.get('fp16_bit_identical')}/{r.get('fp8_bit_identical')}")
+            f"{r.get('fp16_bit_identical')}/{r.get('fp8_bit_identical')}/{r.get('fp16_noevict_bit_identical')} "
+            f"chunks {r.get('fp16_cpasync', {}).get('split')} grid {r.get('fp16_cpasync', {}).get('grid')}")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
 
+    const uint64_t pol = kv_l2_policy();
     const uint8_t* kb = p.k + bh * p.Skv * D;
     const uint8_t* vb = p.v + bh * p.Skv * D;
     auto tile_key0 = [&](int it) { return (int)((range.begin + grp + (int64_t)it * WK) * kTileKeys); };
@@ -127,7 +128,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             const int key0 = tile_key0(it);
             const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
             issue_stage<D, T::TG>(ring + (it % Geo::kStages) * Geo::kStageBytes, kb + (int64_t)key0 * D,
-                                  vb + (int64_t)key0 * D, valid, gtid);
+                                  vb + (int64_t)key0 * D, valid, gtid, pol);
         };
 #pragma unroll
         for (int s = 0; s < Geo::kStages - 1; ++s) {
@@ -157,8 +158,8 @@ __device__ __forceinline__ void decode_block(const Params& p) {
         auto fetch = [&](int it) {
             const int key0 = tile_key0(it);
             const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
-            fetch_k_global<D>(kr, kb + (int64_t)key0 * D, valid, g, t);
-            fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t);
+            fetch_k_global<D>(kr, kb + (int64_t)key0 * D, valid, g, t, pol);
+            fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t, pol);
         };
         if (n_my > 0) fetch(0);
         init_q();
@@ -262,7 +263,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     for (int item = tid; item < rows_valid * kQuads; item += NT) {
         const int row = item / kQuads, d0 = (item % kQuads) * 4;
         float o[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
+#pragma unroll 16
         for (int s = 0; s < ns; ++s) {
             const float wt = fm[s * MB + row];
             const float4 x = __ldcg(reinterpret_cast<const float4*>(p.part_o + ((pbase + s) * MB + row) * D + d0));
@@ -296,6 +297,7 @@ struct LaunchInfo {
     int D = 0;
     const void* func = nullptr;
     int grid = 0, block = 0, smem = 0;
+    int blocks_per_sm = 1;  // of this kernel, on this GPU (the plan's wave)
 };
 
 template <int D, int WM>
@@ -313,8 +315,11 @@ const void* kernel_for_d(Tier tier, int wm, int* smem) {
     return wm == 1 ? kernel_for<D, 1>(tier, smem) : wm == 2 ? kernel_for<D, 2>(tier, smem) : kernel_for<D, 4>(tier, smem);
 }
 
-// The launch for a case on num_sms SMs (split_override: plan.h), or false with the reason.
-inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_override, LaunchInfo* li, const char** why) {
+// The launch for a case on num_sms SMs (split_override: plan.h), or false with the reason.  on_gpu: ask the CUDA
+// runtime how many blocks of the kernel an SM holds (the plan's wave); without it (the checks before the GPU is
+// touched) the plan takes one.
+inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_override, bool on_gpu, LaunchInfo* li,
+                   const char** why) {
     if (s.D != 64 && s.D != 128) {
         *why = "the decode kernel supports head dims 64 and 128";
         return false;
@@ -323,14 +328,26 @@ inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_ove
         *why = "the decode kernel needs B, Hkv, Sq, Skv >= 1, Hq a multiple of Hkv, and Sq <= Skv with the causal mask";
         return false;
     }
-    li->plan = plan_decode(s, num_sms, split_override);
+    const int wm = warps_for_rows(s.group() * s.Sq);
+    li->tier = tier;
+    li->D = (int)s.D;
+    li->func = s.D == 64 ? kernel_for_d<64>(tier, wm, &li->smem) : kernel_for_d<128>(tier, wm, &li->smem);
+    li->blocks_per_sm = 1;
+    if (on_gpu) {
+        const int threads = 32 * wm * groups_for_warps(wm);
+        if (cudaFuncSetAttribute(li->func, cudaFuncAttributeMaxDynamicSharedMemorySize, li->smem) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&li->blocks_per_sm, li->func, threads, (size_t)li->smem) !=
+                cudaSuccess ||
+            li->blocks_per_sm < 1) {
+            *why = "the decode kernel does not fit on this GPU's SMs (cudaOccupancyMaxActiveBlocksPerMultiprocessor)";
+            return false;
+        }
+    }
+    li->plan = plan_decode(s, num_sms, li->blocks_per_sm, split_override);
     if (li->plan.blocks > INT32_MAX) {
         *why = "the decode kernel's grid is too large for this case (more than 2^31 - 1 blocks)";
         return false;
     }
-    li->tier = tier;
-    li->D = (int)s.D;
-    li->func = s.D == 64 ? kernel_for_d<64>(tier, li->plan.wm, &li->smem) : kernel_for_d<128>(tier, li->plan.wm, &li->smem);
     li->grid = (int)li->plan.blocks;
     li->block = li->plan.threads;
     return true;

@@ -27,7 +27,7 @@ namespace sdpa_decode {
 constexpr int kTileKeys = 32;        // keys per tile: one pipeline step of a key group
 constexpr int kRowsPerWarp = 16;     // one m16 MMA tile
 constexpr int kMaxSplitRows = 2048;  // nsplit * rows per block: the final merge's shared memory (16 KiB)
-constexpr int kBlocksPerSmTarget = 2;  // splits until the grid has this many blocks per SM (below)
+constexpr int kMaxWaveSplit = 4;     // with a grid of a wave or more: at most this many chunks to even the waves
 
 // The auto-dispatch rule (runner.cu, --kernel auto): few query rows per K/V head, and not the square MHA case
 // whose records predate this kernel.  M = G * Sq <= 64 fits one block's rows (mblocks = 1), so K/V is read once.
@@ -84,11 +84,20 @@ DECODE_HD int64_t group_tile_count(TileRange r, int grp, int wk) {
     return n > 0 ? (n + wk - 1) / wk : 0;
 }
 
-// The plan for a case on num_sms SMs.  split_override 0: the rule below; 1, 2, 4, ...: that many chunks (at most
-// one per tile).  The rule: with B * Hkv * mblocks blocks short of kBlocksPerSmTarget per SM, cut the keys into
-// chunks until the grid has that many blocks, but give every key group at least two tiles per block (a block of
-// fewer keys spends its time filling the pipeline) and keep nsplit * rows_per_block <= kMaxSplitRows.
-inline Plan plan_decode(const AttnShape& s, int num_sms, int64_t split_override) {
+// The plan for a case on num_sms SMs that hold blocks_per_sm of its blocks at once (the slots: one wave).
+// split_override 0: the rule below; 1, 2, 4, ...: that many chunks (at most one per tile).  The rule: with
+// base = B * Hkv * mblocks blocks short of a wave, cut the keys into floor(slots / base) chunks: one wave, every
+// slot busy, every block streaming until the end (a partial second wave runs on few SMs, which cannot keep the
+// memory busy: 320 blocks on 264 slots took 1.3x the time of 256, experiments/2026-11-28-sdpa-decode run 1);
+// with a wave or more, the count of chunks up to kMaxWaveSplit whose last wave is fullest (the fewest on a tie).
+// Either way every key group keeps at least two tiles per block (a block of fewer keys spends its time filling
+// the pipeline) and nsplit * rows_per_block <= kMaxSplitRows.
+DECODE_HD double wave_fill(int64_t blocks, int64_t slots) {  // blocks / (waves * slots): 1 = every wave full
+    const int64_t waves = (blocks + slots - 1) / slots;
+    return (double)blocks / (double)(waves * slots);
+}
+
+inline Plan plan_decode(const AttnShape& s, int num_sms, int blocks_per_sm, int64_t split_override) {
     Plan p;
     p.rows = s.group() * s.Sq;
     p.wm = warps_for_rows(p.rows);
@@ -103,11 +112,18 @@ inline Plan plan_decode(const AttnShape& s, int num_sms, int64_t split_override)
     if (split_override > 0) {
         n = split_override;
     } else {
-        const int64_t target = (int64_t)kBlocksPerSmTarget * (num_sms > 0 ? num_sms : 1);
+        const int64_t slots = (int64_t)(num_sms > 0 ? num_sms : 1) * (blocks_per_sm > 0 ? blocks_per_sm : 1);
         const int64_t min_chunk = 2 * (int64_t)p.wk;
-        const int64_t max_by_keys = p.tiles / min_chunk > 1 ? p.tiles / min_chunk : 1;
-        n = base >= target ? 1 : (target + base - 1) / base;
-        if (n > max_by_keys) n = max_by_keys;
+        int64_t cap = p.tiles / min_chunk > 1 ? p.tiles / min_chunk : 1;
+        if (cap > max_by_merge) cap = max_by_merge;
+        if (base < slots) {
+            n = slots / base;
+        } else {
+            n = 1;
+            for (int64_t k = 2; k <= kMaxWaveSplit && k <= cap; ++k)
+                if (wave_fill(base * k, slots) > wave_fill(base * n, slots) + 1e-9) n = k;
+        }
+        if (n > cap) n = cap;
     }
     if (n > max_by_merge) n = max_by_merge;
     if (n > p.tiles) n = p.tiles;

@@ -66,13 +66,13 @@ struct VRegs {
 
 // Baseline: the tile straight from global memory.  k, v point at key0's row; `valid` keys of the tile exist.
 template <int D>
-__device__ __forceinline__ void fetch_k_global(KRegs<D>& r, const uint8_t* k, int valid, int g, int t) {
+__device__ __forceinline__ void fetch_k_global(KRegs<D>& r, const uint8_t* k, int valid, int g, int t, uint64_t pol) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int row = 8 * i + g;
 #pragma unroll
         for (int h = 0; h < D / 64; ++h) {
-            const uint4 x = row < valid ? ldg16(k + (int64_t)row * D + 64 * h + 16 * t) : make_uint4(0, 0, 0, 0);
+            const uint4 x = row < valid ? ldg16_kv(k + (int64_t)row * D + 64 * h + 16 * t, pol) : make_uint4(0, 0, 0, 0);
             r.w[i][4 * h + 0] = x.x;
             r.w[i][4 * h + 1] = x.y;
             r.w[i][4 * h + 2] = x.z;
@@ -81,18 +81,18 @@ __device__ __forceinline__ void fetch_k_global(KRegs<D>& r, const uint8_t* k, in
     }
 }
 template <int D>
-__device__ __forceinline__ void fetch_v_global(VRegs<D>& r, const uint8_t* v, int valid, int g, int t) {
+__device__ __forceinline__ void fetch_v_global(VRegs<D>& r, const uint8_t* v, int valid, int g, int t, uint64_t pol) {
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
         const int row = vrow(q, t);
         if constexpr (D == 128) {
-            const uint4 x = row < valid ? ldg16(v + (int64_t)row * D + 16 * g) : make_uint4(0, 0, 0, 0);
+            const uint4 x = row < valid ? ldg16_kv(v + (int64_t)row * D + 16 * g, pol) : make_uint4(0, 0, 0, 0);
             r.w[q][0] = x.x;
             r.w[q][1] = x.y;
             r.w[q][2] = x.z;
             r.w[q][3] = x.w;
         } else {
-            const uint2 x = row < valid ? ldg8(v + (int64_t)row * D + 8 * g) : make_uint2(0, 0);
+            const uint2 x = row < valid ? ldg8_kv(v + (int64_t)row * D + 8 * g, pol) : make_uint2(0, 0);
             r.w[q][0] = x.x;
             r.w[q][1] = x.y;
         }
@@ -143,7 +143,8 @@ __device__ __forceinline__ void fetch_v_stage(VRegs<D>& r, const uint8_t* stage,
 // consecutive chunks of a row, NTHREADS / (D/16) rows per pass; keys past `valid` zero-filled (src-size 0, the
 // address clamped to key0's row).
 template <int D, int NTHREADS>
-__device__ __forceinline__ void issue_stage(uint8_t* stage, const uint8_t* k, const uint8_t* v, int valid, int gtid) {
+__device__ __forceinline__ void issue_stage(uint8_t* stage, const uint8_t* k, const uint8_t* v, int valid, int gtid,
+                                            uint64_t pol) {
     constexpr int kRowChunks = D / 16;
     constexpr int kRowsPerPass = NTHREADS / kRowChunks;
     static_assert(NTHREADS % kRowChunks == 0 && kTileKeys % kRowsPerPass == 0, "stage chunks over the group's threads");
@@ -157,7 +158,7 @@ __device__ __forceinline__ void issue_stage(uint8_t* stage, const uint8_t* k, co
             const int row = row0 + pass * kRowsPerPass;
             const bool ok = row < valid;
             cp_async16(base + tensor * TileGeom<D>::kTensorBytes + stage_offset<D>(row, col),
-                       src + (ok ? (int64_t)row * D + col : 0), ok ? 16 : 0);
+                       src + (ok ? (int64_t)row * D + col : 0), ok ? 16 : 0, pol);
         }
     }
 }

@@ -1,6 +1,6 @@
 // Host-only check of the decode kernel's work plan (sdpa_decode::plan_decode, kernels_cuda/sdpa_decode/plan.h),
 // run by tests/test_sdpa_decode_plan.py without a GPU; nothing is launched.  Reads one case per line on stdin,
-// "B Hq Hkv Sq Skv D causal num_sms split_override", and prints the plan as one JSON line, with "cover": whether
+// "B Hq Hkv Sq Skv D causal num_sms blocks_per_sm split_override", and prints the plan as one JSON line, with "cover": whether
 // the kernel's own mapping (split_tiles cut at rows_key_limit, group_tile_count) visits, for every block of rows,
 // every 32-key tile a row of that block sees exactly once, and no tile past the last one any of its rows sees;
 // "decode_shaped": the runner's auto-dispatch rule.
@@ -45,11 +45,12 @@ static bool covers(const AttnShape& s, const Plan& p) {
 
 int main() {
     long long B, Hq, Hkv, Sq, Skv, D, split;
-    int causal, sms;
-    while (std::scanf("%lld %lld %lld %lld %lld %lld %d %d %lld", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms, &split) == 9) {
+    int causal, sms, bps;
+    while (std::scanf("%lld %lld %lld %lld %lld %lld %d %d %d %lld", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms, &bps,
+                      &split) == 10) {
         AttnShape s;
         s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = Sq, s.Skv = Skv, s.D = D, s.causal = causal != 0;
-        const Plan p = plan_decode(s, sms, split);
+        const Plan p = plan_decode(s, sms, bps, split);
         std::printf("{\"wm\":%d,\"wk\":%d,\"threads\":%d,\"rows\":%lld,\"mblocks\":%lld,\"tiles\":%lld,\"nsplit\":%lld,"
                     "\"chunk_tiles\":%lld,\"blocks\":%lld,\"cover\":%s,\"decode_shaped\":%s}\n",
                     p.wm, p.wk, p.threads, (long long)p.rows, (long long)p.mblocks, (long long)p.tiles,
