@@ -4,8 +4,8 @@ tests/native/sdpa_decode_plan.cu calls the plan the runner calls (a pure functio
 --split), compiled with nvcc as host code, and prints it per case, with whether the kernel's own tile mapping
 (split_tiles, rows_key_limit, group_tile_count) visits every 32-key tile a block's rows see exactly once. The rule,
 restated here: M = G * Sq rows of a K/V head in blocks of 16, 32 or 64 rows (1, 2 or 4 warps per key group; 4 key
-groups, 2 with 4-warp groups); base = B * Hkv * row blocks; with the slots (SMs x the blocks an SM holds, which the
-runner asks the CUDA runtime for) more than base, floor(slots / base) key chunks (one full wave), else the count up to
+groups, 2 with 4-warp groups); base = B * Hkv * row blocks; with the slots (SMs x the blocks per SM the kernel's
+launch bounds declare: 2 of 128 threads, 1 of 256) more than base, floor(slots / base) key chunks (one full wave), else the count up to
 4 whose last wave is fullest (the fewest on a tie); at most one chunk per 2 * groups tiles (two tiles per key
 group) and 2048 / rows-per-block chunks (the final merge's shared memory); the chunks are equal but for the last,
 none empty.
@@ -86,8 +86,8 @@ def _pick(r):
 
 def test_the_benchmark_cases(plan):
     """Issue 50's decode cases on 132 SMs (H200): (B, Hq, Hkv, Sq, Skv) -> (rows per block, chunks, blocks), with the
-    blocks per SM the CUDA runtime gave on the H200 (experiments/2026-11-28-sdpa-decode: 2 of the 128-thread
-    blocks, 1 of the 256-thread ones)."""
+    blocks per SM the kernel declares (plan.h blocks_per_sm_for_warps: 2 of the 128-thread blocks, 1 of the
+    256-thread ones; the H200 held as many of each at head dim 128, experiments/2026-11-28-sdpa-decode run 2)."""
     cases = {
         (1, 32, 8, 1, 4096): (16, 16, 128),     # 8 tiles per chunk: two per key group
         (8, 32, 8, 1, 4096): (16, 4, 256),      # one wave: 264 slots
@@ -102,7 +102,9 @@ def test_the_benchmark_cases(plan):
         (8, 64, 8, 1, 32768): (16, 4, 256),
         (8, 32, 1, 1, 32768): (32, 16, 128),
     }
-    got = plan([(*c, 128, 0, H200_SMS, 2 if c[1] // c[2] * c[3] <= 16 else 1, 0) for c in cases])
+    declared = plan([(*c, 128, 0, H200_SMS, 1, 0) for c in cases])  # the blocks per SM select() plans with
+    got = plan([(*c, 128, 0, H200_SMS, d["declared_blocks_per_sm"], 0) for c, d in zip(cases, declared, strict=True)])
+    assert [d["declared_blocks_per_sm"] for d in declared] == [2 if d["wm"] == 1 else 1 for d in declared]
     for c, r in zip(cases, got, strict=True):
         assert (16 * r["wm"], r["nsplit"], r["blocks"]) == cases[c], (c, r)
         assert r["mblocks"] == 1 and r["cover"] and r["decode_shaped"]

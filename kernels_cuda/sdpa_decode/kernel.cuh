@@ -64,7 +64,7 @@ struct Traits {
     static constexpr int kFinal = 2 * kMaxSplitRows * 4;
     static constexpr int kSmemA = kRing > kMerge ? kRing : kMerge;
     static constexpr int kSmem = kSmemA > kFinal ? kSmemA : kFinal;
-    static constexpr int kMinBlocks = WM == 1 ? 2 : 1;
+    static constexpr int kMinBlocks = blocks_per_sm_for_warps(WM);
     static_assert(WK + 1 <= 16, "named barriers 1..WK");
 };
 
@@ -297,7 +297,7 @@ struct LaunchInfo {
     int D = 0;
     const void* func = nullptr;
     int grid = 0, block = 0, smem = 0;
-    int blocks_per_sm = 1;  // of this kernel, on this GPU (the plan's wave)
+    int blocks_per_sm = 1;  // the plan's wave per SM: the launch bounds' blocks per SM
 };
 
 template <int D, int WM>
@@ -315,11 +315,13 @@ const void* kernel_for_d(Tier tier, int wm, int* smem) {
     return wm == 1 ? kernel_for<D, 1>(tier, smem) : wm == 2 ? kernel_for<D, 2>(tier, smem) : kernel_for<D, 4>(tier, smem);
 }
 
-// The launch for a case on num_sms SMs (split_override: plan.h), or false with the reason.  on_gpu: ask the CUDA
-// runtime how many blocks of the kernel an SM holds (the plan's wave); without it (the checks before the GPU is
-// touched) the plan takes one.
-inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_override, bool on_gpu, LaunchInfo* li,
-                   const char** why) {
+// The launch for a case on num_sms SMs (split_override: plan.h), or false with the reason.  The plan's wave is
+// num_sms times the blocks per SM the kernel's launch bounds declare (plan.h blocks_per_sm_for_warps: 2 blocks of
+// 128 threads, 1 of 256), not what the CUDA runtime reports for this build: the baseline and cpasync builds differ in registers
+// and shared memory, and a plan that followed them would cut the keys differently and break the bit-identical A/B
+// (it did at head dim 64, experiments/2026-11-28-sdpa-decode run 2; at head dim 128 the runtime gives the declared
+// counts in both builds).
+inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_override, LaunchInfo* li, const char** why) {
     if (s.D != 64 && s.D != 128) {
         *why = "the decode kernel supports head dims 64 and 128";
         return false;
@@ -332,17 +334,7 @@ inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_ove
     li->tier = tier;
     li->D = (int)s.D;
     li->func = s.D == 64 ? kernel_for_d<64>(tier, wm, &li->smem) : kernel_for_d<128>(tier, wm, &li->smem);
-    li->blocks_per_sm = 1;
-    if (on_gpu) {
-        const int threads = 32 * wm * groups_for_warps(wm);
-        if (cudaFuncSetAttribute(li->func, cudaFuncAttributeMaxDynamicSharedMemorySize, li->smem) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&li->blocks_per_sm, li->func, threads, (size_t)li->smem) !=
-                cudaSuccess ||
-            li->blocks_per_sm < 1) {
-            *why = "the decode kernel does not fit on this GPU's SMs (cudaOccupancyMaxActiveBlocksPerMultiprocessor)";
-            return false;
-        }
-    }
+    li->blocks_per_sm = blocks_per_sm_for_warps(wm);
     li->plan = plan_decode(s, num_sms, li->blocks_per_sm, split_override);
     if (li->plan.blocks > INT32_MAX) {
         *why = "the decode kernel's grid is too large for this case (more than 2^31 - 1 blocks)";

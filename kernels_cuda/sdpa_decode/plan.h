@@ -56,6 +56,8 @@ DECODE_HD int warps_for_rows(int64_t rows) {
     return mt <= 1 ? 1 : mt <= 2 ? 2 : 4;
 }
 DECODE_HD int groups_for_warps(int wm) { return wm == 4 ? 2 : 4; }
+// Blocks per SM the kernel is built for (its launch bounds) and the plan counts on: two of 128 threads, one of 256.
+DECODE_HD constexpr int blocks_per_sm_for_warps(int wm) { return wm == 1 ? 2 : 1; }
 
 // The keys any row of rows [r0, r0 + n) sees: Skv, or with the causal mask the last row's limit (bottom-right:
 // query i sees keys j <= i + Skv - Sq).  A row's query index is r % Sq.

@@ -354,7 +354,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (use_decode) {
         if (fp8 && q_terms_req == 2) die(EXIT_BAD_INPUT, "--q-terms 2: the decode kernel's fp8 tier takes Q as one E4M3 term; use --q-terms auto or 1");
         const char* why = nullptr;
-        if (!sdpa_decode::select(fp8 ? sdpa_decode::Tier::kFp8 : sdpa_decode::Tier::kFp16, shape, 1, split, false, &ldec, &why))
+        if (!sdpa_decode::select(fp8 ? sdpa_decode::Tier::kFp8 : sdpa_decode::Tier::kFp16, shape, 1, split, &ldec, &why))
             die(EXIT_BAD_INPUT, why);
     }
     // ================================================================ sdpa_decode end
@@ -442,7 +442,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     sdpa_sm90::TileMaps maps90;
 #endif
     if (use_decode) {  // sdpa_decode: its plan on this GPU's SMs
-        if (!sdpa_decode::select(ldec.tier, shape, num_sms, split, true, &ldec, &why)) die(EXIT_BAD_INPUT, why);
+        if (!sdpa_decode::select(ldec.tier, shape, num_sms, split, &ldec, &why)) die(EXIT_BAD_INPUT, why);
         func = ldec.func; grid = ldec.grid; block = ldec.block; smem = ldec.smem; li_split = (int)ldec.plan.nsplit;
         li_bn = sdpa_decode::kTileKeys;
     } else if (use_sm90) {

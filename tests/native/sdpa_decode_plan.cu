@@ -3,7 +3,8 @@
 // "B Hq Hkv Sq Skv D causal num_sms blocks_per_sm split_override", and prints the plan as one JSON line, with "cover": whether
 // the kernel's own mapping (split_tiles cut at rows_key_limit, group_tile_count) visits, for every block of rows,
 // every 32-key tile a row of that block sees exactly once, and no tile past the last one any of its rows sees;
-// "decode_shaped": the runner's auto-dispatch rule.
+// "decode_shaped": the runner's auto-dispatch rule; "declared_blocks_per_sm": the blocks per SM the kernel's
+// launch bounds declare for the plan's warps, which the runner's plan counts on (kernel.cuh select).
 #include <cstdio>
 #include <vector>
 
@@ -52,10 +53,10 @@ int main() {
         s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = Sq, s.Skv = Skv, s.D = D, s.causal = causal != 0;
         const Plan p = plan_decode(s, sms, bps, split);
         std::printf("{\"wm\":%d,\"wk\":%d,\"threads\":%d,\"rows\":%lld,\"mblocks\":%lld,\"tiles\":%lld,\"nsplit\":%lld,"
-                    "\"chunk_tiles\":%lld,\"blocks\":%lld,\"cover\":%s,\"decode_shaped\":%s}\n",
+                    "\"chunk_tiles\":%lld,\"blocks\":%lld,\"cover\":%s,\"decode_shaped\":%s,\"declared_blocks_per_sm\":%d}\n",
                     p.wm, p.wk, p.threads, (long long)p.rows, (long long)p.mblocks, (long long)p.tiles,
                     (long long)p.nsplit, (long long)p.chunk_tiles, (long long)p.blocks, covers(s, p) ? "true" : "false",
-                    decode_shaped(s) ? "true" : "false");
+                    decode_shaped(s) ? "true" : "false", blocks_per_sm_for_warps(p.wm));
     }
     return 0;
 }
