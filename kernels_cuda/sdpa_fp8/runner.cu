@@ -5,12 +5,16 @@
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
 //                               [--precision fp16|fp8]
-//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80] [--causal]
+//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80|decode_sm89|decode_fp8_sm89]
+//                               [--causal]
 //
 // q.npy [B,Hq,Sq,D] fp16; k.npy, v.npy [B,Hkv,Skv,D] E4M3 codes, Hq a multiple of Hkv (attn_shape.h); --causal: the
 // bottom-right aligned mask (row i sees keys j <= i + Skv - Sq; Sq > Skv with --causal is refused, exit 2).
-// The line carries "q_shape", "kv_shape" and "causal" ("shape" is q's, as before 2026-11-28).  Only the sm_90
-// kernels serve a case other than square, non-causal MHA; elsewhere such a case is refused with exit 5.
+// The line carries "q_shape", "kv_shape" and "causal" ("shape" is q's, as before 2026-11-28).  The sm_90 kernels
+// and the decode kernel serve cases other than square, non-causal MHA; mma_sync_sm80 refuses them with exit 5.
+//   decode_sm89, decode_fp8_sm89: the split-KV decode kernel of each tier (kernels_cuda/sdpa_decode/, every build),
+//                  taken by --kernel auto for G * Sq <= 64 query rows per K/V head (not square MHA), any case when
+//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.
 //
 // --precision picks the tier (default fp16): what the matrix products compute in.
 //   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
