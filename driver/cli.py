@@ -49,8 +49,12 @@ def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str, dist
     p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
     p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
                    f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
-    p.add_argument("--shapes", default=shapes, help=f"SDPA shapes: {', '.join(config.SDPA_SHAPES)} or BxHxSxD "
-                   f"(default {shapes})")
+    p.add_argument("--shapes", default=shapes,
+                   help=f"SDPA cases, comma list: names ({', '.join(config.SDPA_CASES)}), groups "
+                        f"({', '.join(f'{g} = {len(n)} cases' for g, n in config.SDPA_CASE_GROUPS.items())}) or "
+                        f"{config.CASE_SYNTAX}: q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D] where it differs from q (Hq a "
+                        f"multiple of Hkv), causal = the bottom-right mask (row i sees keys j <= i + Skv - Sq), e.g. "
+                        f"{config.CASE_EXAMPLE}; BxHxSxD alone is the square case (default {shapes}; docs/SDPA.md)")
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--precision", default=",".join(config.DEFAULT_PRECISIONS),
                    help=f"SDPA precision tiers, comma list of {', '.join(config.PRECISIONS)}: fp16 = K/V decoded to "
@@ -158,11 +162,26 @@ def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> Run
         workers=not ns.no_workers,
         strict=getattr(ns, "strict", False),
     )
+    if "sdpa" in opts.suites or ("sdpa" in opts.stress_parts and "stress" in opts.suites):
+        _check_cases(opts)
     if folded is None:
         _say_folded(notes)
     else:
         folded.extend(notes)
     return opts
+
+
+def _check_cases(opts: RunOptions) -> None:
+    """Cases whose inputs and float64 reference this checkout cannot make are bad input, before any build or
+    launch (driver/suites/sdpa.py inputs_problem)."""
+    if all(case.square for _, case in opts.shapes):
+        return
+    from driver.suites import sdpa
+
+    for name, case in opts.shapes:
+        why = sdpa.inputs_problem(case)
+        if why:
+            raise ConfigError(f"--shapes {name}: {why}", "leave that case out of --shapes")
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
