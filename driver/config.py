@@ -458,9 +458,9 @@ _CASE_RE = re.compile(rf"{_DIMS}(?::{_DIMS})?(:causal)?")
 
 
 def _case_hint() -> str:
-    return (f"use a name ({', '.join(SDPA_SHAPES)}; the inference presets decode_*, chunk_* and *_causal of "
-            f"docs/SDPA.md), a group ({', '.join(SDPA_CASE_GROUPS)}) or {CASE_SYNTAX} (q, then k/v where it "
-            f"differs, then the bottom-right causal mask), e.g. 1x8x512x64 or {CASE_EXAMPLE}")
+    return (f"use a name (mission, large, decode_b8_32k, ...: `bench --help` lists them), a group "
+            f"({', '.join(SDPA_CASE_GROUPS)}) or {CASE_SYNTAX} (q, then k/v where it differs, then the bottom-right "
+            f"mask), e.g. 1x8x512x64 or {CASE_EXAMPLE}")
 
 
 def parse_shape(text: str) -> tuple[str, AttnCase]:
@@ -481,8 +481,9 @@ def parse_shape(text: str) -> tuple[str, AttnCase]:
     kv = tuple(int(p) for p in given[4:]) or q
     case = AttnCase(q, kv, causal=m.group(9) is not None)  # type: ignore[arg-type]
     if q[2] == 0 or kv[2] == 0:
-        raise ConfigError(f"shape {_brief(text)} has {'Sq' if q[2] == 0 else 'Skv'} = 0: there is no sequence to "
-                          "attend over", "Sq and Skv must be at least 1")
+        seq = "S" if q == kv else "Sq" if q[2] == 0 else "Skv"
+        raise ConfigError(f"shape {_brief(text)} has {seq} = 0: there is no sequence to attend over",
+                          "Sq and Skv must be at least 1")
     why = case.problem()
     if why:
         raise ConfigError(f"shape {_brief(text)} {why}", _case_hint())

@@ -173,6 +173,8 @@ class HbmGate:
     min_frac: float
     precision: str = "fp16"
     known: str | None = None
+    suite: str = "sdpa"
+    peer: str = "hbm_copy"  # what it divides by: the copy bandwidth measured in the same run
 
     @property
     def gate(self) -> str:
@@ -229,6 +231,7 @@ class CausalGate:
     min_ratio: float
     precision: str
     known: str | None = None
+    suite: str = "sdpa"
 
     @property
     def gate(self) -> str:

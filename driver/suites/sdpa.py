@@ -485,7 +485,7 @@ def _run_shape(
                     return done
                 gate = first_of_tier[tier] if impl in VARIANTS and n == 0 else contextlib.nullcontext()
                 with gate:
-                    if tier in refused:
+                    if impl in VARIANTS and tier in refused:  # our other variant was refused: so is this one
                         done.append((tier, dist, seed, refused[tier]))
                         break
                     files, _folder = cases.files(shape_name, seed, dist)
