@@ -294,7 +294,7 @@ def case(argv):
 """
 
 
-def _setup(tmp_path, monkeypatch, **doubles):
+def _setup(tmp_path, monkeypatch, folder: str = "bin", **doubles):
     """Runner doubles, peer doubles (torch_sdpa 20 us, cudnn_fp8 40 us) logging to one file, the oracle as the
     reference, one H200."""
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="NVIDIA H200", memory_mib=1)])
@@ -302,7 +302,7 @@ def _setup(tmp_path, monkeypatch, **doubles):
     monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
     monkeypatch.setattr(ref, "make_inputs", attn_oracle.make_inputs)
     monkeypatch.setattr(ref, "reference", attn_oracle.reference)
-    exe_dir = tmp_path / "bin"
+    exe_dir = tmp_path / folder
     log = sdpa_exes(exe_dir, p50={"baseline": 12.0, "cpasync": 10.0}, **doubles)
     scripts = {}
     for impl, tier, p50 in (("torch_sdpa", "fp16", 20.0), ("cudnn_fp8", "fp8", 40.0)):
@@ -548,3 +548,36 @@ def test_the_plan_lists_the_inference_gates_and_what_each_needs(capsys):
                  "sdpa/speed/best-vs-cudnn_fp8/cold/chunk_sq512_8k"):
         assert gate in text
     assert "not in this run" in text.split("sdpa/speed/best-vs-torch_sdpa-causal-vs-noncausal/cold/large_causal")[0]
+
+
+COPY = """import json, sys
+print(json.dumps({"hbm_copy": True, "bytes": 1 << 30, "timing": "cold", "samples_us": [500.0, 505.0, 510.0],
+                  "l2_flush_bytes": 1 << 26}), flush=True)
+"""
+
+
+def test_a_run_measures_the_copy_once_and_every_memory_bound_case_divides_by_it(tmp_path, monkeypatch):
+    dev, sm90, _log = _setup(tmp_path, monkeypatch, folder="sm_90")  # the suite reads the build's arch by its name
+    (tmp_path / "hbm_copy_double.py").write_text(COPY)
+    peer_cmd = peers.command
+    monkeypatch.setattr(peers, "command", lambda impl, *args: [sys.executable, str(tmp_path / "hbm_copy_double.py")]
+                        if impl == "hbm_copy" else peer_cmd(impl, *args))
+    monkeypatch.setattr(peers, "missing", lambda impl, arch=None: None if impl in ("torch_sdpa", "hbm_copy")
+                        else f"{impl}: not here (test)")
+    decode = AttnCase((2, 8, 1, 64), (2, 2, 256, 64))
+    opts = RunOptions(suites=("sdpa",), shapes=(("tiny_decode", decode), ("gqa_causal", GQA_CAUSAL)), seeds=(0,),
+                      iters=3, rounds=1, timing=("cold",), distributions=("normal",), workers=False)
+    result = sdpa.run(opts, sm90, dev, LIMITS, "0" * 40)
+    gbps = 2 * (1 << 30) / 505e-6 / 1e9
+    assert result.ceilings_gbps == {sdpa.COPY_CEILING: pytest.approx(gbps)}
+    timed = {(r.impl, r.config): r for r in result.records if r.timing == "cold"}
+    for impl, elem, p50 in (("cpasync", 1, 10.0), ("torch_sdpa", 2, 20.0)):
+        for name, case in (("tiny_decode", decode), ("gqa_causal", GQA_CAUSAL)):
+            assert timed[(impl, f"{name}/seed0")].hbm_frac == pytest.approx(
+                case.bytes_moved(elem) / (p50 * 1e-6) / (gbps * 1e9))
+    assert {s.impl for s in result.skipped} >= {"cudnn_fp8", "flash_attn", "flashinfer"}
+    # a run of cases none memory-bound copies nothing
+    prefill = AttnCase((1, 8, 1024, 64), (1, 8, 1024, 64), True)  # 341 flops a byte
+    none = sdpa.run(opts.model_copy(update={"shapes": (("prefill", prefill),)}), sm90, dev, LIMITS, "0" * 40)
+    assert none.ceilings_gbps == {} and not prefill.memory_bound
+    assert all(r.hbm_frac is None for r in none.records) and any(r.round_p50_us for r in none.records)
