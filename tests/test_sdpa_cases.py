@@ -205,18 +205,23 @@ def test_the_torch_call_groups_heads_and_aligns_the_mask_bottom_right(hq, hkv, s
 
 
 def test_cudnn_is_asked_for_the_bottom_right_mask_in_the_form_its_frontend_has():
-    assert cudnn_sdpa.cudnn_mask(False, True) == {} == cudnn_sdpa.cudnn_mask(False, False)
-    assert cudnn_sdpa.cudnn_mask(True, True) == {"diagonal_alignment": "BOTTOM_RIGHT", "right_bound": 0}
-    assert cudnn_sdpa.cudnn_mask(True, False) == {"use_causal_mask_bottom_right": True}
+    assert cudnn_sdpa.cudnn_mask(False, False, True) == {} == cudnn_sdpa.cudnn_mask(False, True, False)
+    assert cudnn_sdpa.cudnn_mask(True, False, True) == {"diagonal_alignment": "BOTTOM_RIGHT", "right_bound": 0}
+    assert cudnn_sdpa.cudnn_mask(True, False, False) == {"use_causal_mask_bottom_right": True}
+    # Sq == Skv: the same mask, in the top-left form cuDNN's FP8 attention takes before Blackwell
+    assert cudnn_sdpa.cudnn_mask(True, True, True) == {"diagonal_alignment": "TOP_LEFT", "right_bound": 0}
+    assert cudnn_sdpa.cudnn_mask(True, True, False) == {"use_causal_mask": True}
 
     class Alignment:  # the frontend's enum, by member name
-        BOTTOM_RIGHT = "the enum member"
+        BOTTOM_RIGHT, TOP_LEFT = "bottom-right member", "top-left member"
 
     class WithAlignment:
         diagonal_alignment = Alignment
 
-    assert cudnn_sdpa._mask_args(WithAlignment, True) == {"diagonal_alignment": "the enum member", "right_bound": 0}
-    assert cudnn_sdpa._mask_args(object(), True) == {"use_causal_mask_bottom_right": True}
+    assert cudnn_sdpa._mask_args(WithAlignment, True, False) == {"diagonal_alignment": "bottom-right member",
+                                                                 "right_bound": 0}
+    assert cudnn_sdpa._mask_args(WithAlignment, True, True)["diagonal_alignment"] == "top-left member"
+    assert cudnn_sdpa._mask_args(object(), True, False) == {"use_causal_mask_bottom_right": True}
 
 
 def test_flashinfer_is_planned_as_decode_for_one_row_and_as_causal_prefill_otherwise(monkeypatch):

@@ -20,8 +20,11 @@ quantization; the driver reports it, and gates our fp8 tier against it (threshol
 Grouped-query heads: K and V go to cuDNN with their own head count [B, Hkv, Skv, D] (it groups the query heads
 itself); Sq != Skv as the files give them; the causal mask bottom-right aligned (row i sees keys
 j <= i + Skv - Sq) as the frontend's preferred masking arguments ask for it, `diagonal_alignment=BOTTOM_RIGHT`
-with `right_bound=0`, or `use_causal_mask_bottom_right` where the installed frontend has no
-`diagonal_alignment` (`cudnn_mask`).
+with `right_bound=0` (`use_causal_mask_bottom_right` where the installed frontend has no `diagonal_alignment`);
+where Sq == Skv the same mask as TOP_LEFT (`use_causal_mask`), the one cuDNN's FP8 attention takes before Blackwell:
+cudnn-frontend 1.22.1 refuses a bottom-right mask in FP8 on GPUs older than sm_100 ("only supported on Blackwell
+architecture and newer"; seen on an H200: experiments/2026-11-28-sdpa-inference-peers), so there the chunked-prefill cases are a skip with those
+words (`cudnn_mask`).
 
 A case cuDNN refuses (head dim, sequence length, grouped heads, the mask, GPU older than sm_90) is one `error:`
 line with cuDNN's own reason and exit 3: the driver records the peer as skipped for that case.
@@ -43,20 +46,22 @@ MIN_ARCH = (9, 0)
 _GRAPHS: dict[tuple, tuple[Fp8Sdpa, str]] = {}  # per case (sdpa_io.SdpaCase.key), when served: built once
 
 
-def cudnn_mask(causal: bool, has_diagonal_alignment: bool) -> dict[str, object]:
-    """The sdpa_fp8 masking arguments of a case, decided without cuDNN: none, or the bottom-right causal mask in
-    the frontend's preferred form (`diagonal_alignment` names an enum member of `cudnn.diagonal_alignment`), or
-    its older flag where the frontend has no `diagonal_alignment`."""
+def cudnn_mask(causal: bool, square: bool, has_diagonal_alignment: bool) -> dict[str, object]:
+    """The sdpa_fp8 masking arguments of a case, decided without cuDNN: none; the causal mask aligned top-left
+    where Sq == Skv (`square`: it is the bottom-right mask there, and the form cuDNN's FP8 attention takes on
+    Hopper); else bottom-right. In the frontend's preferred form (`diagonal_alignment` names an enum member of
+    `cudnn.diagonal_alignment`), or its older flags where the frontend has no `diagonal_alignment`."""
     if not causal:
         return {}
+    corner = "TOP_LEFT" if square else "BOTTOM_RIGHT"
     if has_diagonal_alignment:
-        return {"diagonal_alignment": "BOTTOM_RIGHT", "right_bound": 0}
-    return {"use_causal_mask_bottom_right": True}
+        return {"diagonal_alignment": corner, "right_bound": 0}
+    return {"use_causal_mask": True} if square else {"use_causal_mask_bottom_right": True}
 
 
-def _mask_args(cudnn, causal: bool) -> dict[str, object]:
+def _mask_args(cudnn, causal: bool, square: bool) -> dict[str, object]:
     alignment = getattr(cudnn, "diagonal_alignment", None)
-    args = cudnn_mask(causal, alignment is not None)
+    args = cudnn_mask(causal, square, alignment is not None)
     if "diagonal_alignment" in args:
         args["diagonal_alignment"] = getattr(alignment, str(args["diagonal_alignment"]))
     return args
@@ -103,6 +108,7 @@ class Fp8Sdpa:
 
     def __init__(self, torch, cudnn, q8, k8, v8, scales: dict[str, float], out_fp16: bool,
                  causal: bool = False) -> None:
+        square = q8.shape[2] == k8.shape[2]  # Sq == Skv: the causal mask's corners agree
         self.torch, self.cudnn = torch, cudnn
         b, h, s, d = q8.shape
         dev = q8.device
@@ -118,7 +124,7 @@ class Fp8Sdpa:
         ts = {n: g.tensor(name=n, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32) for n in names}
         o, _stats, amax_s, amax_o = g.sdpa_fp8(
             q=tq, k=tk, v=tv, **ts, generate_stats=False, attn_scale=1.0 / math.sqrt(d), name="sdpa_fp8",
-            **_mask_args(cudnn, causal))
+            **_mask_args(cudnn, causal, square))
         o.set_output(True).set_dim([b, h, s, d]).set_stride(stride).set_data_type(
             cudnn.data_type.HALF if out_fp16 else e4m3)
         for amax in (amax_s, amax_o):
@@ -238,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     sdpa_io.write_out(ns.out, out)
     o_text = ("o fp16" if sdpa.out_fp16 else
               f"o e4m3 (scale_o 2^{int(math.log2(scale_o))}; cuDNN refused an fp16 output: {why_not_fp16})")
-    mask = (", causal: " + ", ".join(f"{k}={getattr(v, 'name', v)}" for k, v in _mask_args(cudnn, True).items())
-            if case.causal else "")
+    square = case.shape[2] == case.kv_shape[2]
+    mask = (", causal: " + ", ".join(f"{k}={getattr(v, 'name', v)}"
+                                     for k, v in _mask_args(cudnn, True, square).items()) if case.causal else "")
     arithmetic = (f"q e4m3 (per-tensor scale amax/448 = {q_scale:.6g}, quantized from fp16 Q), k/v e4m3 (our codes "
                  f"and scales), P e4m3 (scale_s {SCALE_S:g}), fp32 accumulate, {o_text}{mask}")
     sdpa_io.emit(IMPL, case, times, ns, batch=batch, flush_bytes=flush, arithmetic=arithmetic,

@@ -21,9 +21,12 @@ from driver.verify import sdpa_errors
 from tests import attn_oracle
 
 LIMITS = thresholds.load()
+# On 1x H200 (experiments/2026-11-28-sdpa-inference-peers: torch 2.11, cuDNN through cudnn-frontend 1.22.1) torch ran every one within its bound;
+# cuDNN's FP8 attention ran mqa and refused the grouped decode ("No valid engine configs") and the bottom-right
+# masks ("only supported on Blackwell architecture and newer"), skips with those words; each test takes a peer's
+# start-up (a torch import), so the cases are few.
 CASES = {
     "decode_gqa": AttnCase((2, 32, 1, 128), (2, 8, 4096, 128)),
-    "spec_gqa_causal": AttnCase((2, 32, 4, 128), (2, 8, 4096, 128), causal=True),
     "chunk_gqa_causal": AttnCase((1, 32, 256, 128), (1, 8, 1024, 128), causal=True),
     "square_causal": AttnCase((1, 8, 512, 64), (1, 8, 512, 64), causal=True),
     "mqa": AttnCase((1, 16, 64, 64), (1, 1, 640, 64)),
