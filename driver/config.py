@@ -84,12 +84,22 @@ class AttnCase:
     causal: bool = False
 
     @classmethod
-    def of(cls, value: AttnCase | Sequence[int]) -> AttnCase:
-        """A case as given, or the square case of a (B, H, S, D) shape."""
+    def of(cls, value: object) -> AttnCase:
+        """A case from what names one: a case; anything with q_shape and kv_shape (and causal); a square
+        (B, H, S, D), not causal; or (q_shape, kv_shape[, causal])."""
         if isinstance(value, AttnCase):
             return value
-        dims = tuple(int(x) for x in value)
-        return cls(dims, dims)  # type: ignore[arg-type]
+        if hasattr(value, "q_shape") and hasattr(value, "kv_shape"):
+            return cls(tuple(int(x) for x in value.q_shape), tuple(int(x) for x in value.kv_shape),  # type: ignore
+                       bool(getattr(value, "causal", False)))
+        spec = tuple(value)  # type: ignore[call-overload]
+        if len(spec) == 4 and not any(isinstance(x, Sequence) for x in spec):
+            dims = tuple(int(x) for x in spec)
+            return cls(dims, dims)  # type: ignore[arg-type]
+        if len(spec) in (2, 3):
+            return cls(tuple(int(x) for x in spec[0]), tuple(int(x) for x in spec[1]),  # type: ignore[arg-type]
+                       bool(spec[2]) if len(spec) == 3 else False)
+        raise ValueError(f"not an attention case: {value!r}")
 
     @property
     def b(self) -> int:
@@ -145,6 +155,12 @@ class AttnCase:
         """The unmasked work: 2 D flops for each (row, key) score of Q K^T and 2 D for each of P V, per query
         head: 4 B Hq D keys_seen. A masked score is work no one needs, so a causal case's TF/s does not count it."""
         return 4 * self.b * self.hq * self.d * self.keys_seen()
+
+    @property
+    def input_bytes(self) -> int:
+        """Q (fp16) and K, V (one byte a code) as files."""
+        q_elems = self.b * self.hq * self.sq * self.d
+        return FP16_BYTES * q_elems + 2 * E4M3_BYTES * self.kv_elements()
 
     def kv_elements(self) -> int:
         """Elements of K (and of V)."""

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    field_validator,
+    model_validator,
+)
 
 from driver import registry
 from driver.stats import Estimator
@@ -412,6 +421,19 @@ class ReferenceLine(Record):
 
     reference: str
     shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    seconds: NonNegativeFloat
+
+
+class InputsLine(Record):
+    """One SDPA case's inputs made on the GPU (driver/reference/sdpa_gpu.py --make-inputs): the folder holding its
+    q, k, v and scales .npy files, the shapes, the scales, and the generator that made them (its name and where)."""
+
+    inputs: str
+    q_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    kv_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4)]
+    k_scale: PositiveFloat
+    v_scale: PositiveFloat
+    generator: str
     seconds: NonNegativeFloat
 
 

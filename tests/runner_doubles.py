@@ -56,13 +56,13 @@ def case(argv):
 
 SDPA = """#!{python}
 # sdpa_fp8_<variant> double: writes the float64 reference of the case (k/v [B,Hkv,Skv,D], --causal: the bottom-right
-# mask; tests/attn_oracle.py) as float16 (optionally with noise of a given rms relative to the output's, per
+# mask; driver/reference/sdpa.py) as float16 (optionally with noise of a given rms relative to the output's, per
 # precision tier; corrupted; or of another shape) and prints one SdpaLine in the tier asked for (--precision, default
 # fp16) naming the case it ran (q_shape, kv_shape, causal), and the kernel an sm_90 build runs for it.
 import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from tests.attn_oracle import reference
+from driver.reference.sdpa import reference
 KERNEL = {{"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}}
 def case(argv):
     args, i = {{}}, 0

@@ -4,9 +4,9 @@ runs), the unmasked work TF/s counts, hbm_frac, the peers' arguments (decided wi
 the case threaded through the SDPA suite to runner and peer doubles and back, and the gates of the inference
 presets (hbm_frac floors, causal against non-causal ratios).
 
-The inputs and float64 reference of a generalized case come from tests/attn_oracle.py, put in place of
-driver/reference/sdpa.py's by monkeypatch where a test needs them (the suite calls the reference by the generalized
-signatures; see driver/suites/sdpa.py case_inputs)."""
+The inputs and the float64 reference of every case are driver/reference's (GQA and the mask: tests/test_sdpa_inputs.py
+and tests/test_sdpa_reference.py check them); the runner and peer doubles write that reference of the files they
+are given, with --causal where they are given it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from driver import config, device, gates, parse, peers, plan, thresholds
@@ -25,9 +26,7 @@ from driver.errors import ConfigError, KernelFailed
 from driver.options import RunOptions
 from driver.peers import cudnn_sdpa, flashinfer_sdpa, sdpa_io, torch_sdpa
 from driver.records import ArchivedRecord, CopyLine, DeviceInfo, GpuInfo, SdpaLine, Skip, Verdict
-from driver.reference import sdpa as ref
 from driver.suites import sdpa
-from tests import attn_oracle
 from tests.conftest import one_line, run_main
 from tests.runner_doubles import ROOT, SERVE, calls, sdpa_exes
 
@@ -119,31 +118,20 @@ def test_the_help_and_the_docs_give_the_syntax_with_an_example(capsys):
         assert config.CASE_EXAMPLE in (ROOT / doc).read_text(), doc
 
 
-def test_a_case_this_checkout_cannot_make_inputs_for_is_bad_input_before_anything_builds(capsys, no_work,
-                                                                                         monkeypatch):
-    """A reference module that takes one square shape (make_inputs(shape, seed, distribution)) serves square cases
-    only: a run asking for another stops at once, in one line; square cases go on."""
-    def square_only(shape, seed, distribution="normal"):
-        raise AssertionError("not called")
-
-    monkeypatch.setattr(ref, "make_inputs", square_only)
-    code, _out, err = run_main(capsys, "bench", "--suite", "sdpa", "--shapes", "mission,decode_b8_32k")
-    line = one_line(err)
-    assert code == ConfigError.exit_code
-    assert "--shapes decode_b8_32k: driver/reference/sdpa.py here makes inputs and references of square" in line
-    assert sdpa.inputs_problem(config.SDPA_CASES["mission"]) is None
-    monkeypatch.setattr(ref, "make_inputs", attn_oracle.make_inputs)
-    monkeypatch.setattr(ref, "reference", attn_oracle.reference)
-    assert sdpa.inputs_problem(config.SDPA_CASES["decode_b8_32k"]) is None
-
-
 # ---------------------------------------------------------------- the case's arithmetic
+
+
+def visible(sq: int, skv: int, causal: bool) -> np.ndarray:
+    """[Sq, Skv] booleans: which keys each query row sees (bottom-right: j <= i + Skv - Sq)."""
+    i = np.arange(sq)[:, None]
+    j = np.arange(skv)[None, :]
+    return (j <= i + skv - sq) if causal else np.ones((sq, skv), dtype=bool)
 
 
 @pytest.mark.parametrize("case", [GQA_CAUSAL, AttnCase((2, 3, 7, 64), (2, 3, 7, 64), True),
                                   AttnCase((1, 8, 1, 128), (1, 2, 33, 128), True), AttnCase.of((1, 2, 9, 64))])
 def test_keys_seen_and_flops_count_the_unmasked_scores(case):
-    seen = int(attn_oracle.visible(case.sq, case.skv, case.causal).sum())  # brute force: the mask itself
+    seen = int(visible(case.sq, case.skv, case.causal).sum())  # brute force: the mask itself
     assert case.keys_seen() == seen
     assert case.flops() == 4 * case.b * case.hq * case.d * seen
     if not case.causal:
@@ -249,12 +237,14 @@ def _peer(module: str, *args: str):
 
 def _case_files(folder: Path, case: AttnCase, seed: int = 0) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    return sdpa.save_inputs(folder, attn_oracle.make_inputs(case.q_shape, case.kv_shape, seed))
+    return sdpa.write_inputs(folder, case, seed)
 
 
 @pytest.mark.parametrize("module", ["torch_sdpa", "cudnn_sdpa", "flash_sdpa", "flashinfer_sdpa"])
 def test_a_peer_refuses_a_case_the_runners_refuse_in_one_line_and_exit_2(tmp_path, module):
-    files = _case_files(tmp_path / "gqa", AttnCase((1, 3, 8, 64), (1, 2, 8, 64)))  # 3 heads over 2
+    files = _case_files(tmp_path / "gqa", AttnCase.of((1, 3, 8, 64)))
+    kv = _case_files(tmp_path / "kv", AttnCase.of((1, 2, 8, 64)))
+    files = {**files, "k": kv["k"], "v": kv["v"]}  # 3 query heads over 2 K/V heads: no case make_inputs makes
     proc = _peer(module, *sdpa.file_args(files))
     assert proc.returncode == 2 and "Hq must be a multiple of Hkv" in one_line(proc.stderr), proc.stderr
     files = _case_files(tmp_path / "causal", AttnCase((1, 2, 40, 64), (1, 2, 16, 64)))
@@ -281,7 +271,7 @@ def test_a_peer_reads_a_grouped_causal_case_and_its_line_names_it(tmp_path):
 PEER = """import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from tests.attn_oracle import reference
+from driver.reference.sdpa import reference
 def case(argv):
     causal = "--causal" in argv
     rest = [a for a in argv if a != "--causal"]
@@ -300,13 +290,10 @@ def case(argv):
 
 
 def _setup(tmp_path, monkeypatch, folder: str = "bin", **doubles):
-    """Runner doubles, peer doubles (torch_sdpa 20 us, cudnn_fp8 40 us) logging to one file, the oracle as the
-    reference, one H200."""
+    """Runner doubles, peer doubles (torch_sdpa 20 us, cudnn_fp8 40 us) logging to one file, one H200."""
     dev = DeviceInfo(driver_version="test", gpus=[GpuInfo(index=0, name="NVIDIA H200", memory_mib=1)])
     monkeypatch.setattr(device, "probe", lambda: dev)
     monkeypatch.setattr(device, "arch_of", lambda index=0: "sm_90")
-    monkeypatch.setattr(ref, "make_inputs", attn_oracle.make_inputs)
-    monkeypatch.setattr(ref, "reference", attn_oracle.reference)
     exe_dir = tmp_path / folder
     log = sdpa_exes(exe_dir, p50={"baseline": 12.0, "cpasync": 10.0}, **doubles)
     scripts = {}

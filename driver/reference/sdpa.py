@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
-E4M3_MAX = 448.0
+from driver.reference import inputs
+from driver.reference.inputs import (  # noqa: F401 - the names callers know from here
+    DISTRIBUTIONS,
+    OUTLIER_CHANNELS,
+    OUTLIER_GAIN,
+    SINK_LOGIT,
+    Distribution,
+)
+
+E4M3_MAX = inputs.E4M3_MAX
 # Scores per block of query rows in `reference` (4 Mi float64 = 32 MiB).
 _BLOCK_ELEMS = 1 << 22
 
@@ -74,142 +81,88 @@ def encode_e4m3_sim(x: np.ndarray) -> np.ndarray:
 
 
 def _encode(a: np.ndarray) -> np.ndarray:
-    """The codes by arithmetic, not by search: a finite magnitude m <= 448 has the binade e = max(floor(log2 m), -6)
-    (-6: E4M3's smallest normal binade, which also spaces the subnormals), and its codes in that binade are
-    spaced 2^(e-3) apart; so q = rint(m / 2^(e-3)) (numpy's rint rounds half to even) is the rounded value in
-    those steps, and the code is 8 e + 48 + q: the binade's first code (8 (e + 7) for exponent field e + 7; 0 for
-    the subnormals) plus q - 8. q = 16 (rounded up into the next binade) lands on that binade's first code,
-    and the code's parity is q's, so ties go to the even code. Scaling by a power of two is exact, so this
-    is the nearest code, as the search over every code value was (tests/test_sdpa_reference.py keeps that
-    search as the oracle); it is about ten times faster, which the bench's inputs of 100 M values feel."""
+    """The codes by arithmetic, not by search (inputs.encode_e4m3, the one encoder the generator uses in numpy and in
+    torch: exact integer and power-of-two steps); tests/test_sdpa_reference.py keeps the search over every code value
+    as the oracle."""
     if np.isnan(a).any():
         raise ValueError("encode_e4m3_sim: NaN input")
-    mag = np.minimum(np.abs(a), E4M3_MAX)
-    _, e = np.frexp(mag)  # mag = f * 2^e with f in [0.5, 1): floor(log2 mag) = e - 1
-    e = np.maximum(e - 1, -6)
-    e[mag == 0] = -6  # frexp(0) gives e = 0
-    q = np.rint(np.ldexp(mag, 3 - e))
-    code = (8 * e + 48).astype(np.int16) + q.astype(np.int16)
-    code = code.astype(np.uint8)
-    code |= np.signbit(a).astype(np.uint8) << 7
-    return code
+    return inputs.encode_e4m3(inputs.NUMPY, a)
 
 
-@dataclass(frozen=True)
-class Distribution:
-    """A named family of SDPA inputs: Q, K, V in float64 before they are stored (Q as fp16, K and V as
-    E4M3 with a per-tensor scale), drawn from one seeded generator. `what` says what it stands for."""
+def make_inputs(q_shape, kv_shape=None, seed=0, distribution="normal", *, workers: int | None = None):
+    """Deterministic inputs for one case: Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D], a seed and a distribution
+    (`DISTRIBUTIONS`), made in numpy by the generator of driver/reference/inputs.py (the same bits as on a GPU).
 
-    name: str
-    what: str
-    draw: Callable[[np.random.Generator, tuple[int, int, int, int]], tuple[np.ndarray, np.ndarray, np.ndarray]]
-
-
-def _normal(rng, shape, q_std=1.0, k_std=1.0, v_std=1.0):
-    # Q, then K, then V from the one generator: with every std 1 these are exactly the values the
-    # `normal` inputs always had.
-    return rng.standard_normal(shape) * q_std, rng.standard_normal(shape) * k_std, rng.standard_normal(shape) * v_std
-
-
-OUTLIER_CHANNELS, OUTLIER_GAIN = 4, 20.0  # head-dim channels of K that are 20x larger
-SINK_LOGIT = 10.0  # the mean score (after 1/sqrt(D)) of every query against the sink key
-
-
-def _outlier_channels(rng, shape):
-    """K with a few channels OUTLIER_GAIN times the rest, as keys of LLMs have (KIVI, Liu et al. 2024: per-
-    channel key outliers): under one per-tensor E4M3 scale, the other channels keep few significant bits."""
-    q, k, v = _normal(rng, shape)
-    channels = rng.choice(shape[3], size=min(OUTLIER_CHANNELS, shape[3]), replace=False)
-    k[..., channels] *= OUTLIER_GAIN
-    return q, k, v
+    Returns (q_f16, k_u8, v_u8, k_scale, v_scale): Q in fp16; K, V as E4M3 codes of x / scale, scale = amax / 448
+    rounded to float32 (as the kernel receives it). The square case's form `make_inputs(shape, seed, distribution)`
+    (one [B, H, S, D] for all three) is accepted too. `workers`: threads over chunks (default: half the cores)."""
+    if kv_shape is None or isinstance(kv_shape, int | np.integer):  # make_inputs(shape, seed[, distribution])
+        if isinstance(kv_shape, int | np.integer):
+            seed, distribution = int(kv_shape), seed if isinstance(seed, str) else distribution
+        kv_shape = q_shape
+    q_shape, kv_shape = inputs.check_shapes(q_shape, kv_shape)
+    inputs.distribution_of(distribution)
+    target = inputs.make(inputs.NUMPY, q_shape, kv_shape, int(seed), distribution,
+                         inputs.in_memory(q_shape, kv_shape), workers or max(1, (os.cpu_count() or 2) // 2))
+    return (target.q.reshape(q_shape), target.k.reshape(kv_shape), target.v.reshape(kv_shape), target.k_scale,
+            target.v_scale)
 
 
-def _sink(rng, shape):
-    """Every query shares a component b (per head); key 0 of each head points along b, so that
-    q . k0 / sqrt(D) is SINK_LOGIT on average for every query: one key all queries attend to."""
-    q, k, v = _normal(rng, shape)
-    d = shape[3]
-    b = rng.standard_normal((shape[0], shape[1], 1, d))
-    b *= 2.0 / np.linalg.norm(b, axis=-1, keepdims=True)  # |b| = 2
-    q += b
-    k[:, :, :1, :] = b * (SINK_LOGIT * math.sqrt(d) / 4.0)  # b . k0 = |b|^2 * SINK_LOGIT sqrt(D) / 4
-    return q, k, v
-
-
-DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
-    Distribution("normal", "Q, K, V ~ N(0, 1): scores of std 1", _normal),
-    Distribution("large_logits_4", "Q and K with std 4: scores of std 16 (no QK-norm)",
-                 lambda rng, shape: _normal(rng, shape, 4.0, 4.0)),
-    Distribution("large_logits_8", "Q and K with std 8: scores of std 64, a few keys take all the weight",
-                 lambda rng, shape: _normal(rng, shape, 8.0, 8.0)),
-    Distribution("outlier_channels", f"{OUTLIER_CHANNELS} head-dim channels of K {OUTLIER_GAIN:g}x larger "
-                 "(the key outlier channels of LLMs)", _outlier_channels),
-    Distribution("sink", f"one key per head that every query scores {SINK_LOGIT:g} above the rest on average "
-                 "(attention sink)", _sink),
-    Distribution("tiny", "Q, K, V with std 0.01: tiny magnitudes", lambda rng, shape: _normal(rng, shape, 0.01, 0.01, 0.01)),
-    Distribution("large_v", "V with std 100: a large output scale", lambda rng, shape: _normal(rng, shape, 1.0, 1.0, 100.0)),
-)}
-
-
-def make_inputs(shape, seed: int, distribution: str = "normal"):
-    """Deterministic inputs for one shape (B, H, S, D), seed and distribution (`DISTRIBUTIONS`).
-
-    Returns (q_f16, k_u8, v_u8, k_scale, v_scale): Q rounded to fp16; K, V in float64, per-tensor
-    scale = amax / 448 (rounded to float32, as the kernel receives it), stored as encode(x / scale).
-    """
-    shape = tuple(int(s) for s in shape)
-    if len(shape) != 4 or min(shape) < 1:
-        raise ValueError(f"shape must be (B, H, S, D) with positive entries, got {shape}")
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"unknown input distribution {distribution!r} (known: {', '.join(DISTRIBUTIONS)})")
-    rng = np.random.default_rng(seed)
-    q64, k64, v64 = DISTRIBUTIONS[distribution].draw(rng, shape)
-    out = [q64.astype(np.float16)]
-    scales = []
-    for x in (k64, v64):
-        amax = float(np.max(np.abs(x)))
-        scale = float(np.float32(amax / E4M3_MAX)) if amax > 0 else 1.0
-        out.append(encode_e4m3_sim(x / scale))
-        scales.append(scale)
-    return out[0], out[1], out[2], scales[0], scales[1]
+# Decoded K and V of the (batch, K/V head) groups that `reference` holds at once, at most (float64): its threads
+# are fewer where one group's keys are many (decode at Skv = 128K: 256 MiB a group).
+_GROUP_BYTES = 2 << 30
 
 
 def reference(q: np.ndarray, k_u8: np.ndarray, v_u8: np.ndarray, k_scale: float, v_scale: float, *,
-              workers: int | None = None) -> np.ndarray:
-    """softmax(Q K^T / sqrt(D)) V in float64 with K = decode(k_u8) * k_scale (same for V).
+              causal: bool = False, workers: int | None = None) -> np.ndarray:
+    """softmax(Q K^T / sqrt(D) + mask) V in float64 with K = decode(k_u8) * k_scale (same for V).
 
-    Inputs are [B, H, S, D]. Each (b, h) head is computed in blocks of query rows (at most
-    `_BLOCK_ELEMS` scores at a time, so the S x S matrix of a long sequence never exists and
-    a block stays in cache), in place; heads run on `workers` threads (default: every core),
-    numpy releasing the GIL inside its loops and matrix products.
+    Q is [B, Hq, Sq, D]; K and V are [B, Hkv, Skv, D] with Hq a multiple of Hkv: query head h reads K/V head
+    h // (Hq / Hkv). `causal`: bottom-right aligned, query row i sees keys j <= i + Skv - Sq (Sq <= Skv). Each (b, K/V
+    head) group stacks its Hq / Hkv query heads' rows and computes them in blocks of rows (at most `_BLOCK_ELEMS`
+    scores at a time, so the score matrix of a long sequence never exists and a block stays in cache; a causal block
+    reads only the keys its last row sees), in place; groups run on `workers` threads (default: every core, fewer
+    where the decoded K/V would pass `_GROUP_BYTES`), numpy releasing the GIL inside its loops and matrix products.
     """
     q = np.asarray(q)
-    if q.ndim != 4 or k_u8.shape != q.shape or v_u8.shape != q.shape:
-        raise ValueError(f"q, k, v must share one [B,H,S,D] shape, got {q.shape}, {k_u8.shape}, {v_u8.shape}")
-    B, H, S, D = q.shape
-    out = np.empty((B, H, S, D), dtype=np.float64)
+    if k_u8.shape != v_u8.shape:
+        raise ValueError(f"K and V must share one [B,Hkv,Skv,D] shape, got {k_u8.shape} and {v_u8.shape}")
+    (B, Hq, Sq, D), (_, Hkv, Skv, _) = inputs.check_shapes(q.shape, k_u8.shape, causal)
+    group = Hq // Hkv
+    rows = group * Sq
+    out = np.empty((B, Hq, Sq, D), dtype=np.float64)
     scale = 1.0 / math.sqrt(D)
+    block = max(1, min(rows, _BLOCK_ELEMS // Skv))
 
-    def head(bh: tuple[int, int]) -> None:
+    def one(bh: tuple[int, int]) -> None:
         b, h = bh
-        qh = q[b, h].astype(np.float64) * scale
+        qg = q[b, h * group:(h + 1) * group].reshape(rows, D).astype(np.float64) * scale  # row g Sq + i
         kt = np.ascontiguousarray((decode_e4m3_sim(k_u8[b, h]) * float(k_scale)).T)
         vh = decode_e4m3_sim(v_u8[b, h]) * float(v_scale)
-        rows = max(1, min(S, _BLOCK_ELEMS // S))
-        for r0 in range(0, S, rows):
-            s = qh[r0:r0 + rows] @ kt
+        og = np.empty((rows, D), dtype=np.float64)
+        for r0 in range(0, rows, block):
+            r1 = min(rows, r0 + block)
+            if causal:
+                last = np.arange(r0, r1) % Sq + (Skv - Sq)  # the last key each row sees
+                keys = int(last.max()) + 1
+                s = qg[r0:r1] @ kt[:, :keys]
+                s[np.arange(keys)[None, :] > last[:, None]] = -np.inf
+            else:
+                keys = Skv
+                s = qg[r0:r1] @ kt
             s -= s.max(axis=1, keepdims=True)
             np.exp(s, out=s)
-            o = s @ vh
+            o = s @ vh[:keys]
             o /= s.sum(axis=1, keepdims=True)
-            out[b, h, r0:r0 + rows] = o
+            og[r0:r1] = o
+        out[b, h * group:(h + 1) * group] = og.reshape(group, Sq, D)
 
-    heads = [(b, h) for b in range(B) for h in range(H)]
-    n = min(len(heads), workers or os.cpu_count() or 1)
+    groups = [(b, h) for b in range(B) for h in range(Hkv)]
+    n = min(len(groups), workers or os.cpu_count() or 1, max(1, _GROUP_BYTES // (2 * Skv * D * 8)))
     if n <= 1:
-        for bh in heads:
-            head(bh)
+        for bh in groups:
+            one(bh)
     else:
         with ThreadPoolExecutor(n) as pool:
-            list(pool.map(head, heads))
+            list(pool.map(one, groups))
     return out

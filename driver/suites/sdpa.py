@@ -9,7 +9,6 @@ records carry hbm_frac, over the device's copy bandwidth measured at the start o
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import shutil
 import sys
@@ -18,6 +17,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -33,11 +33,13 @@ from driver.records import (
     ArchivedRecord,
     CopyLine,
     DeviceInfo,
+    InputsLine,
     ReferenceLine,
     SdpaLine,
     Skip,
     Verdict,
 )
+from driver.reference import inputs
 from driver.reference import sdpa as ref
 from driver.suites.common import (
     Samples,
@@ -93,59 +95,32 @@ def expected_kernel(precision: str, gpu_arch: str, build_arch: str) -> str | Non
     return HOPPER_FP16_KERNEL if hopper else MMA_SYNC_KERNEL
 
 
-# ---- The case's inputs and float64 reference, through driver/reference/sdpa.py's generalized signatures,
-# make_inputs(q_shape, kv_shape, seed, distribution) and reference(q, k, v, k_scale, v_scale, causal=..., workers=...).
-# A reference module that still takes one square shape (make_inputs(shape, seed, distribution)) serves the square
-# case alone; `inputs_problem` then refuses every other case before anything runs (an adapter: once the reference
-# serves every case, these three functions call it directly).
+def write_inputs(folder: Path, shape, seed: int, distribution: str = "normal") -> dict[str, Path]:
+    """One seed's inputs as the runners read them, made in numpy (driver/reference/inputs.py: the same bytes the GPU
+    makes) and written straight into the files; `shape` a square (B, H, S, D) or anything AttnCase.of takes."""
+    return _write_numpy(folder, AttnCase.of(shape), seed, distribution)
 
 
-def _generalized_reference() -> bool:
-    return ("kv_shape" in inspect.signature(ref.make_inputs).parameters
-            and "causal" in inspect.signature(ref.reference).parameters)
-
-
-def inputs_problem(case: AttnCase) -> str | None:
-    """Why this checkout cannot make the inputs and the float64 reference of `case`, or None."""
-    if case.square or _generalized_reference():
-        return None
-    return (f"driver/reference/sdpa.py here makes inputs and references of square, non-causal MHA cases only "
-            f"(make_inputs(shape, seed, distribution)); {case.name} ({case.words()}) needs its "
-            "make_inputs(q_shape, kv_shape, seed, distribution) and reference(..., causal=...)")
-
-
-def case_inputs(case: AttnCase, seed: int, distribution: str = "normal") -> tuple:
-    """make_inputs' arrays (q_f16, k_u8, v_u8, k_scale, v_scale) of one case, seed and distribution."""
-    if _generalized_reference():
-        return ref.make_inputs(case.q_shape, case.kv_shape, seed, distribution)
-    if not case.square:
-        raise ConfigError(inputs_problem(case) or "")
-    return ref.make_inputs(case.q_shape, seed, distribution)
-
-
-def case_reference(arrays: tuple, case: AttnCase, workers: int | None = None) -> np.ndarray:
-    """The float64 reference of a case's arrays (its mask, its head groups)."""
-    if _generalized_reference():
-        return ref.reference(*arrays, causal=case.causal, workers=workers)
-    if not case.square:
-        raise ConfigError(inputs_problem(case) or "")
-    return ref.reference(*arrays, workers=workers)
-
-
-def write_inputs(folder: Path, shape: AttnCase | tuple[int, int, int, int], seed: int,
-                 distribution: str = "normal") -> dict[str, Path]:
-    return prepare_case(folder, shape, seed, distribution, with_reference=False)[0]
+def _write_numpy(folder: Path, case: AttnCase, seed: int, distribution: str) -> dict[str, Path]:
+    files, _scales = inputs.write_files(inputs.NUMPY, folder, case.q_shape, case.kv_shape, seed, distribution,
+                                        workers=max(1, (os.cpu_count() or 2) // 2))
+    return files
 
 
 def prepare_case(
-    folder: Path, shape: AttnCase | tuple[int, int, int, int], seed: int, distribution: str = "normal", *,
-    with_reference: bool = True,
+    folder: Path, shape, seed: int, distribution: str = "normal", *, with_reference: bool = True,
 ) -> tuple[dict[str, Path], np.ndarray | None]:
-    """Write one seed's inputs as the runners read them; the float64 reference from the same arrays."""
+    """Write one seed's inputs as the runners read them; the float64 reference (numpy) from the same files."""
     case = AttnCase.of(shape)
-    arrays = case_inputs(case, seed, distribution)
-    files = save_inputs(folder, arrays)
-    return files, case_reference(arrays, case) if with_reference else None
+    files = _write_numpy(folder, case, seed, distribution)
+    return files, cpu_reference(files, case.causal) if with_reference else None
+
+
+def cpu_reference(files: dict[str, Path], causal: bool = False, workers: int | None = None) -> np.ndarray:
+    """The float64 reference of a case's input files, by numpy (the files mapped, not copied)."""
+    k_scale, v_scale = (float(x) for x in np.load(files["scales"]))
+    return ref.reference(np.load(files["q"], mmap_mode="r"), np.load(files["k"], mmap_mode="r"),
+                         np.load(files["v"], mmap_mode="r"), k_scale, v_scale, causal=causal, workers=workers)
 
 
 def save_inputs(folder: Path, arrays: tuple) -> dict[str, Path]:
@@ -252,35 +227,102 @@ PEER_CHECK_ARGS = ["--iters", "1", "--warmup", "0", "--timing", "cold"]  # the p
 CaseKey = tuple[str, int, str]  # (shape name, seed, distribution)
 
 
+class GpuTurns:
+    """The GPU worker's turns: a lock whose waiters are served lowest priority first (not first come), so that a
+    shape's inputs go before its references and both before the shapes after it, whatever order the background
+    threads reach the worker in. Holding it plainly (`with turns:`, `acquire()`: what a timing section does) comes
+    before every request."""
+
+    FIRST = (-1,)
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._held = False
+        self._waiting: list[tuple] = []
+
+    def acquire(self, priority: tuple = FIRST) -> None:
+        with self._cond:
+            self._waiting.append(priority)
+            self._cond.wait_for(lambda: not self._held and min(self._waiting) == priority)
+            self._waiting.remove(priority)
+            self._held = True
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def turn(self, priority: tuple):
+        self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+
 class GpuReference:
-    """The float64 references on the GPU (driver/reference/sdpa_gpu.py, a long-lived torch worker of its own):
-    0.25 s at (4,32,4096,64) where numpy needs 20-100 s of CPU. Never while something is timed: the timing
-    sections hold `quiet`, and each reference takes it. A worker that cannot start or fails leaves every
-    reference after it to numpy on the CPU (the same function; tests/gpu/test_reference_gpu.py)."""
+    """The inputs and the float64 references on the GPU (driver/reference/sdpa_gpu.py, a long-lived torch worker of
+    its own): a case's inputs in well under a second where numpy takes seconds of CPU (the same bytes:
+    driver/reference/inputs.py), its reference in 0.25 s at (4,32,4096,64) where numpy needs 20-100 s of CPU. Never
+    while something is timed: the timing sections hold `quiet`, and each request takes it (so the worker, which takes
+    one request at a time, is never asked twice at once). A worker that cannot start or fails leaves every input set
+    and reference after it to numpy on the CPU (the same functions; tests/gpu/test_reference_gpu.py)."""
 
     SERVER = (sys.executable, "-m", "driver.reference.sdpa_gpu")
 
     def __init__(self, timeout_s: float):
         self.pool = Pool()
-        self.quiet = threading.Lock()
+        self.quiet = GpuTurns()
         self.timeout_s = timeout_s
         self.broken: str | None = None
 
     def start(self) -> None:
         self.pool.prestart([served(self.SERVER, []).server])
 
-    def compute(self, files: dict[str, Path], out: Path) -> np.ndarray | None:
+    def _fail(self, exc: Exception, what: str) -> None:
+        self.broken = f"{type(exc).__name__}: {exc}"
+        progress(f"the GPU {what} failed ({self.broken}); inputs and references are made on the CPU from now on")
+
+    def make_inputs(self, folder: Path, case: AttnCase, seed: int, distribution: str,
+                    priority: tuple = (0,)) -> dict[str, Path] | None:
+        """The case's four input files in `folder`, made on the GPU, or None (then the CPU makes them) once the
+        worker failed. The time spent making them (not waiting for `quiet`) goes to "inputs (background)"."""
+        if self.broken:
+            return None
+        args = ["--make-inputs", str(folder), "--q-shape", ",".join(map(str, case.q_shape)),
+                "--kv-shape", ",".join(map(str, case.kv_shape)), "--seed", str(seed), "--distribution", distribution]
+        try:
+            with self.quiet.turn(priority):
+                start = time.perf_counter()
+                self.pool.run(served(self.SERVER, args), InputsLine, what="SDPA inputs on the GPU",
+                              timeout_s=self.timeout_s)
+                phases.add("inputs (background)", time.perf_counter() - start)
+        except (DriverError, OSError, ValueError) as exc:
+            self._fail(exc, "inputs")
+            return None
+        return {name: folder / f"{name}.npy" for name in ("q", "k", "v", "scales")}
+
+    def compute(self, files: dict[str, Path], out: Path, causal: bool = False,
+                priority: tuple = (0,)) -> np.ndarray | None:
         """The reference of these input files, or None (then the CPU computes it) once the worker failed."""
         if self.broken:
             return None
         try:
-            with self.quiet:
-                self.pool.run(served(self.SERVER, [*file_args(files), "--out", str(out)]), ReferenceLine,
-                              what="float64 SDPA reference on the GPU", timeout_s=self.timeout_s)
+            with self.quiet.turn(priority):
+                self.pool.run(served(self.SERVER, [*file_args(files), "--out", str(out), *(["--causal"] if causal
+                                                                                         else [])]),
+                              ReferenceLine, what="float64 SDPA reference on the GPU", timeout_s=self.timeout_s)
             ref_out = np.load(out)
         except (DriverError, OSError, ValueError) as exc:
-            self.broken = f"{type(exc).__name__}: {exc}"
-            progress(f"the GPU reference failed ({self.broken}); the references are computed on the CPU")
+            self._fail(exc, "reference")
             return None
         finally:
             out.unlink(missing_ok=True)
@@ -290,15 +332,22 @@ class GpuReference:
         self.pool.close()
 
 
+# Input files made ahead of the shape being checked, at most (bytes): the shapes after it wait for it to be released.
+# The shape being checked is always made whole, whatever its size (each of its cases is needed).
+INPUTS_AHEAD_BYTES = 16 << 30
+
+
 class Cases:
     """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
     order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
     while the GPU works on this one (on the GPU when `gpu` is given, between timings; else numpy on half the
     cores). Each is made once per run, for ours and every peer in every tier: a reference is never computed
-    twice for the same inputs. `release` drops a finished shape's arrays and files."""
+    twice for the same inputs. Inputs live as files only (never as arrays held here); those of shapes after the
+    current one are made while they fit in INPUTS_AHEAD_BYTES. `release` drops a finished shape's files.
+    A shape is a square (B, H, S, D) or anything AttnCase.of takes (Q and K/V shapes, causal)."""
 
-    def __init__(self, folder: Path, shapes: list[tuple[str, AttnCase | tuple[int, int, int, int]]],
-                 seeds: tuple[int, ...], distributions: tuple[str, ...] = ("normal",), gpu: GpuReference | None = None):
+    def __init__(self, folder: Path, shapes: list[tuple[str, object]], seeds: tuple[int, ...],
+                 distributions: tuple[str, ...] = ("normal",), gpu: GpuReference | None = None):
         self.folder = folder
         self.gpu = gpu
         self.cases = {name: AttnCase.of(shape) for name, shape in shapes}
@@ -307,39 +356,60 @@ class Cases:
         self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
         self.ref_threads = max(1, (os.cpu_count() or 2) // 2)
+        self.cases = {name: AttnCase.of(shape) for name, shape in shapes}
+        self.order = [name for name, _ in shapes]  # shapes not yet released, in the order they run
+        self.ahead = threading.Condition()
+        self.made_bytes = 0  # input files made or being made, of shapes not yet released
+        self.reserved: dict[CaseKey, int] = {}
+        self.closed = False
         self.inputs: dict[CaseKey, Future] = {}
         self.refs: dict[CaseKey, Future] = {}
+        self.shape_index = {name: n for n, name in enumerate(self.order)}
+        self.submitted: dict[CaseKey, int] = {}
         order = sorted(distributions, key=lambda d: d != TIMED_DISTRIBUTION)
-        for name in self.cases:
+        for name in self.order:
             keys = [(name, seed, dist) for dist in order for seed in seeds]
             for key in keys:
-                self.inputs[key] = self.input_pool.submit(self._inputs, key, self.cases[name])
+                self.submitted[key] = len(self.submitted)
+                self.inputs[key] = self.input_pool.submit(self._inputs, key)
             for key in keys:
                 self.refs[key] = self.pool.submit(self._reference, key)
 
-    def _inputs(self, key: CaseKey, case: AttnCase):
-        start = time.perf_counter()
+    def _inputs(self, key: CaseKey) -> tuple[dict[str, Path], Path]:
         name, seed, dist = key
+        case = self.cases[name]
+        with self.ahead:  # the current shape always; a later one while the files made ahead fit
+            self.ahead.wait_for(lambda: self.closed or name not in self.order or self.order[0] == name or
+                                self.made_bytes + case.input_bytes <= INPUTS_AHEAD_BYTES)
+            if self.closed or name not in self.order:
+                raise RuntimeError(f"the SDPA cases of {name} were closed or released before their inputs were made")
+            self.made_bytes += case.input_bytes
+            self.reserved[key] = case.input_bytes
         folder = self.folder_of(name, seed, dist)
         folder.mkdir(parents=True, exist_ok=True)
-        arrays = case_inputs(case, seed, dist)
-        files = save_inputs(folder, arrays)
-        phases.add("inputs (background)", time.perf_counter() - start)
-        return files, arrays, folder
+        files = self.gpu.make_inputs(folder, case, seed, dist, self._priority(key, 0)) if self.gpu else None
+        if files is None:
+            start = time.perf_counter()
+            files = _write_numpy(folder, case, seed, dist)
+            phases.add("inputs (background)", time.perf_counter() - start)
+        return files, folder
 
     def _reference(self, key: CaseKey) -> np.ndarray:
         start = time.perf_counter()
-        files, arrays, folder = self.inputs[key].result()
-        case = self.cases[key[0]]
-        # the GPU reference worker takes the files alone: the square case's, until it reads the mask too
-        out = self.gpu.compute(files, folder / "reference.npy") if self.gpu and case.square else None
+        files, folder = self.inputs[key].result()
+        causal = self.cases[key[0]].causal
+        out = self.gpu.compute(files, folder / "reference.npy", causal, self._priority(key, 1)) if self.gpu else None
         if out is None:
-            out = case_reference(arrays, case, workers=self.ref_threads)
+            out = cpu_reference(files, causal, workers=self.ref_threads)
         phases.add("reference (background)", time.perf_counter() - start)
         return out
 
+    def _priority(self, key: CaseKey, kind: int) -> tuple:
+        """The GPU worker's order: by shape, then inputs (0) before references (1), then the order submitted."""
+        return self.shape_index[key[0]], kind, self.submitted[key]
+
     def quiet(self):
-        """Held while something is timed: no GPU reference runs meanwhile."""
+        """Held while something is timed: no GPU inputs or reference are made meanwhile."""
         return self.gpu.quiet if self.gpu else contextlib.nullcontext()
 
     def folder_of(self, name: str, seed: int, distribution: str) -> Path:
@@ -348,20 +418,27 @@ class Cases:
 
     def files(self, name: str, seed: int, distribution: str) -> tuple[dict[str, Path], Path]:
         with phases.timed("inputs (wait)"):
-            files, _arrays, folder = self.inputs[(name, seed, distribution)].result()
-        return files, folder
+            return self.inputs[(name, seed, distribution)].result()
 
     def release(self, name: str) -> None:
         """A shape is done: its references (float64, 8 bytes an element each) and files go."""
         for key in [k for k in self.inputs if k[0] == name]:
-            fut = self.inputs.pop(key)
+            self.inputs.pop(key).cancel()
             self.refs.pop(key, None)
-            if fut.done() and fut.exception() is None:
-                shutil.rmtree(fut.result()[2], ignore_errors=True)
+            shutil.rmtree(self.folder_of(*key), ignore_errors=True)
+        with self.ahead:
+            for key in [k for k in self.reserved if k[0] == name]:
+                self.made_bytes -= self.reserved.pop(key)
+            if name in self.order:
+                self.order.remove(name)
+            self.ahead.notify_all()
 
     def close(self) -> None:
         for fut in [*self.inputs.values(), *self.refs.values()]:
             fut.cancel()
+        with self.ahead:  # inputs waiting for room are not made
+            self.closed = True
+            self.ahead.notify_all()
         self.pool.shutdown(wait=True)
         self.input_pool.shutdown(wait=True)
 
@@ -713,10 +790,6 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     here_t = peers_of(tuple(here), tiers_t)
     if not tiers_t:
         return result
-    for name, case in opts.shapes:  # before any launch: cases this checkout cannot check are bad input
-        why = inputs_problem(case)
-        if why:
-            raise ConfigError(f"--shapes {name}: {why}", "leave that case out of --shapes")
     plan(len(opts.shapes) * planned_cases(opts, here_t, tiers_t))
     not_offered: dict[str, str] = {}
     with contextlib.ExitStack() as stack:

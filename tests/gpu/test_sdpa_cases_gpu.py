@@ -2,9 +2,8 @@
 mask reach torch SDPA (enable_gqa, causal_lower_right), cuDNN's FP8 attention (K/V of their own head count,
 diagonal_alignment BOTTOM_RIGHT) and FlashInfer, each output within its tier's bound of the float64 reference of
 the same case and its line naming the case; and the copy bandwidth hbm_frac divides by. A peer that cannot run
-here, or whose library refuses the case, is skipped with its own reason. The inputs and the reference are
-tests/attn_oracle.py's (GQA and the mask, float64), checked against driver/reference/sdpa.py on square cases by
-tests/test_sdpa_cases.py."""
+here, or whose library refuses the case, is skipped with its own reason. The inputs and the float64 reference are
+driver/reference's (numpy)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from driver.parse import launch_lines
 from driver.records import SDPA_PEER_PRECISION, CopyLine, SdpaLine
 from driver.suites import sdpa
 from driver.verify import sdpa_errors
-from tests import attn_oracle
 
 LIMITS = thresholds.load()
 # On 1x H200 (experiments/2026-11-28-sdpa-inference-peers: torch 2.11, cuDNN through cudnn-frontend 1.22.1) torch ran every one within its bound;
@@ -40,9 +38,7 @@ def test_a_peer_runs_the_case_it_is_given(tmp_path, impl, name):
     if why:
         pytest.skip(why)
     case = CASES[name]
-    arrays = attn_oracle.make_inputs(case.q_shape, case.kv_shape, 0)
-    files = sdpa.save_inputs(tmp_path, arrays)
-    expected = attn_oracle.reference(*arrays, causal=case.causal)
+    files, expected = sdpa.prepare_case(tmp_path, case, 0)
     out = tmp_path / "o.npy"
     cmd = peers.command(impl, *sdpa.file_args(files), *sdpa.case_args(case), "--out", str(out), "--iters", "10")
     try:
