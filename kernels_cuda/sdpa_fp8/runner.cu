@@ -338,7 +338,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     const int q2_policy = q_terms_req == 0 ? SDPA_SM90_FP8_Q2 : q_terms_req == 1 ? 0 : 2;
     // The tier's configuration on num_sms SMs (1: the checks before the GPU is touched), the build's policies but Q's.
     auto select90 = [&](int num_sms, sdpa_sm90::LaunchInfo* li, const char** err) {
-        return sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, li, err,
+        return sdpa_sm90::select_config(tier, shape, num_sms, (int)split, ablate, li, err,
                                         SDPA_SM90_NCWG3_D64, SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy);
     };
 #endif
@@ -469,13 +469,13 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 
 #if SDPA_SM90A
     if (use_sm90) {
-        const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, (int)BH, (int)S, &why);
+        const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, shape, &why);
         if (me != cudaSuccess) die(EXIT_CUDA_ERROR, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
     }
 #endif
     auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
 #if SDPA_SM90A
-        if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
+        if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream);
 #endif
         return sdpa_fp8::launch(li, (int)D, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
     };
