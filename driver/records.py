@@ -34,7 +34,11 @@ from driver.stats import Estimator
 # 5 (2026-11-28): allreduce and SDPA lines carry their raw timing samples (`samples_us`); the driver alone computes
 # p50/p90/min/mean from them (driver/stats.py, one estimator) and says which (`estimator`) over how many (`samples`).
 # Older results load with the three null: their statistics are their executable's own.
-SCHEMA_VERSION = 5
+# 6 (2026-11-28): SDPA lines carry their case (q_shape, kv_shape, causal: grouped-query heads, Sq != Skv, the
+# bottom-right causal mask) and their TF/s counts the unmasked work only; SDPA records of memory-bound cases carry
+# `hbm_frac` (bytes moved / p50 over the device's copy bandwidth measured in the same run, in `ceilings_gbps`).
+# Older results load with hbm_frac null and their lines as square, non-causal cases.
+SCHEMA_VERSION = 6
 
 
 class Record(BaseModel):
@@ -401,6 +405,19 @@ class CeilingLine(Record):
     iters: NonNegativeInt
 
 
+class CopyLine(Record):
+    """The device's copy bandwidth measured in the same run (driver/peers/hbm_copy.py): a device-to-device copy of
+    `bytes`, timed as everything else is (cold: each copy alone, L2 flushed, CUDA events); the driver computes the
+    p50 from the samples (driver/stats.py) and the bandwidth from it, read + write: 2 x bytes / p50."""
+
+    hbm_copy: Literal[True]
+    bytes: int = Field(ge=1)
+    timing: TimingMode
+    samples_us: list[NonNegativeFloat] = Field(min_length=1)
+    l2_flush_bytes: NonNegativeInt = 0
+    device: str = ""  # torch's name of GPU 0
+
+
 class ReferenceLine(Record):
     """A float64 SDPA reference computed on the GPU (driver/reference/sdpa_gpu.py): where it was written."""
 
@@ -529,6 +546,10 @@ class ArchivedRecord(Record):
     # SDPA: TFLOP/s over the dense tensor peak of the record's tier on this GPU (config.tensor_peak_tflops);
     # None when not timed or the GPU's peak is not in the table
     tensor_frac: NonNegativeFloat | None = None
+    # SDPA, memory-bound cases (config.AttnCase.memory_bound): the bytes the case must move (K and V as the impl
+    # reads them, Q and O in fp16) over the p50, divided by the device's copy bandwidth measured in the same run
+    # (ceilings_gbps, driver/peers/hbm_copy.py); None when not timed, not memory-bound, or the copy not measured
+    hbm_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     # SDPA timed records since 2026-11-27: the GPU's SM clock and power while this case was timed (None: not
