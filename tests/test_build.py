@@ -4,6 +4,7 @@
 (then it is the cached no-op). These tests read the executables this checkout builds.
 """
 
+import re
 import time
 
 import pytest
@@ -76,14 +77,21 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     # (unsplit, split) x 3 ablation modes, plus the head-dim-64 unsplit kernel with three consumer warpgroups
     # x 3 ablation modes, plus Q as two E4M3 terms (SDPA_SM90_FP8_Q2) for (head dim 64, 128) x (unsplit, split)
     # with 128-key tiles, no ablation; fp16 tier: (head dim 64, 128) x 2 block configurations x 3 ablation
-    # modes; both tiers in every sm_90 build (the tier is chosen at run time), none in others
+    # modes; both tiers in every sm_90 build (the tier is chosen at run time), none in others.  Since 2026-11-28
+    # each configuration without ablation twice: sdpa_fp8_sm90_kernel<Traits, CAUSAL> without and with the causal
+    # mask (kernels_cuda/sdpa_fp8_sm90/tile_plan.cuh CaseTraits): 4 more fp16 entries, 11 more fp8 ones
+    on90 = arch == "sm_90"
+    causal = [k for k in hopper if "ELb1EEEvNS_8TileMaps" in k.name]
+    assert len(causal) + len([k for k in hopper if "ELb0EEEvNS_8TileMaps" in k.name]) == len(hopper)
+    assert all(re.search(r"Traits3?ILi\d+ELb[01]ELi0E", k.name) for k in causal)  # no ablation with the mask
     fp16 = [k for k in hopper if "INS_10Fp16TraitsI" in k.name]
-    assert len(fp16) == (12 if arch == "sm_90" else 0)
-    assert len(hopper) - len(fp16) == (25 if arch == "sm_90" else 0)
-    assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 if arch == "sm_90" else 0)
-    assert len([k for k in hopper if "Li192ELb0EEE" in k.name]) == (6 if arch == "sm_90" else 0)
+    assert len(fp16) == (12 + 4 if on90 else 0)
+    assert len(hopper) - len(fp16) == (25 + 11 if on90 else 0)
+    assert len(causal) == (4 + 11 if on90 else 0)
+    assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 + 1 if on90 else 0)
+    assert len([k for k in hopper if "Li192ELb0EEE" in k.name]) == (6 + 2 if on90 else 0)
     q2 = [k for k in hopper if "Li128ELb1EEE" in k.name]  # Fp8Traits<D, ASYNC, ABL, SPLIT, 128, Q2 = true>
-    assert len(q2) == (4 if arch == "sm_90" else 0)
+    assert len(q2) == (4 + 4 if on90 else 0)
     assert all("ELi0ELb" in k.name for k in q2)  # ablation none only
     assert mma_sync and all(k.registers <= GATES.max_registers_per_thread for k in mma_sync)
     assert all(GATES.for_entry(k.name) in GATES.kernels for k in hopper)  # its family's gates, not the seed's
