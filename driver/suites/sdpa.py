@@ -319,7 +319,7 @@ class Cases:
     """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
     order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
     while the GPU works on this one (on the GPU when `gpu` is given, between timings; else numpy on half the
-    cores). Each is made once per run, for ours and every peer in every tier: a reference is never computed
+    cores; cases as small as `on_cpu` says by numpy in any case). Each is made once per run, for ours and every peer in every tier: a reference is never computed
     twice for the same inputs. Inputs live as files only (never as arrays held here); those of shapes after the
     current one are made while they fit in INPUTS_AHEAD_BYTES. `release` drops a finished shape's files.
     A shape is a square (B, H, S, D) or anything AttnCase.of takes (Q and K/V shapes, causal)."""
