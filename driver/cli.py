@@ -49,8 +49,12 @@ def _add_suite_args(p: argparse.ArgumentParser, *, seeds: str, shapes: str, dist
     p.add_argument("--suite", default="all", help="allreduce, sdpa or all (comma list)")
     p.add_argument("--kernel", default="auto", help=f"allreduce kernel override: {', '.join(config.ALLREDUCE_KERNELS)} or "
                    f"1stage_cpasync_s{{{','.join(map(str, config.CPASYNC_STAGES))}}}")
-    p.add_argument("--shapes", default=shapes, help=f"SDPA shapes: {', '.join(config.SDPA_SHAPES)} or BxHxSxD "
-                   f"(default {shapes})")
+    p.add_argument("--shapes", default=shapes,
+                   help=f"SDPA cases, comma list: names ({', '.join(config.SDPA_CASES)}), groups "
+                        f"({', '.join(f'{g} = {len(n)} cases' for g, n in config.SDPA_CASE_GROUPS.items())}) or "
+                        f"{config.CASE_SYNTAX}: q [B,Hq,Sq,D], k/v [B,Hkv,Skv,D] where it differs from q (Hq a "
+                        f"multiple of Hkv), causal = the bottom-right mask (row i sees keys j <= i + Skv - Sq), e.g. "
+                        f"{config.CASE_EXAMPLE}; BxHxSxD alone is the square case (default {shapes}; docs/SDPA.md)")
     p.add_argument("--seeds", default=seeds, help="SDPA input seeds")
     p.add_argument("--precision", default=",".join(config.DEFAULT_PRECISIONS),
                    help=f"SDPA precision tiers, comma list of {', '.join(config.PRECISIONS)}: fp16 = K/V decoded to "

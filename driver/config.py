@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from driver.errors import ConfigError
@@ -67,6 +68,191 @@ SDPA_SHAPES: dict[str, tuple[int, int, int, int]] = {
     "split_odd_d128": (1, 4, 600, 128),
 }
 SDPA_HEAD_DIMS = (64, 128)
+E4M3_BYTES, FP16_BYTES = 1, 2  # an element of our K/V (E4M3 codes) and of Q and O (fp16)
+
+
+@dataclass(frozen=True)
+class AttnCase:
+    """One attention case, as the runners take it (kernels_cuda/sdpa_fp8/attn_shape.h): Q and O [B, Hq, Sq, D]
+    fp16, K and V [B, Hkv, Skv, D] E4M3 codes, query head h reading K/V head h // (Hq / Hkv) (Hkv = Hq: MHA; fewer:
+    GQA; 1: MQA); `causal` is bottom-right aligned, as FlashAttention (since 2.1) and inference engines align it:
+    query row i sees keys j <= i + Skv - Sq. A case that `problem` names is bad input. The square case (Q, K, V of
+    one shape, no mask) is every shape before 2026-11-28, and keeps its name and records (`square`)."""
+
+    q_shape: tuple[int, int, int, int]
+    kv_shape: tuple[int, int, int, int]
+    causal: bool = False
+
+    @classmethod
+    def of(cls, value: object) -> AttnCase:
+        """A case from what names one: a case; anything with q_shape and kv_shape (and causal); a square
+        (B, H, S, D), not causal; or (q_shape, kv_shape[, causal])."""
+        if isinstance(value, AttnCase):
+            return value
+        if hasattr(value, "q_shape") and hasattr(value, "kv_shape"):
+            return cls(tuple(int(x) for x in value.q_shape), tuple(int(x) for x in value.kv_shape),  # type: ignore
+                       bool(getattr(value, "causal", False)))
+        spec = tuple(value)  # type: ignore[call-overload]
+        if len(spec) == 4 and not any(isinstance(x, Sequence) for x in spec):
+            dims = tuple(int(x) for x in spec)
+            return cls(dims, dims)  # type: ignore[arg-type]
+        if len(spec) in (2, 3):
+            return cls(tuple(int(x) for x in spec[0]), tuple(int(x) for x in spec[1]),  # type: ignore[arg-type]
+                       bool(spec[2]) if len(spec) == 3 else False)
+        raise ValueError(f"not an attention case: {value!r}")
+
+    @property
+    def b(self) -> int:
+        return self.q_shape[0]
+
+    @property
+    def hq(self) -> int:
+        return self.q_shape[1]
+
+    @property
+    def sq(self) -> int:
+        return self.q_shape[2]
+
+    @property
+    def d(self) -> int:
+        return self.q_shape[3]
+
+    @property
+    def hkv(self) -> int:
+        return self.kv_shape[1]
+
+    @property
+    def skv(self) -> int:
+        return self.kv_shape[2]
+
+    @property
+    def square(self) -> bool:
+        """Q, K and V of one shape, no mask: the case every shape was before 2026-11-28."""
+        return self.q_shape == self.kv_shape and not self.causal
+
+    @property
+    def name(self) -> str:
+        """The case in the --shapes syntax, shortest form: `BxHxSxD` (square), `BxHqxSqxD:BxHkvxSkvxD` (K/V of
+        their own shape), `:causal` after either (CASE_SYNTAX)."""
+        text = "x".join(map(str, self.q_shape))
+        if self.kv_shape != self.q_shape:
+            text += ":" + "x".join(map(str, self.kv_shape))
+        return text + (":causal" if self.causal else "")
+
+    def words(self) -> str:
+        """The case for a reader: q [..], k/v [..], causal or not."""
+        return (f"q {list(self.q_shape)}, k/v {list(self.kv_shape)}, "
+                f"{'causal (bottom-right)' if self.causal else 'not causal'}")
+
+    def keys_seen(self) -> int:
+        """Keys all query rows of one head see, summed over the rows: Sq Skv, or with the mask
+        sum over i of (i + 1 + Skv - Sq) = Sq (Skv - Sq) + Sq (Sq + 1) / 2 (Sq <= Skv)."""
+        if not self.causal:
+            return self.sq * self.skv
+        return self.sq * (self.skv - self.sq) + self.sq * (self.sq + 1) // 2
+
+    def flops(self) -> int:
+        """The unmasked work: 2 D flops for each (row, key) score of Q K^T and 2 D for each of P V, per query
+        head: 4 B Hq D keys_seen. A masked score is work no one needs, so a causal case's TF/s does not count it."""
+        return 4 * self.b * self.hq * self.d * self.keys_seen()
+
+    @property
+    def input_bytes(self) -> int:
+        """Q (fp16) and K, V (one byte a code) as files."""
+        q_elems = self.b * self.hq * self.sq * self.d
+        return FP16_BYTES * q_elems + 2 * E4M3_BYTES * self.kv_elements()
+
+    def kv_elements(self) -> int:
+        """Elements of K (and of V)."""
+        return self.kv_shape[0] * self.kv_shape[1] * self.kv_shape[2] * self.kv_shape[3]
+
+    def bytes_moved(self, kv_elem_bytes: int = E4M3_BYTES) -> int:
+        """What the case must move through memory at least: K and V read once (`kv_elem_bytes` each: 1 for our
+        E4M3 codes, 2 for a peer's fp16 K/V), Q read and O written once in fp16."""
+        q_elems = self.b * self.hq * self.sq * self.d
+        return 2 * self.kv_elements() * kv_elem_bytes + 2 * q_elems * FP16_BYTES
+
+    def flops_per_byte(self) -> float:
+        """Arithmetic intensity with our E4M3 K/V: the unmasked flops over bytes_moved()."""
+        return self.flops() / self.bytes_moved()
+
+    @property
+    def memory_bound(self) -> bool:
+        """Whether the case is bound by reading K/V rather than by the tensor cores (MEMORY_BOUND_FLOPS_PER_BYTE):
+        its records carry hbm_frac, the share of the device's measured copy bandwidth they reach."""
+        return self.flops_per_byte() < MEMORY_BOUND_FLOPS_PER_BYTE
+
+    def problem(self) -> str | None:
+        """Why the runners refuse this case (bad input, exit 2), or None: the checks of runner.cu, made before
+        anything is built or launched."""
+        (b, hq, sq, d), (bk, hkv, skv, dk) = self.q_shape, self.kv_shape
+        if min(*self.q_shape, *self.kv_shape) < 1:
+            return "has a zero dimension: B, H, S and D must be at least 1"
+        if max(*self.q_shape, *self.kv_shape) > SHAPE_DIM_MAX:
+            return f"has a dimension above {SHAPE_DIM_MAX}"
+        if (b, d) != (bk, dk):
+            return f"q [B,Hq,Sq,D] = {list(self.q_shape)} and k/v [B,Hkv,Skv,D] = {list(self.kv_shape)} differ in " \
+                   f"{'B' if b != bk else 'D'}: q and k/v share the batch and the head dim"
+        if d not in SDPA_HEAD_DIMS:
+            return f"has unsupported head dim {d} (supported: {', '.join(map(str, SDPA_HEAD_DIMS))})"
+        if hq % hkv:
+            return f"has Hq = {hq} query heads over Hkv = {hkv} K/V heads: Hq must be a multiple of Hkv"
+        if max(sq, skv) > SEQ_MAX:
+            return f"has a sequence of more than {SEQ_MAX} (2^30) rows, more than the runners take"
+        if self.causal and sq > skv:
+            return (f"is causal with Sq = {sq} > Skv = {skv}: bottom-right alignment leaves query rows "
+                    f"0..{sq - skv - 1} without a key (refused, not defined)")
+        return None
+
+
+# The --shapes syntax of a case (config.parse_shape; docs/SDPA.md "Cases"): ASCII digits, no comma or space, so a
+# comma-separated list stays unambiguous.
+CASE_SYNTAX = "BxHqxSqxD[:BxHkvxSkvxD][:causal]"
+CASE_EXAMPLE = "8x32x4x128:8x8x32768x128:causal"  # speculative decode: 4 new rows of 32 heads on 8 K/V heads
+SEQ_MAX = 1 << 30  # Sq and Skv: the runners refuse more (runner.cu)
+
+# A case is memory-bound (its records carry hbm_frac) below this many unmasked flops per byte it must move (with
+# E4M3 K/V): the ridge point of the H100/H200 tier of fp16 tensor cores over HBM, 989 TFLOP/s dense (the datasheets,
+# TENSOR_PEAK_TFLOPS) over the H200's 4.8 TB/s. Decode (Sq = 1, 4 query heads a K/V head) sits at 8, the Sq = 16
+# decode at 128, chunked prefill (Sq 512 on Skv 8K) at 2600 and the square prefill shapes above 900.
+MEMORY_BOUND_FLOPS_PER_BYTE = 989e12 / 4.8e12
+
+K = 1024
+# Inference cases (issue 50), each a bench preset: decode (one query row per sequence against a long KV cache),
+# speculative decode (4 or 16 rows), grouped-query heads of other ratios, chunked prefill (a chunk of new rows
+# against the cached keys) and causal prefill of the square shapes. Llama 3's heads: 32 query heads on 8 K/V heads,
+# head dim 128. Decode at B = 64 with Skv = 128K is left out: its K and V are 2 x 8 GiB of E4M3, 2 x 16 GiB as the
+# torch peer's fp16 copy, and the float64 check of its outputs reads them decoded (2 x 64 GiB): more than an H200's
+# 141 GiB and the GPU host's 128 GiB of memory.
+DECODE_CASES: dict[str, AttnCase] = {
+    **{f"decode_b{b}_{skv // K}k": AttnCase((b, 32, 1, 128), (b, 8, skv, 128))
+       for b in (1, 8, 64) for skv in (4 * K, 32 * K, 128 * K) if (b, skv) != (64, 128 * K)},
+    # speculative decode: 4 and 16 draft rows per sequence, causal among themselves (bottom-right)
+    "decode_b8_32k_sq4": AttnCase((8, 32, 4, 128), (8, 8, 32 * K, 128), causal=True),
+    "decode_b8_32k_sq16": AttnCase((8, 32, 16, 128), (8, 8, 32 * K, 128), causal=True),
+    # Llama 3 70B's 64 query heads on 8; one K/V head for 32 query heads (MQA)
+    "decode_b8_32k_hq64": AttnCase((8, 64, 1, 128), (8, 8, 32 * K, 128)),
+    "decode_b8_32k_mqa": AttnCase((8, 32, 1, 128), (8, 1, 32 * K, 128)),
+}
+CHUNKED_PREFILL_CASES: dict[str, AttnCase] = {
+    "chunk_sq512_8k": AttnCase((1, 32, 512, 128), (1, 8, 8 * K, 128), causal=True),
+    "chunk_sq2048_32k": AttnCase((1, 32, 2048, 128), (1, 8, 32 * K, 128), causal=True),
+}
+# Causal prefill at the five large default shapes (MHA, square): each with its non-causal twin, the shape itself,
+# against which thresholds.toml's [[sdpa.causal_ratio]] gates compare it.
+CAUSAL_TWINS: dict[str, str] = {f"{n}_causal": n for n in ("large", "heads32", "batch8", "large_d128", "long_d128")}
+CAUSAL_PREFILL_CASES: dict[str, AttnCase] = {
+    name: AttnCase(SDPA_SHAPES[twin], SDPA_SHAPES[twin], causal=True) for name, twin in CAUSAL_TWINS.items()}
+# Every named case: the square shapes above, then the inference presets.
+SDPA_CASES: dict[str, AttnCase] = {**{n: AttnCase.of(d) for n, d in SDPA_SHAPES.items()}, **DECODE_CASES,
+                                   **CHUNKED_PREFILL_CASES, **CAUSAL_PREFILL_CASES}
+# Names that stand for several cases in --shapes, in this order. causal_prefill takes each causal case's twin
+# before it, so that its [[sdpa.causal_ratio]] gates have both sides in the run.
+SDPA_CASE_GROUPS: dict[str, tuple[str, ...]] = {
+    "decode": tuple(DECODE_CASES),
+    "chunked_prefill": tuple(CHUNKED_PREFILL_CASES),
+    "causal_prefill": tuple(n for causal, twin in CAUSAL_TWINS.items() for n in (twin, causal)),
+}
 # What `bench` times and checks by default: every shape above but the seeds' small and tail.
 BENCH_SDPA_SHAPES = ("mission", "large", "odd", "heads32", "batch8", "large_d128", "long_d128")
 BENCH_SDPA_SEEDS = (0, 1, 2)
@@ -283,36 +469,66 @@ def parse_ngpus(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
-    """A named shape (`mission`) or an explicit `BxHxSxD` (ASCII digits); the name runs call it by."""
+_DIMS = r"([0-9]+)[xX]([0-9]+)[xX]([0-9]+)[xX]([0-9]+)"
+_CASE_RE = re.compile(rf"{_DIMS}(?::{_DIMS})?(:causal)?")
+
+
+def _case_hint() -> str:
+    return (f"use a name (mission, large, decode_b8_32k, ...: `bench --help` lists them), a group "
+            f"({', '.join(SDPA_CASE_GROUPS)}) or {CASE_SYNTAX} (q, then k/v where it differs, then the bottom-right "
+            f"mask), e.g. 1x8x512x64 or {CASE_EXAMPLE}")
+
+
+def parse_shape(text: str) -> tuple[str, AttnCase]:
+    """One case of --shapes: a name (SDPA_CASES) or CASE_SYNTAX in ASCII digits; (the name runs call it by, the
+    case). `BxHxSxD` is the square case, named as before 2026-11-28. Bad input (runner.cu's checks, made here
+    before anything runs) is one ConfigError."""
     name = text.strip()
-    if name in SDPA_SHAPES:
-        return name, SDPA_SHAPES[name]
-    m = re.fullmatch(r"([0-9]+)[xX]([0-9]+)[xX]([0-9]+)[xX]([0-9]+)", name)
+    if name in SDPA_CASES:
+        return name, SDPA_CASES[name]
+    m = _CASE_RE.fullmatch(name)
     if not m:
-        raise ConfigError(
-            f"malformed shape {_brief(text)}",
-            f"use a name ({', '.join(SDPA_SHAPES)}) or BxHxSxD, e.g. 1x8x512x64",
-        )
-    if any(len(p) > MAX_DIGITS or int(p) > SHAPE_DIM_MAX for p in m.groups()):
+        raise ConfigError(f"malformed shape {_brief(text)}", _case_hint())
+    given = [p for p in m.groups()[:8] if p is not None]
+    if any(len(p) > MAX_DIGITS or int(p) > SHAPE_DIM_MAX for p in given):
         raise ConfigError(f"shape {_brief(text)} has a dimension above {SHAPE_DIM_MAX}",
                           f"B, H, S and D are whole numbers from 1 to {SHAPE_DIM_MAX}")
-    b, h, s, d = (int(p) for p in m.groups())
-    if s == 0:
-        raise ConfigError(f"shape {_brief(text)} has S = 0: there is no sequence to attend over",
-                          "S must be at least 1")
-    if min(b, h, s, d) <= 0:
-        raise ConfigError(f"shape {_brief(text)} has a zero dimension", "B, H, S and D must be at least 1")
-    if d not in SDPA_HEAD_DIMS:
-        raise ConfigError(f"unsupported head dim {d} in {_brief(text)}", f"supported: {SDPA_HEAD_DIMS}")
-    return f"{b}x{h}x{s}x{d}", (b, h, s, d)
+    q = tuple(int(p) for p in given[:4])
+    kv = tuple(int(p) for p in given[4:]) or q
+    case = AttnCase(q, kv, causal=m.group(9) is not None)  # type: ignore[arg-type]
+    if q[2] == 0 or kv[2] == 0:
+        seq = "S" if q == kv else "Sq" if q[2] == 0 else "Skv"
+        raise ConfigError(f"shape {_brief(text)} has {seq} = 0: there is no sequence to attend over",
+                          "Sq and Skv must be at least 1")
+    why = case.problem()
+    if why:
+        raise ConfigError(f"shape {_brief(text)} {why}", _case_hint())
+    return case.name, case
 
 
-def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, int, int, int]], ...]:
+def parse_shapes(text: str) -> tuple[tuple[str, AttnCase], ...]:
+    """`--shapes`: cases (parse_shape) and groups (SDPA_CASE_GROUPS: each stands for its cases), in order."""
     items = text.split(",")
     if not text.strip() or any(not p.strip() for p in items):
-        raise ConfigError("empty shape list", f"use names ({', '.join(SDPA_SHAPES)}) or BxHxSxD")
-    return tuple(parse_shape(p) for p in items)
+        raise ConfigError("empty shape list", _case_hint())
+    out: list[tuple[str, AttnCase]] = []
+    for item in items:
+        names = SDPA_CASE_GROUPS.get(item.strip(), (item,))
+        out += [parse_shape(n) for n in names]
+    return tuple(out)
+
+
+def noncausal_twin(name: str) -> str | None:
+    """The name runs give the same case without its mask (a preset's name where one has that case, e.g. large for
+    large_causal; else the syntax), or None where `name` is no causal case."""
+    try:
+        _, case = parse_shape(name)
+    except ConfigError:
+        return None
+    if not case.causal:
+        return None
+    twin = AttnCase(case.q_shape, case.kv_shape)
+    return next((n for n, c in SDPA_CASES.items() if c == twin), twin.name)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

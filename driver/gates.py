@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver import peers, registry
+from driver import config, peers, registry
 from driver.errors import DriverError, PerfGateFailed, WrongResults
 from driver.options import RunOptions
 from driver.records import (
@@ -76,9 +76,9 @@ def speed_gates(opts: RunOptions, limits: Thresholds) -> list[SpeedGate]:
                                      g.min_ratio, known=g.known))
     if "sdpa" in opts.suites:
         shapes = [name for name, _ in opts.shapes]
-        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, g.shape, g.min_ratio, g.tier,
+        out += [SpeedGate("sdpa", g.impl, g.peer, g.timing, shape, g.min_ratio, g.tier,
                           g.tier != SDPA_PEER_PRECISION.get(g.peer, "fp16"), g.known)
-                for g in limits.sdpa.speedup if g.shape in shapes and g.tier in opts.precisions]
+                for g in limits.sdpa.speedup for shape in g.names if shape in shapes and g.tier in opts.precisions]
     return out
 
 
@@ -107,12 +107,7 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
     if g.timing not in modes:  # the run did not time this mode at all: never passed by omission
         why = f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
-    if g.impl == "best":
-        mine = [r for (impl, config, mode, tier), r in timed.items()
-                if (config, mode, tier) == (g.config, g.timing, g.precision) and not peers.is_peer(impl)]
-        subject = min(mine, key=lambda r: r.measurement.p50_us, default=None)
-    else:
-        subject = timed.get((g.impl, g.config, g.timing, g.precision))
+    subject = _best(timed, g.impl, g.config, g.timing, g.precision)
     peer = timed.get((g.peer, g.config, g.timing, g.precision))
 
     def why(impl: str) -> list[str]:
@@ -126,20 +121,173 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=missing), subject
     v = ratio_verdict(f"{g.timing} p50 vs {g.peer}", ours_us=subject.measurement.p50_us,
                       peer_us=peer.measurement.p50_us, min_ratio=g.min_ratio, noise=noise)
-    untrusted = list(dict.fromkeys(why for rec in (subject, peer)
-                                   for why in (overrun_reason(rec), shared_gpu_reason(rec)) if why))
+    untrusted = _untrusted(subject, peer)
     # A wrong peer is still a peer to time against (it is a comparison, never gated); the gate says so.
     notes = [f"{g.peer}'s own result was wrong (recorded, not gated): {'; '.join(peer.correctness.reasons)}"
              ] if peer.correctness.status == "fail" else []
-    status = "inconclusive" if untrusted else v.status  # an untrusted ratio stays in the reasons, not its verdict
-    marked = [f"{KNOWN_NOTE}: {g.known}"] if g.known else []
-    if g.known and status == "fail":
-        status = "known"
-    elif g.known and status == "pass":
-        status, marked = "xpass", [f"{XPASS_NOTE}: {g.known}"]
-    # A known gate inside the noise (or on an untrusted ratio) shows neither the shortfall nor its end: inconclusive.
+    status, marked = _marked("inconclusive" if untrusted else v.status, g.known)
     return GateResult(gate=g.gate, kind="speed", status=status,
                       reasons=[*v.reasons, *untrusted, *marked, *notes]), subject
+
+
+def _untrusted(*recs: ArchivedRecord) -> list[str]:
+    """Why some of these timed records' p50s are not to be trusted (each reason once)."""
+    return list(dict.fromkeys(why for rec in recs for why in (overrun_reason(rec), shared_gpu_reason(rec)) if why))
+
+
+def _marked(status: str, known: str | None) -> tuple[str, list[str]]:
+    """A speed gate's status under its `known` mark, and the reason the mark adds: a known gate that failed is
+    KNOWN, one that passed XPASS; inside the noise (or on an untrusted ratio) it shows neither the shortfall nor its
+    end and stays inconclusive."""
+    if not known:
+        return status, []
+    if status == "fail":
+        return "known", [f"{KNOWN_NOTE}: {known}"]
+    if status == "pass":
+        return "xpass", [f"{XPASS_NOTE}: {known}"]
+    return status, [f"{KNOWN_NOTE}: {known}"]
+
+
+def _best(timed: Timed, impl: str, config: str, mode: str, tier: str | None) -> ArchivedRecord | None:
+    """Ours at a config: the variant named, or for `best` the fastest variant timed there."""
+    if impl != "best":
+        return timed.get((impl, config, mode, tier))
+    mine = [r for (i, c, m, t), r in timed.items() if (c, m, t) == (config, mode, tier) and not peers.is_peer(i)]
+    return min(mine, key=lambda r: r.measurement.p50_us, default=None)
+
+
+def _skip_reasons(skipped: list[Skip], names: tuple[str, ...]) -> list[str]:
+    return list(dict.fromkeys(s.reason for s in skipped if s.suite == "sdpa" and s.impl in names))
+
+
+# ---------------------------------------------------------------- memory-bound cases: hbm_frac
+
+
+@dataclass(frozen=True)
+class HbmGate:
+    """One [[sdpa.hbm]] entry at one case: ours reaches at least `min_frac` of the copy bandwidth (hbm_frac)."""
+
+    impl: str
+    timing: str
+    config: str
+    min_frac: float
+    precision: str = "fp16"
+    known: str | None = None
+    suite: str = "sdpa"
+    peer: str = "hbm_copy"  # what it divides by: the copy bandwidth measured in the same run
+
+    @property
+    def gate(self) -> str:
+        tier = f"/{self.precision}" if self.precision != "fp16" else ""
+        return f"sdpa/speed/{self.impl}-hbm_frac/{self.timing}{tier}/{self.config}"
+
+
+def hbm_gates(opts: RunOptions, limits: Thresholds) -> list[HbmGate]:
+    """The hbm_frac gates this run asked for: those at a case of the run, in a tier it asked for."""
+    if "sdpa" not in opts.suites:
+        return []
+    shapes = [name for name, _ in opts.shapes]
+    return [HbmGate(g.impl, g.timing, shape, g.min_frac, g.precision, g.known)
+            for g in limits.sdpa.hbm for shape in g.names if shape in shapes and g.precision in opts.precisions]
+
+
+def _hbm(g: HbmGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ...],
+         noise: float) -> tuple[GateResult, ArchivedRecord | None]:
+    """hbm_frac of ours against the floor; within `noise` of it (relative), inconclusive."""
+    if g.timing not in modes:
+        why = f"gate on hbm_frac is on {g.timing} timing, which this run did not measure (--timing {','.join(modes)})"
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
+    subject = _best(timed, g.impl, g.config, g.timing, g.precision)
+    if subject is None:
+        reasons = [f"{g.impl} not timed at {g.config} ({g.timing}, {g.precision} tier)",
+                   *_skip_reasons(skipped, (g.impl, "*", tier_skip(g.precision)))]
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=reasons), None
+    if subject.hbm_frac is None:
+        reasons = [f"{subject.impl} at {g.config} has no hbm_frac: the copy bandwidth was not measured in this run",
+                   *_skip_reasons(skipped, ("hbm_copy",))]
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=reasons), subject
+    frac = subject.hbm_frac
+    text = (f"{g.timing} hbm_frac {frac:.2f} of the measured copy bandwidth ({subject.impl}, p50 "
+            f"{subject.measurement.p50_us:.2f} us, floor {g.min_frac:.2f})")
+    status = "inconclusive" if abs(frac - g.min_frac) <= noise * g.min_frac else "pass" if frac >= g.min_frac else "fail"
+    untrusted = _untrusted(subject)
+    status, marked = _marked("inconclusive" if untrusted else status, g.known)
+    return GateResult(gate=g.gate, kind="speed", status=status, reasons=[text, *untrusted, *marked]), subject
+
+
+# ---------------------------------------------------------------- causal cases against their non-causal twins
+
+
+@dataclass(frozen=True)
+class CausalGate:
+    """One [[sdpa.causal_ratio]] entry at one causal case: ours to the peer there, at least `min_ratio` times ours
+    to the peer at the twin (the same shapes without the mask), in the same run and mode."""
+
+    impl: str
+    peer: str
+    timing: str
+    config: str
+    twin: str
+    min_ratio: float
+    precision: str
+    known: str | None = None
+    suite: str = "sdpa"
+
+    @property
+    def gate(self) -> str:
+        return f"sdpa/speed/{self.impl}-vs-{self.peer}-causal-vs-noncausal/{self.timing}/{self.config}"
+
+
+def causal_gates(opts: RunOptions, limits: Thresholds) -> list[CausalGate]:
+    """The causal-ratio gates this run asked for: at each causal case of the run, in a tier it asked for (the
+    twin must be in the run too, else the gate is not measured and says so)."""
+    if "sdpa" not in opts.suites:
+        return []
+    shapes = [name for name, _ in opts.shapes]
+    return [CausalGate(g.impl, g.peer, g.timing, shape, config.noncausal_twin(shape) or "", g.min_ratio, g.tier,
+                       g.known)
+            for g in limits.sdpa.causal_ratio for shape in g.names if shape in shapes and g.tier in opts.precisions]
+
+
+def _causal(g: CausalGate, timed: Timed, skipped: list[Skip], opts: RunOptions,
+            noise: float) -> tuple[GateResult, ArchivedRecord | None]:
+    """ratio_c = peer / ours at the causal case, ratio_n the same at its twin; pass where ratio_c >= min_ratio x
+    ratio_n. Each ratio holds two p50s, each of which may be off by `noise`; their quotient holds four, so the
+    band inside which the gate says neither pass nor fail is twice the speed gates' (2 x noise x min_ratio)."""
+    if g.timing not in opts.modes("sdpa"):
+        why = f"gate vs {g.peer} is on {g.timing} timing, which this run did not measure"
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
+    if g.twin not in {name for name, _ in opts.shapes}:
+        why = (f"the non-causal twin {g.twin} of {g.config} is not in this run: add it to --shapes (the group "
+               f"causal_prefill takes both)")
+        return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=[why]), None
+    sides = {cfg: (_best(timed, g.impl, cfg, g.timing, g.precision), timed.get((g.peer, cfg, g.timing, g.precision)))
+             for cfg in (g.config, g.twin)}
+    missing = []
+    for cfg, (ours, peer) in sides.items():
+        missing += [f"{g.impl} not timed at {cfg} ({g.timing}, {g.precision} tier)"] if ours is None else []
+        missing += [f"{g.peer} not measured at {cfg} ({g.timing})"] if peer is None else []
+    subject = sides[g.config][0]
+    if missing:
+        names = (g.impl, "*", g.peer, tier_skip(g.precision))
+        return GateResult(gate=g.gate, kind="speed", status="not_measured",
+                          reasons=[*missing, *_skip_reasons(skipped, names)]), subject
+    (ours_c, peer_c), (ours_n, peer_n) = sides[g.config], sides[g.twin]
+    assert ours_c and peer_c and ours_n and peer_n
+    recs = (ours_c, peer_c, ours_n, peer_n)
+    if any(r.measurement.p50_us <= 0 for r in recs):
+        return GateResult(gate=g.gate, kind="speed", status="inconclusive", reasons=["a p50 is 0"]), subject
+    ratio_c = peer_c.measurement.p50_us / ours_c.measurement.p50_us
+    ratio_n = peer_n.measurement.p50_us / ours_n.measurement.p50_us
+    floor = g.min_ratio * ratio_n
+    text = (f"{g.timing} p50 vs {g.peer}: causal {ratio_c:.2f}x at {g.config} (ours {ours_c.measurement.p50_us:.2f} "
+            f"us, peer {peer_c.measurement.p50_us:.2f} us) against non-causal {ratio_n:.2f}x at {g.twin} (ours "
+            f"{ours_n.measurement.p50_us:.2f} us, peer {peer_n.measurement.p50_us:.2f} us), floor "
+            f"{g.min_ratio:.2f} x {ratio_n:.2f}x = {floor:.2f}x")
+    status = ("inconclusive" if abs(ratio_c - floor) <= 2 * noise * floor else "pass" if ratio_c >= floor else "fail")
+    untrusted = _untrusted(*recs)
+    status, marked = _marked("inconclusive" if untrusted else status, g.known)
+    return GateResult(gate=g.gate, kind="speed", status=status, reasons=[text, *untrusted, *marked]), subject
 
 
 # The reasons a known gate's result carries after its ratio (driver/limits.py reads them back).
@@ -382,8 +530,11 @@ def evaluate(records: list[ArchivedRecord], skipped: list[Skip], opts: RunOption
     results += [_accuracy(g, records, skipped) for g in accuracy_gates(opts, limits)]
     timed = _timed(records)
     judged: dict[int, list[GateResult]] = {}
-    for g in speed_gates(opts, limits):
-        result, subject = _speed(g, timed, skipped, opts.modes(g.suite), limits.noise.min_rel_noise)
+    noise = limits.noise.min_rel_noise
+    speed = [_speed(g, timed, skipped, opts.modes(g.suite), noise) for g in speed_gates(opts, limits)]
+    speed += [_hbm(g, timed, skipped, opts.modes("sdpa"), noise) for g in hbm_gates(opts, limits)]
+    speed += [_causal(g, timed, skipped, opts, noise) for g in causal_gates(opts, limits)]
+    for result, subject in speed:
         results.append(result)
         if subject is not None:
             judged.setdefault(id(subject), []).append(result)
@@ -405,7 +556,7 @@ def requested_summary(opts: RunOptions, limits: Thresholds) -> str:
     """What a run that never started leaves unmeasured, for the one error line."""
     if "stress" in opts.suites:
         return f"every stress gate ({', '.join(opts.stress_parts)})"
-    ids = [g.gate for g in speed_gates(opts, limits)]
+    ids = [g.gate for g in (*speed_gates(opts, limits), *hbm_gates(opts, limits), *causal_gates(opts, limits))]
     ids += [f"{len(acc)} SDPA accuracy gate(s) against the tiers' peers"] if (acc := accuracy_gates(opts, limits)) else []
     return ", ".join([*ids, f"every {' and '.join(opts.suites)} correctness gate"])
 

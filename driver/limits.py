@@ -30,7 +30,8 @@ from typing import Literal
 from driver import archive, paths
 from driver import gates as gating
 from driver import targets as build_targets
-from driver.config import DEFAULT_PRECISIONS, PRECISIONS, SDPA_SHAPES
+from driver.config import DEFAULT_PRECISIONS, PRECISIONS, parse_shape
+from driver.errors import ConfigError
 from driver.gates import ratio_verdict
 from driver.launch import run_process
 from driver.options import RunOptions
@@ -154,7 +155,8 @@ def current_gate(s: GateState, gates: Thresholds) -> AllreduceSpeedup | SdpaSpee
         return next((g for g in gates.allreduce.speedup if m and (g.bytes, g.dtype, g.ngpus, g.peer, g.timing) ==
                      (int(m["bytes"]), m["dtype"], int(m["ngpus"]), s.peer, s.timing)), None)
     return next((g for g in gates.sdpa.speedup
-                 if (g.shape, g.peer, g.timing) == (s.config, s.peer, s.timing) and g.impl in (s.impl, "best")), None)
+                 if s.config in g.names and (g.peer, g.timing) == (s.peer, s.timing) and g.impl in (s.impl, "best")),
+                None)
 
 
 def is_current(s: GateState, gates: Thresholds) -> bool:
@@ -178,8 +180,8 @@ def _refloored(s: GateState, floor: float, noise: float) -> dict:
 def _options_of(run: RunArchive) -> RunOptions | None:
     """What the run measured, as the options that would ask for it: its suites, named SDPA shapes, allreduce
     sizes, dtypes and GPU counts, and the timing modes it timed (sweeps and stress runs have no speed gates)."""
-    shapes = tuple((n, SDPA_SHAPES[n]) for n in dict.fromkeys(r.config.split("/")[0] for r in run.records
-                                                               if r.suite == "sdpa") if n in SDPA_SHAPES)
+    shapes = tuple(c for n in dict.fromkeys(r.config.split("/")[0] for r in run.records if r.suite == "sdpa")
+                   if (c := _named_case(n)) is not None)
     ar = [m for r in run.records if r.suite == "allreduce" and (m := _AR_CONFIG.match(r.config))]
     suites = tuple(s for s, present in (("allreduce", bool(ar)), ("sdpa", bool(shapes))) if present)
     modes = tuple(dict.fromkeys(r.timing_mode for r in run.records if r.round_p50_us))
@@ -193,6 +195,24 @@ def _options_of(run: RunArchive) -> RunOptions | None:
                       sizes_bytes=tuple(sorted({int(m["bytes"]) for m in ar})) or (256 << 10,),
                       dtypes=tuple(dict.fromkeys(m["dtype"] for m in ar)) or ("float32",),
                       ngpus=tuple(sorted({int(m["ngpus"]) for m in ar})) or None)
+
+
+def _named_case(name: str):
+    """(name, case) of a config name runs give (a preset or the --shapes syntax), or None for one that is not."""
+    try:
+        got = parse_shape(name)
+    except ConfigError:
+        return None
+    return got if got[0] == name else None
+
+
+def case_words(suite: str, config: str) -> str:
+    """A config as the table shows it: an SDPA preset that is not a square case says its shapes and mask."""
+    named = _named_case(config) if suite == "sdpa" else None
+    if named is None or named[1].square:
+        return config
+    case = named[1]
+    return config if config == case.name else f"{config} ({case.name})"
 
 
 def rejudged(run: RunArchive, gates: Thresholds) -> list[GateState]:
@@ -373,7 +393,7 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
         lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run | at HEAD |",
                   "|---|---|---|---|---|---|---|---|"]
         for s in short:
-            gate = f"{s.suite} {s.config} {s.timing}: {s.impl} ({s.kernel}) vs {s.peer}"
+            gate = f"{s.suite} {case_words(s.suite, s.config)} {s.timing}: {s.impl} ({s.kernel}) vs {s.peer}"
             if s.ratio is not None:
                 measured = f"{s.ratio:.2f}x ({s.ours_us:.2f} vs {s.peer_us:.2f} us)"
                 floor = f"{s.floor:.2f}x"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from driver.config import (
     BENCH_SDPA_DISTRIBUTIONS,
@@ -13,7 +13,8 @@ from driver.config import (
     BENCH_SDPA_SHAPES,
     DEFAULT_PRECISIONS,
     DEFAULT_TIMING,
-    SDPA_SHAPES,
+    SDPA_CASES,
+    AttnCase,
 )
 from driver.records import Precision, Record, TimingMode
 
@@ -23,7 +24,9 @@ class RunOptions(Record):
     sizes_bytes: tuple[int, ...] = (256 << 10, 16 << 20)
     dtypes: tuple[str, ...] = ("float32",)
     ngpus: tuple[int, ...] | None = None  # None: every supported count the host has
-    shapes: tuple[tuple[str, tuple[int, int, int, int]], ...] = tuple((n, SDPA_SHAPES[n]) for n in BENCH_SDPA_SHAPES)
+    # SDPA cases (--shapes): the name runs call each by, and the case (config.AttnCase). A (B, H, S, D) given in
+    # place of a case is its square case.
+    shapes: tuple[tuple[str, AttnCase], ...] = tuple((n, SDPA_CASES[n]) for n in BENCH_SDPA_SHAPES)
     seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
     precisions: tuple[Precision, ...] = DEFAULT_PRECISIONS  # SDPA precision tiers (--precision)
     distributions: tuple[str, ...] = BENCH_SDPA_DISTRIBUTIONS  # SDPA input distributions checked (--distributions)
@@ -48,6 +51,14 @@ class RunOptions(Record):
     stress_parts: tuple[str, ...] = ("allreduce", "sdpa", "sanitizers", "profile")
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
     strict: bool = False  # --strict: a speed gate marked known that passed (XPASS) fails the run (exit 8)
+
+    @field_validator("shapes", mode="before")
+    @classmethod
+    def _cases(cls, value: object) -> object:
+        if isinstance(value, tuple | list):
+            return tuple((item[0], AttnCase.of(item[1])) if isinstance(item, tuple | list) and len(item) == 2
+                         else item for item in value)
+        return value
 
     def modes(self, suite: str) -> tuple[str, ...]:
         """The timing modes `suite` runs, in order: --timing if given, else the suite's default."""

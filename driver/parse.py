@@ -18,6 +18,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from driver import stats
+from driver.config import AttnCase
 from driver.errors import KernelFailed
 from driver.launch import launch
 from driver.records import AllreduceLine, SdpaLine
@@ -56,13 +57,29 @@ def with_statistics(data: dict, model: type[BaseModel]) -> dict:
             algbw = nbytes / (s.p50_us * 1e-6) / 1e9 if s.p50_us > 0 else 0.0
             out |= {"algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (ngpus - 1) / ngpus}
     else:
-        shape = data.get("shape")
-        flops = 4.0
-        if isinstance(shape, list) and len(shape) == 4 and all(isinstance(x, int) for x in shape):
-            for x in shape[:3] + shape[2:]:  # 4 * B * H * S * S * D (QK^T and PV)
-                flops *= x
+        case = line_case(data)
+        flops = float(case.flops()) if case else 0.0  # else validation names what is wrong with the shapes
         out |= {"std_us": s.std_us, "tflops": flops / (s.p50_us * 1e-6) / 1e12 if s.p50_us > 0 else 0.0}
     return out
+
+
+def _dims(value: object) -> tuple[int, int, int, int] | None:
+    if isinstance(value, list) and len(value) == 4 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                           for x in value):
+        return tuple(value)  # type: ignore[return-value]
+    return None
+
+
+def line_case(data: dict) -> AttnCase | None:
+    """The case an SDPA line says it ran: q_shape, kv_shape and causal (runners and peers since 2026-11-28); a
+    line before them names only `shape`, the square case. Its TF/s counts the unmasked work (AttnCase.flops: 4 B
+    Hq D times the keys each query row sees). None where the shapes are malformed."""
+    q = _dims(data["q_shape"] if data.get("q_shape") is not None else data.get("shape"))
+    kv = _dims(data["kv_shape"]) if data.get("kv_shape") is not None else q
+    causal = data.get("causal", False)
+    if q is None or kv is None or not isinstance(causal, bool) or (causal and q[2] > kv[2]):
+        return None
+    return AttnCase(q, kv, causal)
 
 
 def parse_lines(stdout: str, model: type[M], *, what: str) -> list[M]:

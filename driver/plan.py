@@ -35,19 +35,28 @@ def peers_of(suite: str) -> tuple[str, ...]:
     return ("upstream", *peers.of_suite("allreduce")) if suite == "allreduce" else tuple(sdpa.PEERS)
 
 
-def speed_gate_universe(limits: Thresholds) -> list[gates.SpeedGate]:
+AnyGate = gates.SpeedGate | gates.HbmGate | gates.CausalGate
+
+
+def _all_gates(opts: RunOptions, limits: Thresholds) -> list[AnyGate]:
+    """The speed gates of a run: the peers' ratios, the hbm_frac floors and the causal-ratio gates."""
+    return [*gates.speed_gates(opts, limits), *gates.hbm_gates(opts, limits), *gates.causal_gates(opts, limits)]
+
+
+def speed_gate_universe(limits: Thresholds) -> list[AnyGate]:
     """Every speed gate of the thresholds file, resolved as a run asking for all of them would: the run's own
-    `gates.speed_gates` applied to options that leave nothing out."""
-    shapes = {g.shape for g in limits.sdpa.speedup}
+    `gates.speed_gates` (and hbm and causal-ratio gates) applied to options that leave nothing out."""
+    shapes = {n for table in (limits.sdpa.speedup, limits.sdpa.hbm, limits.sdpa.causal_ratio)
+              for g in table for n in g.names}
     everything = RunOptions(
         suites=PLAN_SUITES,
         sizes_bytes=tuple(sorted({g.bytes for g in limits.allreduce.speedup})) or (1,),
         dtypes=tuple(sorted({g.dtype for g in limits.allreduce.speedup})) or ("float32",),
         ngpus=None,
-        shapes=tuple((name, config.SDPA_SHAPES.get(name, (1, 1, 1, 1))) for name in sorted(shapes)),
+        shapes=tuple(config.parse_shape(name) for name in sorted(shapes)),  # thresholds.load checked every name
         precisions=tuple(config.PRECISIONS),
     )
-    return gates.speed_gates(everything, limits)
+    return _all_gates(everything, limits)
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,7 @@ def _sdpa_here(tier: str, host: Host, opts: RunOptions) -> str | None:
     return sdpa.fp8_not_offered(host.arch, opts.arch or host.arch) if tier == "fp8" else None
 
 
-def _left_out(g: gates.SpeedGate, opts: RunOptions) -> str | None:
+def _left_out(g: AnyGate, opts: RunOptions) -> str | None:
     """The option that leaves gate `g` out of this run (no case of it produces the gate), or None."""
     if g.suite not in opts.suites:
         return f"--suite {','.join(opts.suites)} leaves out {g.suite}"
@@ -109,21 +118,21 @@ def _left_out(g: gates.SpeedGate, opts: RunOptions) -> str | None:
         n = int(ngpus.removesuffix("gpu"))
         return f"{n} GPUs is not in --ngpus" if opts.ngpus is not None and n not in opts.ngpus else None
     if g.config not in {name for name, _ in opts.shapes}:
-        same = [name for name, dims in opts.shapes if _dims(g.config) == dims]
+        same = [name for name, case in opts.shapes if _case(g.config) == case]
         return f"shape {g.config} is not in --shapes" + (
-            f" (the run's {same[0]} has these dimensions, but a gate matches a shape by its name: write "
+            f" (the run's {same[0]} is this case, but a gate matches a case by its name: write "
             f"shape = \"{same[0]}\")" if same else "")
     return f"the {g.precision} tier is not in --precision" if g.precision not in opts.precisions else None
 
 
-def _dims(shape: str) -> tuple[int, int, int, int] | None:
+def _case(shape: str) -> config.AttnCase | None:
     try:
         return config.parse_shape(shape)[1]
     except ConfigError:
         return None
 
 
-def _not_here(g: gates.SpeedGate, opts: RunOptions, host: Host) -> list[str]:
+def _not_here(g: AnyGate, opts: RunOptions, host: Host) -> list[str]:
     """Why this host leaves a gate of the run unmeasured (empty: it is measured)."""
     why = []
     if g.timing not in opts.modes(g.suite):
@@ -134,6 +143,8 @@ def _not_here(g: gates.SpeedGate, opts: RunOptions, host: Host) -> list[str]:
             why.append(f"needs {n} GPUs (this host has {host.gpus})")
     else:
         why += [w for w in (_sdpa_here(g.precision or "fp16", host, opts),) if w]
+    if isinstance(g, gates.CausalGate) and g.twin not in {name for name, _ in opts.shapes}:
+        why.append(f"its non-causal twin {g.twin} is not in --shapes (the group causal_prefill takes both)")
     why += [f"peer {g.peer}: {w}" for w in (_peer_missing(g.peer, host),) if w]
     return why
 
@@ -149,7 +160,7 @@ def _judged(gate: str, why: list[str], limits: Thresholds, host: Host) -> Planne
 def planned_gates(opts: RunOptions, limits: Thresholds, host: Host) -> list[PlannedGate]:
     """Every speed and accuracy gate of the thresholds file with its state for this run on this host."""
     out: list[PlannedGate] = []
-    asked = {g.gate for g in gates.speed_gates(opts, limits)}
+    asked = {g.gate for g in _all_gates(opts, limits)}
     for g in speed_gate_universe(limits):
         left_out = _left_out(g, opts) if g.gate not in asked else None
         out.append(PlannedGate(g.gate, "not in this run", left_out or "no case of this run produces it")
@@ -190,7 +201,7 @@ def render(opts: RunOptions, limits: Thresholds, host: Host, thresholds_name: st
                       f"{', '.join(map(str, counts)) or f'none (needs 2 GPUs, this host has {host.gpus})'}; "
                       f"timing {modes}; kernel {opts.kernel}")]
         else:
-            shapes = ", ".join(f"{n} ({'x'.join(map(str, d))})" for n, d in opts.shapes)
+            shapes = ", ".join(f"{n} ({case.name})" for n, case in opts.shapes)
             lines += [(f"suite sdpa: shapes {shapes}; tiers {', '.join(opts.precisions)}; distributions "
                       f"{', '.join(opts.distributions)}; seeds {', '.join(map(str, opts.seeds))} (each checked); "
                       f"timed: seed {opts.seeds[0]}, {sdpa.TIMED_DISTRIBUTION} inputs, timing {modes}")]

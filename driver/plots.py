@@ -82,13 +82,25 @@ def render(run: RunArchive) -> dict[str, bytes]:
             label = f"{impl} {tier} {mode}" if two_tiers else f"{impl} {mode}"
             ax.bar([x + i * width for x in range(len(shapes))], vals, width=width, label=label,
                    hatch=None if mode == "cold" else "//", edgecolor="black", linewidth=0.5)
-        ax.set_xticks([x + width * (len(bars) - 1) / 2 for x in range(len(shapes))], shapes)
+        ax.set_xticks([x + width * (len(bars) - 1) / 2 for x in range(len(shapes))],
+                      [_case_label(shape, sd) for shape in shapes], fontsize=7)
         ax.set_ylabel("p50 (us, lower is better)")
         ax.set_title(f"SDPA forward on {run.device.kind} @ {run.git_sha[:8]} ({MODE_NOTE})", fontsize=9)
         ax.legend(fontsize=7)
         out["sdpa_p50.png"] = _figure_bytes(fig)
         plt.close(fig)
     return out
+
+
+def _case_label(shape: str, records: list) -> str:
+    """A bar group's label: the config's name, and under it the case's q and k/v shapes and mask where the case is
+    not square (its lines' q_shape, kv_shape, causal)."""
+    m = next(r.measurement for r in records if r.config.startswith(shape + "/"))
+    q = m.q_shape or m.shape
+    kv = m.kv_shape or q
+    if kv == q and not m.causal:
+        return shape
+    return f"{shape}\nq {'x'.join(map(str, q))}\nkv {'x'.join(map(str, kv))}{' causal' if m.causal else ''}"
 
 
 # One history line: its implementation (the colour), (x, p50 us) per run, and the points that stepped past the

@@ -34,7 +34,11 @@ from driver.stats import Estimator
 # 5 (2026-11-28): allreduce and SDPA lines carry their raw timing samples (`samples_us`); the driver alone computes
 # p50/p90/min/mean from them (driver/stats.py, one estimator) and says which (`estimator`) over how many (`samples`).
 # Older results load with the three null: their statistics are their executable's own.
-SCHEMA_VERSION = 5
+# 6 (2026-11-28): SDPA lines carry their case (q_shape, kv_shape, causal: grouped-query heads, Sq != Skv, the
+# bottom-right causal mask) and their TF/s counts the unmasked work only; SDPA records of memory-bound cases carry
+# `hbm_frac` (bytes moved / p50 over the device's copy bandwidth measured in the same run, in `ceilings_gbps`).
+# Older results load with hbm_frac null and their lines as square, non-causal cases.
+SCHEMA_VERSION = 6
 
 
 class Record(BaseModel):
@@ -290,7 +294,8 @@ def _samples_consistent(line: AllreduceLine | SdpaLine) -> None:
 Precision = Literal["fp16", "fp8"]
 # The tier of each of our kernels, and of each SDPA peer (what its arithmetic is: torch SDPA and FlashAttention
 # compute on fp16 operands, cuDNN's FP8 attention quantizes Q and P to E4M3).
-SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8"}
+SDPA_KERNEL_PRECISION: dict[str, str] = {"wgmma_sm90": "fp16", "mma_sync_sm80": "fp16", "wgmma_fp8_sm90": "fp8",
+                                         "decode_sm89": "fp16", "decode_fp8_sm89": "fp8"}
 SDPA_PEER_PRECISION = registry.SDPA_PEER_PRECISION  # derived from driver/registry.py (each peer's `precision`)
 
 
@@ -301,9 +306,10 @@ class SdpaLine(Record):
     impl: Annotated[str, registry.Names(lambda: registry.impl_names("sdpa"))]  # driver/registry.py
     # Which of our kernels ran (chosen by the tier and the GPU's architecture): the Hopper warpgroup-MMA
     # kernel on fp16 operands (wgmma_sm90: the fp16 tier on sm_90) or on E4M3 operands (wgmma_fp8_sm90: the
-    # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere). Our runners always print it;
-    # peers leave it out.
-    kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"] | None = None
+    # fp8 tier), or the mma.sync kernel of sm_80/sm_89 (the fp16 tier elsewhere); for few query rows per K/V head
+    # (decode), the split-KV kernel of either tier (decode_sm89, decode_fp8_sm89: mma.sync, sm_89 and newer,
+    # kernels_cuda/sdpa_decode/). Our runners always print it; peers leave it out.
+    kernel: Literal["wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80", "decode_sm89", "decode_fp8_sm89"] | None = None
     # The precision tier the numbers belong to (ours: what --precision asked for; a peer: its arithmetic's).
     # Lines from before the tiers (2026-11-26) say none: ours then by the kernel that ran, a peer by its name.
     precision: Precision
@@ -397,6 +403,19 @@ class CeilingLine(Record):
     p2p_copy_gbps: NonNegativeFloat
     bytes: NonNegativeInt
     iters: NonNegativeInt
+
+
+class CopyLine(Record):
+    """The device's copy bandwidth measured in the same run (driver/peers/hbm_copy.py): a device-to-device copy of
+    `bytes`, timed as everything else is (cold: each copy alone, L2 flushed, CUDA events); the driver computes the
+    p50 from the samples (driver/stats.py) and the bandwidth from it, read + write: 2 x bytes / p50."""
+
+    hbm_copy: Literal[True]
+    bytes: int = Field(ge=1)
+    timing: TimingMode
+    samples_us: list[NonNegativeFloat] = Field(min_length=1)
+    l2_flush_bytes: NonNegativeInt = 0
+    device: str = ""  # torch's name of GPU 0
 
 
 class ReferenceLine(Record):
@@ -527,6 +546,10 @@ class ArchivedRecord(Record):
     # SDPA: TFLOP/s over the dense tensor peak of the record's tier on this GPU (config.tensor_peak_tflops);
     # None when not timed or the GPU's peak is not in the table
     tensor_frac: NonNegativeFloat | None = None
+    # SDPA, memory-bound cases (config.AttnCase.memory_bound): the bytes the case must move (K and V as the impl
+    # reads them, Q and O in fp16) over the p50, divided by the device's copy bandwidth measured in the same run
+    # (ceilings_gbps, driver/peers/hbm_copy.py); None when not timed, not memory-bound, or the copy not measured
+    hbm_frac: NonNegativeFloat | None = None
     telemetry_before: list[GpuInfo] = Field(default_factory=list)
     telemetry_after: list[GpuInfo] = Field(default_factory=list)
     # SDPA timed records since 2026-11-27: the GPU's SM clock and power while this case was timed (None: not

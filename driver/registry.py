@@ -44,6 +44,9 @@ class Peer:
     available: str | None = None  # "module:function": a check of its own (which FlashAttention imports)
     argv: tuple[str, ...] = ()  # arguments that select it within its module (one module, several peers)
     timed: bool = True  # False: measured for the report (the link ceiling), not timed against ours nor gated
+    # SDPA: bytes of one K/V element as the peer reads them (2: it decodes our E4M3 to fp16 K/V first, outside the
+    # timing; 1: it reads the E4M3 codes), for hbm_frac (records.ArchivedRecord); ours read E4M3 (OURS_KV_BYTES)
+    kv_elem_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,13 +85,20 @@ SDPA = Family(
     # Each in its precision tier: its error against the float64 reference is reported, never gated;
     # thresholds.toml's [[sdpa.accuracy]] gates ours against them.
     peers={
-        "torch_sdpa": Peer("driver.peers.torch_sdpa", precision="fp16", needs=("torch",)),
+        "torch_sdpa": Peer("driver.peers.torch_sdpa", precision="fp16", needs=("torch",), kv_elem_bytes=2),
         "cudnn_fp8": Peer("driver.peers.cudnn_sdpa", precision="fp8", needs=("torch", "cudnn"),
-                          install={"cudnn": CUDNN_FRONTEND}, min_sm=90),
+                          install={"cudnn": CUDNN_FRONTEND}, min_sm=90, kv_elem_bytes=1),
         "flash_attn": Peer("driver.peers.flash_sdpa", precision="fp16", needs=("torch",),
-                           available="driver.peers.flash_sdpa:missing"),
+                           available="driver.peers.flash_sdpa:missing", kv_elem_bytes=2),
+        # FP8-KV attention of an inference engine: fp16 Q on E4M3 K/V decoded in the kernel, fp16 compute (our
+        # fp16 tier's arithmetic, reading the bytes ours reads)
+        "flashinfer": Peer("driver.peers.flashinfer_sdpa", precision="fp16", needs=("torch",),
+                           available="driver.peers.flashinfer_sdpa:missing", kv_elem_bytes=1),
+        # the device's copy bandwidth, which hbm_frac divides by (measured, not timed against ours nor gated)
+        "hbm_copy": Peer("driver.peers.hbm_copy", needs=("torch",), timed=False),
     },
 )
+OURS_KV_BYTES = 1  # our variants read K and V as E4M3 codes
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (ALLREDUCE, SDPA)}
 

@@ -46,19 +46,21 @@ def _speed_table(run: RunArchive) -> list[str]:
         if not every:
             continue
         # allreduce: link_frac, the share of the run's measured link ceiling (GPU0 -> GPU1 copy) reached;
-        # SDPA: tensor_frac, the share of the tier's dense tensor peak, the tier, the inputs and the error
+        # SDPA: tensor_frac, the share of the tier's dense tensor peak, hbm_frac (memory-bound cases), the share of
+        # the device's measured copy bandwidth, the tier, the inputs and the error
         sdpa_cols = suite == "sdpa"
-        extra_head = "tensor_frac | precision | distribution | rel_l2 | max_abs_rel | " if sdpa_cols else "link_frac | "
+        extra_head = ("tensor_frac | hbm_frac | precision | distribution | rel_l2 | max_abs_rel | " if sdpa_cols
+                      else "link_frac | ")
         lines += [f"## {suite}", "", "| config | impl | kernel | timing | p50 us | p90 us | metric | " + extra_head +
-                  "correct | gate |", "|---|---|---|---|---|---|---|---|---|" + "---|" * (5 if sdpa_cols else 1)]
+                  "correct | gate |", "|---|---|---|---|---|---|---|---|---|" + "---|" * (6 if sdpa_cols else 1)]
         for r in recs:
             m = r.measurement
             gate = r.performance.status if r.performance else ""
             why = "; ".join(r.performance.reasons) if r.performance else ""
             if sdpa_cols:
                 err = "NaN/inf" if r.nonfinite else None
-                extra = (f"{_frac(r.tensor_frac)} | {_tier(r)} | {r.distribution} | {err or _sci(r.rel_l2)} | "
-                         f"{err or _sci(r.max_abs_rel)} | ")
+                extra = (f"{_frac(r.tensor_frac)} | {_frac(r.hbm_frac)} | {_tier(r)} | {r.distribution} | "
+                         f"{err or _sci(r.rel_l2)} | {err or _sci(r.max_abs_rel)} | ")
             else:
                 extra = f"{_frac(r.link_frac)} | "
             if not r.round_p50_us:  # checked only (a seed past the first, or wrong results): no timing to show
@@ -76,6 +78,35 @@ def _speed_table(run: RunArchive) -> list[str]:
                            "passed, and the peers): their errors are in the accuracy table below.")]
         lines.append("")
     return lines
+
+
+def _cases_table(run: RunArchive) -> list[str]:
+    """SDPA: each case the run checked, as its lines name it (q_shape, kv_shape, causal): the shapes, the mask, the
+    unmasked work its TF/s counts and whether it is memory-bound (its records then carry hbm_frac)."""
+    seen: dict[str, config.AttnCase] = {}
+    for r in run.records:
+        if r.suite == "sdpa":
+            seen.setdefault(r.config.split("/")[0], sdpa_line_case(r))
+    if not seen or all(c.square for c in seen.values()):
+        return []  # square cases only, as before 2026-11-28: their names say their shapes
+    rows = ["## SDPA cases", "",
+            ("q [B,Hq,Sq,D] and k/v [B,Hkv,Skv,D] as the lines name them; causal: bottom-right aligned (row i sees "
+             "keys j <= i + Skv - Sq). GFLOP: the unmasked work, 4 B Hq D per (row, key seen), which TF/s counts. "
+             "Memory-bound cases (under "
+             f"{config.MEMORY_BOUND_FLOPS_PER_BYTE:.0f} flops per byte moved with E4M3 K/V) carry hbm_frac."), "",
+            "| config | q | k/v | causal | GFLOP | flops/byte | memory-bound |", "|---|---|---|---|---|---|---|"]
+    for name, case in seen.items():
+        rows.append(f"| {name} | {'x'.join(map(str, case.q_shape))} | {'x'.join(map(str, case.kv_shape))} | "
+                    f"{'yes' if case.causal else 'no'} | {case.flops() / 1e9:.3g} | {case.flops_per_byte():.0f} | "
+                    f"{'yes' if case.memory_bound else 'no'} |")
+    return rows + [""]
+
+
+def sdpa_line_case(r: ArchivedRecord) -> config.AttnCase:
+    """The case an SDPA record's line ran (older lines: the square case of their shape)."""
+    m = r.measurement
+    q = tuple(m.q_shape or m.shape)
+    return config.AttnCase(q, tuple(m.kv_shape or q), m.causal)  # type: ignore[arg-type]
 
 
 def _clock_table(run: RunArchive) -> list[str]:
@@ -376,7 +407,9 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
           if run.wall_s is not None else []),
         "",
     ]
-    ceilings = [f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)" for k, v in run.ceilings_gbps.items()]
+    ceilings = [f"- copy bandwidth {k}: {v:.1f} GB/s, read + write (measured in this run; hbm_frac divides by it)"
+                if k.startswith("hbm_copy") else f"- link ceiling {k}: {v:.1f} GB/s (measured in this run)"
+                for k, v in run.ceilings_gbps.items()]
     skipped = [f"- skipped {s.suite}/{s.impl}: {s.reason}" for s in run.skipped]
     if images:
         pics = [f"![{name}]({name})" for name in images]
@@ -385,7 +418,7 @@ def compare_markdown(run: RunArchive, images: list[str] | None = None) -> str:
     else:
         pics = []  # nothing asked for, or nothing timed to plot (a stress run)
     return "\n".join(head + _summary_table(run) + _gate_table(run) + _shared_table(run) +
-                     _wrong_peers(run) + _winner_table(run) + _speed_table(run) +
+                     _wrong_peers(run) + _winner_table(run) + _cases_table(run) + _speed_table(run) +
                      _clock_table(run) + accuracy_table(run) + _stress_table(run) + _profile_table(run) + ceilings +
                      skipped + [""] +
                      pics) + "\n"

@@ -109,7 +109,8 @@ CUDA_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 def all_targets() -> tuple[Target, ...]:
     mojo_sources = ("kernels_mojo/**/*.mojo", "kernels_mojo/dispatch_windows.json")
     sdpa_sources = ("kernels_cuda/sdpa_fp8/**/*.cu", "kernels_cuda/sdpa_fp8/**/*.cuh", "kernels_cuda/sdpa_fp8/**/*.h",
-                    "kernels_cuda/sdpa_fp8_sm90/**/*.cuh")
+                    "kernels_cuda/sdpa_fp8_sm90/**/*.cuh", "kernels_cuda/sdpa_decode/**/*.cuh",
+                    "kernels_cuda/sdpa_decode/**/*.h")
     windows = _dispatch_defines()  # read once: the bench and its dispatch table must build with the same windows
     return (
         Target(

@@ -100,11 +100,28 @@ class AllreduceGates(Record):
     speedup: list[AllreduceSpeedup] = Field(default_factory=list)
 
 
-class SdpaSpeedup(Record):
+class _SdpaShapes(Record):
+    """A gate on one case (`shape`) or the same gate on each of several (`shapes`): one gate per case either way."""
+
+    shape: str | None = None
+    shapes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _SdpaShapes:
+        if (self.shape is None) == (not self.shapes):
+            raise ValueError("give `shape` (one case) or `shapes` (a list of cases), not both, not neither")
+        return self
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The cases the entry gates, each a gate of its own."""
+        return (self.shape,) if self.shape is not None else tuple(self.shapes)
+
+
+class SdpaSpeedup(_SdpaShapes):
     impl: SdpaImpl
     peer: SdpaOther
     timing: TimingMode  # the mode both sides are timed in; a run that did not time it fails the gate
-    shape: str
     min_ratio: PositiveFloat
     # The tier ours is timed in: a peer's gate is in the peer's tier (SDPA_PEER_PRECISION, and may only say
     # so); ours against ours defaults to fp16. A run that does not ask for the tier does not ask for the gate.
@@ -114,6 +131,33 @@ class SdpaSpeedup(Record):
     @property
     def tier(self) -> str:
         return self.precision or SDPA_PEER_PRECISION.get(self.peer, "fp16")
+
+
+class SdpaHbm(_SdpaShapes):
+    """Ours (a variant, or `best`: the fastest timed) at a memory-bound case reaches at least `min_frac` of the
+    device's copy bandwidth measured in the same run (records' hbm_frac), in one timing mode and tier."""
+
+    impl: SdpaImpl
+    timing: TimingMode
+    min_frac: PositiveFloat
+    precision: Precision = "fp16"
+    known: str | None = None
+
+
+class SdpaCausalRatio(_SdpaShapes):
+    """At a causal case (each of `shapes`), ours to the peer (peer p50 / our p50) is at least `min_ratio` times the
+    same ratio at the case's non-causal twin (config.noncausal_twin: the same shapes without the mask), both timed
+    in the same run and mode: skipping the masked work must gain ours at least as much as it gains the peer."""
+
+    impl: SdpaImpl
+    peer: SdpaPeer
+    timing: TimingMode
+    min_ratio: PositiveFloat
+    known: str | None = None
+
+    @property
+    def tier(self) -> str:
+        return SDPA_PEER_PRECISION.get(self.peer, "fp16")
 
 
 class SdpaBound(Record):
@@ -153,6 +197,8 @@ class SdpaGates(Record):
     bounds: list[SdpaBound] = Field(default_factory=list)
     accuracy: list[SdpaAccuracy] = Field(default_factory=list)
     speedup: list[SdpaSpeedup] = Field(default_factory=list)
+    hbm: list[SdpaHbm] = Field(default_factory=list)
+    causal_ratio: list[SdpaCausalRatio] = Field(default_factory=list)
 
     def bound(self, precision: str, distribution: str) -> SdpaBound:
         """The bound of a tier on a distribution (load() makes sure there is exactly one)."""
@@ -215,7 +261,7 @@ class OptionalGate(Record):
 
 # The thresholds.toml version this driver reads (its `version`; the file's header says what each bump changed):
 # bump both together. A file of another version is refused, not read as if its gates meant what they mean now.
-VERSION = 4
+VERSION = 5
 
 
 class Thresholds(Record):
@@ -250,9 +296,12 @@ def _entry(table: str, i: int, gate: Record | dict) -> str:
 
 # Where thresholds.toml may say `known`: the speed gates. Every other table is a correctness, accuracy or static gate
 # (a wrong result or a broken build is never an expected failure), or names no gate at all.
-KNOWN_TABLES = ("allreduce.speedup", "sdpa.speedup")
+KNOWN_TABLES = ("allreduce.speedup", "sdpa.speedup", "sdpa.hbm", "sdpa.causal_ratio")
 _GATE_TABLES = {"build": "static gates", "build.kernels": "static gates", "allreduce": "correctness gates",
                 "sdpa": "correctness gates", "sdpa.bounds": "accuracy bounds", "sdpa.accuracy": "accuracy gates"}
+
+
+_KNOWN_WORDS = ", ".join(f"[[{t}]]" for t in KNOWN_TABLES)
 
 
 def _tables(data: object, where: tuple[str, ...] = ()):
@@ -282,10 +331,9 @@ def _known_marks(data: object) -> list[str]:
                            "run that measured it; or remove the mark)")
         elif kind := _GATE_TABLES.get(table):
             bad.append(f"{name}: known on {kind}, which cannot be marked known (only the speed gates of "
-                       "[[allreduce.speedup]] and [[sdpa.speedup]] can)")
+                       f"{_KNOWN_WORDS} can)")
         else:
-            bad.append(f"{name}: known names no gate (only the speed gates of [[allreduce.speedup]] and "
-                       "[[sdpa.speedup]] can be marked known)")
+            bad.append(f"{name}: known names no gate (only the speed gates of {_KNOWN_WORDS} can be marked known)")
     return bad
 
 
@@ -326,15 +374,30 @@ def _unmeasurable(t: Thresholds) -> list[str]:
                   f"{', '.join(map(str, config.SUPPORTED_NGPUS))})"
         if why:
             bad.append(f"{_entry('allreduce.speedup', i, a)}: {why}")
-    for i, g in enumerate(t.sdpa.speedup, 1):
-        try:
-            name, _dims = config.parse_shape(g.shape)
-        except ConfigError as exc:
-            bad.append(f"{_entry('sdpa.speedup', i, g)}: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
-            continue
-        if name != g.shape:
-            bad.append(f"{_entry('sdpa.speedup', i, g)}: runs name this shape {name!r}, never {g.shape!r}")
+    for table, entries in (("sdpa.speedup", t.sdpa.speedup), ("sdpa.hbm", t.sdpa.hbm),
+                           ("sdpa.causal_ratio", t.sdpa.causal_ratio)):
+        for i, g in enumerate(entries, 1):
+            for shape in g.names:
+                why = _case_problem(table, shape)
+                if why:
+                    bad.append(f"{_entry(table, i, g)}: {why}")
     return bad
+
+
+def _case_problem(table: str, shape: str) -> str | None:
+    """Why no run can measure a gate of `table` at the case `shape` (None: one can)."""
+    try:
+        name, case = config.parse_shape(shape)
+    except ConfigError as exc:
+        return exc.message + (f" ({exc.hint})" if exc.hint else "")
+    if name != shape:
+        return f"runs name this shape {name!r}, never {shape!r}"
+    if table == "sdpa.hbm" and not case.memory_bound:
+        return (f"{shape} is not memory-bound ({case.flops_per_byte():.0f} flops per byte, at least "
+                f"{config.MEMORY_BOUND_FLOPS_PER_BYTE:.0f}): its records carry no hbm_frac")
+    if table == "sdpa.causal_ratio" and config.noncausal_twin(shape) is None:
+        return f"{shape} is not a causal case: it has no non-causal twin to compare with"
+    return None
 
 
 def _field_error(e) -> str:

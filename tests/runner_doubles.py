@@ -55,13 +55,14 @@ def case(argv):
 """ + "{serve}"
 
 SDPA = """#!{python}
-# sdpa_fp8_<variant> double: writes the float64 reference as float16 (optionally with noise of a given rms
-# relative to the output's, per precision tier; corrupted; or of another shape) and prints one SdpaLine in the
-# tier asked for (--precision, default fp16), naming the kernel an sm_90 build runs for it.
+# sdpa_fp8_<variant> double: writes the float64 reference of the case (k/v [B,Hkv,Skv,D], --causal: the bottom-right
+# mask; driver/reference/sdpa.py) as float16 (optionally with noise of a given rms relative to the output's, per
+# precision tier; corrupted; or of another shape) and prints one SdpaLine in the tier asked for (--precision, default
+# fp16) naming the case it ran (q_shape, kv_shape, causal), and the kernel an sm_90 build runs for it.
 import json, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from driver.reference import sdpa as ref
+from driver.reference.sdpa import reference
 KERNEL = {{"fp16": "wgmma_sm90", "fp8": "wgmma_fp8_sm90"}}
 def case(argv):
     args, i = {{}}, 0
@@ -79,8 +80,13 @@ def case(argv):
         print("error: --precision " + precision + ": no FP8 warpgroup MMA in this build", file=sys.stderr)
         sys.exit(5)
     q, k, v = (np.load(args["--" + n]) for n in ("q", "k", "v"))
+    causal = "--causal" in args
+    if {refuse_cases} and (q.shape != k.shape or causal):
+        print("error: wgmma_sm90: serves square MHA only (q " + str(list(q.shape)) + ", k/v " + str(list(k.shape)) +
+              ")", file=sys.stderr)
+        sys.exit(5)
     ks, vs = np.load(args["--scales"])
-    out = ref.reference(q, k, v, float(ks), float(vs))
+    out = reference(q, k, v, float(ks), float(vs), causal=causal)
     noise = {noise!r}.get(precision, 0.0)
     if noise:
         out = out + noise * np.sqrt(np.mean(out ** 2)) * np.random.default_rng(0).standard_normal(out.shape)
@@ -92,7 +98,8 @@ def case(argv):
     np.save(args["--out"], out)
     p50 = {p50!r}
     print(json.dumps({{"suite": "sdpa", "impl": {impl!r}, "kernel": KERNEL[precision], "precision": precision,
-                      "shape": list(q.shape), "iters": int(args.get("--iters", "100")),
+                      "shape": list(q.shape), "q_shape": list(q.shape), "kv_shape": list(k.shape),
+                      "causal": causal != {flip_causal}, "iters": int(args.get("--iters", "100")),
                       "warmup": 0, "samples_us": [p50 * 0.95, p50, p50, p50 * 1.05], "timing": args.get("--timing", "cold"),
                       "batch": int(args.get("--batch", "1")), "soak_launches": int(args.get("--soak", "0")),
                       "soak_streams": int(args.get("--streams", "1"))}}), flush=True)
@@ -141,23 +148,29 @@ def allreduce_exe(exe_dir: Path, name: str, *, impl: str, p50: float | dict[str,
 
 
 def sdpa_exes(exe_dir: Path, *, p50: dict[str, float], corrupt: str = "", first_head_only: str = "",
-              noise: dict[str, float] | None = None, refuse: tuple[str, ...] = (), log: Path | None = None) -> Path:
+              noise: dict[str, float] | None = None, refuse: tuple[str, ...] = (), log: Path | None = None,
+              refuse_cases: bool = False, flip_causal: str = "") -> Path:
     """Both SDPA variants; `corrupt` / `first_head_only` name a variant that writes a wrong output; `noise`
     per tier: the rms of the error added to the output, relative to the output's rms (the rel_l2 it gets, to
-    the fp16 rounding); `refuse`: tiers the double exits 5 for, as a runner without FP8 warpgroup MMA does."""
+    the fp16 rounding); `refuse`: tiers the double exits 5 for, as a runner without FP8 warpgroup MMA does;
+    `refuse_cases`: every case but square MHA exits 5, as a kernel that serves only those does; `flip_causal`
+    names a variant whose line says the other mask than it was asked for."""
     log = log or exe_dir / "calls.jsonl"
     for impl, exe in sdpa.VARIANTS.items():
         sdpa_exe(exe_dir / exe, impl=impl, p50=p50[impl], corrupt=impl == corrupt, noise=noise, refuse=refuse,
-                 first_head_only=impl == first_head_only, log=log)
+                 first_head_only=impl == first_head_only, log=log, refuse_cases=refuse_cases,
+                 flip_causal=impl == flip_causal)
     return log
 
 
 def sdpa_exe(path: Path, *, impl: str, p50: float, log: Path, corrupt: bool = False, first_head_only: bool = False,
-             noise: dict[str, float] | None = None, refuse: tuple[str, ...] = ()) -> Path:
+             noise: dict[str, float] | None = None, refuse: tuple[str, ...] = (), refuse_cases: bool = False,
+             flip_causal: bool = False) -> Path:
     """One SDPA runner double at `path` whose every line says `impl` (what its build told it)."""
     return _script(path, SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=impl, p50=p50,
                                      corrupt=corrupt, noise=noise or {}, refuse=tuple(refuse),
-                                     first_head_only=first_head_only, serve=SERVE))
+                                     first_head_only=first_head_only, refuse_cases=refuse_cases,
+                                     flip_causal=flip_causal, serve=SERVE))
 
 
 def calls(log: Path) -> list[list[str]]:

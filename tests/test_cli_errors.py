@@ -143,7 +143,8 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
         ("sm_90", ["--precision", "fp8", "--kernel", "wgmma_fp8_sm90", "--warps", "4"],
          "--warps applies to the mma_sync_sm80 kernel only"),
         ("sm_90", ["--kernel", "wgmma_sm90", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
-        ("sm_90", ["--kernel", "hopper"], "--kernel must be auto, wgmma_sm90, wgmma_fp8_sm90 or mma_sync_sm80"),
+        ("sm_90", ["--kernel", "hopper"],
+         "--kernel must be auto, wgmma_sm90, wgmma_fp8_sm90, mma_sync_sm80, decode_sm89 or decode_fp8_sm89"),
         ("sm_90", ["--kernel", "wgmma_fp8_sm90"], "wgmma_fp8_sm90 is the fp8 tier's kernel; this case asks for --precision fp16"),
         ("sm_90", ["--precision", "fp8", "--kernel", "wgmma_sm90"], "wgmma_sm90 is the fp16 tier's kernel"),
         ("sm_90", ["--precision", "fp8", "--kernel", "mma_sync_sm80"], "mma_sync_sm80 computes in fp16"),
@@ -155,6 +156,15 @@ def test_sdpa_runner_refuses_an_uneven_split_before_touching_a_gpu(tmp_path, spl
         ("sm_89", ["--q-terms", "1"], "--q-terms applies to the fp8 tier only (--precision fp8)"),
         ("sm_89", ["--kernel", "wgmma_sm90"], "the wgmma_sm90 kernel is not in this build"),
         ("sm_89", ["--precision", "fp8", "--kernel", "wgmma_fp8_sm90"], "the wgmma_fp8_sm90 kernel is not in this build"),
+        # the decode kernel (kernels_cuda/sdpa_decode/), in every build
+        ("sm_90", ["--kernel", "decode_fp8_sm89"],
+         "decode_fp8_sm89 is the fp8 tier's decode kernel; this case asks for --precision fp16"),
+        ("sm_89", ["--precision", "fp8", "--kernel", "decode_sm89"],
+         "decode_sm89 is the fp16 tier's decode kernel; this case asks for --precision fp8"),
+        ("sm_89", ["--kernel", "decode_sm89", "--warps", "4"], "--warps applies to the mma_sync_sm80 kernel only"),
+        ("sm_90", ["--kernel", "decode_sm89", "--ablate", "no_loads"], "--ablate: the decode kernel has no ablation modes"),
+        ("sm_89", ["--precision", "fp8", "--kernel", "decode_fp8_sm89", "--q-terms", "2"],
+         "--q-terms 2: the decode kernel's fp8 tier takes Q as one E4M3 term"),
     ],
 )
 @pytest.mark.nvcc

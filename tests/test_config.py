@@ -63,9 +63,10 @@ def test_archs_kernels_dtypes_ngpus():
 
 
 def test_shapes_named_and_explicit():
+    square = config.AttnCase.of
     assert config.parse_shapes("mission,2x16x2048x64") == (
-        ("mission", (1, 8, 512, 64)),
-        ("2x16x2048x64", (2, 16, 2048, 64)),
+        ("mission", square((1, 8, 512, 64))),
+        ("2x16x2048x64", square((2, 16, 2048, 64))),
     )
     for bad in ("1x8x512", "1x8x0x64", "1x8x512x96", "huge", "mission,,large"):
         with pytest.raises(ConfigError):

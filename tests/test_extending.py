@@ -95,7 +95,7 @@ def _stand_ins(tmp_path: Path, monkeypatch, peer_name: str, variant_name: str) -
     stand_in = tmp_path / "peer_stand_in.py"
     stand_in.write_text(SDPA.format(python=sys.executable, root=str(ROOT), log=str(log), impl=peer_name,
                                     p50=NEW_PEER_US, corrupt=False, noise={}, refuse=(), first_head_only=False,
-                                    serve=SERVE))
+                                    refuse_cases=False, flip_causal=False, serve=SERVE))
     real_command = peers.command
     monkeypatch.setattr(peers, "command", lambda name, *args: [sys.executable, str(stand_in), *args]
                         if name == peer_name else real_command(name, *args))

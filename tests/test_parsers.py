@@ -180,8 +180,8 @@ def _edited(tmp_path: Path, pattern: str, repl: str) -> Path:
     (r"^min_ratio = 1\.5$", 'min_ratio = "1.5"', ["allreduce.speedup.0.min_ratio", '(got "1.5")']),
     (r"^max_wrong = 0$", "max_wrong = false", ["allreduce.max_wrong: Input should be a valid integer", "(got false)"]),
     (r"^max_wrong = 0$", "max_wrong = 0.0", ["allreduce.max_wrong: Input should be a valid integer", "(got 0.0)"]),
-    (r"^version = 4$", "version = 999", ["version: Value error, version 999 is not the one this driver reads (4)"]),
-    (r"^version = 4$", "version = true", ["version: Input should be a valid integer"]),
+    (r"^version = 5$", "version = 999", ["version: Value error, version 999 is not the one this driver reads (5)"]),
+    (r"^version = 5$", "version = true", ["version: Input should be a valid integer"]),
     (r'^shape = "mission"$', f'shape = "1x8x{SUPERSCRIPT_TWO}x64"', ["malformed shape '1x8x²x64'"]),
 ])
 def test_a_thresholds_value_of_the_wrong_type_or_version_is_one_line(capsys, no_work, tmp_path, pattern, repl,
@@ -232,9 +232,10 @@ def _check_size(parse, v):
 
 
 def _check_shape(parse, v):
-    name, (b, h, s, d) = v
-    assert min(b, h, s, d) >= 1 and max(b, h, s, d) <= config.SHAPE_DIM_MAX and d in config.SDPA_HEAD_DIMS
-    assert parse(name) == v
+    name, case = v
+    dims = (*case.q_shape, *case.kv_shape)
+    assert min(dims) >= 1 and max(dims) <= config.SHAPE_DIM_MAX and case.d in config.SDPA_HEAD_DIMS
+    assert case.problem() is None and parse(name) == v
 
 
 def _check_whole(parse, v):

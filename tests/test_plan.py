@@ -112,8 +112,8 @@ reason = "a test's reason"
         "not measured", "hot is not in --timing cold; fails the run")
     assert listed["sdpa/speed/best-vs-torch_sdpa/cold/odd"] == ("not in this run", "shape odd is not in --shapes")
     assert listed["sdpa/speed/cpasync-vs-baseline/cold/1x8x512x64"] == (
-        "not in this run", ("shape 1x8x512x64 is not in --shapes (the run's mission has these dimensions, but a gate "
-        'matches a shape by its name: write shape = "mission")'))
+        "not in this run", ("shape 1x8x512x64 is not in --shapes (the run's mission is this case, but a gate "
+        'matches a case by its name: write shape = "mission")'))
     state, why = listed["sdpa/speed/best-vs-torch_sdpa/cold/mission"]
     assert state == "not measured" and why.endswith("optional on 2xH200: a test's reason") and "torch" in why
     assert listed["sdpa/speed/best-vs-cudnn_fp8/cold/large_d128"] == (

@@ -10,6 +10,12 @@ BM - 64 rows as a makespan model chooses, 2 short tiles only; the program checks
 own block_tile that the work units cover every row of every head exactly once.  The unsplit FP8 kernels
 are persistent (SDPA_SM90_PERSISTENT): min(units, SMs) blocks, each taking units grid apart; every
 other configuration has one block per unit.
+
+Since 2026-11-28 the program takes the attention case of kernels_cuda/sdpa_fp8/attn_shape.h (B, Hq, Hkv, Sq, Skv, D,
+causal): a case here is either (B, H, S, D), square non-causal MHA as before, or (B, Hq, Hkv, Sq, Skv, D, causal). It
+also checks with the kernel's own functions that each unit reads K/V head bh / G and exactly the K/V tiles its rows see
+(with the bottom-right causal mask: up to its last row's diagonal), that the persistent blocks' unit sequences take
+every unit once, and reports the K/V tiles of all units and of the busiest block.
 """
 
 import json
@@ -43,13 +49,21 @@ def _compile(tmp_path_factory, name: str, *defines: str):
         """plan: the tile plan policy of every case (0: full tiles, the grids of the rule below); bn: the
         head-dim-128 tile width policy (-1: the build's SDPA_SM90_BN_D128); fp8: the tier (both kernels are
         in every build: --precision at run time); q2: the fp8 tier's Q-terms policy (-1: the build's
-        SDPA_SM90_FP8_Q2)."""
-        stdin = "".join(f"{b} {h} {s} {d} {sms} {split} {pol} {plan} {bn} {int(fp8)} {q2}\n"
-                        for (b, h, s, d), sms, split, pol in cases)
+        SDPA_SM90_FP8_Q2). A case's shape: (B, H, S, D) or (B, Hq, Hkv, Sq, Skv, D, causal)."""
+        stdin = "".join(f"{' '.join(map(str, _case(shape)))} {sms} {split} {pol} {plan} {bn} {int(fp8)} {q2}\n"
+                        for shape, sms, split, pol in cases)
         out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, timeout=60, check=True).stdout
         return [json.loads(line) for line in out.splitlines()]
 
     return run
+
+
+def _case(shape: tuple) -> tuple:
+    """(B, Hq, Hkv, Sq, Skv, D, causal) of a case given as (B, H, S, D) (square, non-causal MHA) or in full."""
+    if len(shape) == 4:
+        b, h, s, d = shape
+        return (b, h, h, s, s, d, 0)
+    return tuple(int(x) for x in shape)
 
 
 @pytest.fixture(scope="module")
@@ -342,3 +356,112 @@ def test_the_odd_split_sanitizer_shape_splits_over_an_odd_count_of_tiles(fp8):
     for tier in (True, False):
         (r,) = fp8(case, fp8=tier)
         assert (r["split"], r["bn"]) == (2, 128) and -(-SDPA_SHAPES["split_odd_d128"][2] // r["bn"]) % 2 == 1
+
+
+# ------------------------------------------------------------------ the attention case (attn_shape.h), 2026-11-28
+
+# (B, Hq, Hkv, Sq, Skv, D, causal): grouped-query heads (G = 4), MQA, Sq != Skv, the causal mask, the issue's chunked
+# prefill and causal square prefill, decode-like single rows.
+CASES = [(1, 32, 8, 512, 8192, 128, 1), (1, 32, 8, 2048, 32768, 128, 1), (4, 32, 32, 4096, 4096, 64, 1),
+         (2, 16, 16, 2048, 2048, 128, 1), (1, 16, 16, 8192, 8192, 128, 1), (8, 32, 8, 1, 32768, 128, 0),
+         (8, 32, 8, 1, 32768, 128, 1), (2, 8, 1, 300, 1000, 64, 1), (2, 8, 1, 300, 1000, 64, 0),
+         (1, 4, 4, 7, 8192, 64, 1), (3, 12, 4, 129, 129, 128, 1), (1, 2, 2, 1000, 300, 128, 0)]
+
+
+def _tiles_of_row(i: int, sq: int, skv: int, causal: bool, bn: int) -> int:
+    """K/V tiles row i needs: every one, or with the bottom-right mask those holding keys j <= i + Skv - Sq."""
+    keys = i + 1 + skv - sq if causal else skv
+    return _cdiv(keys, bn)
+
+
+def test_every_case_is_served_and_covered(fp8):
+    """Every case of attn_shape.h, both tiers, every split override and warpgroup policy, 132 and 66 SMs: the units
+    cover every query row once, read the K/V head bh / G and the tiles up to their last row's diagonal, and the
+    persistent blocks take every unit once (the native program's "cover"); with the mask the units come heaviest
+    first ("order")."""
+    sizes = [(b, hq, hkv, sq, skv, d, c) for d in (64, 128) for (b, hq, hkv) in ((1, 4, 4), (2, 8, 2), (1, 6, 1))
+             for sq, skv in ((1, 1), (1, 777), (7, 1000), (128, 128), (129, 300), (300, 1000), (512, 8192), (1000, 300))
+             for c in (0, 1) if not (c and sq > skv)]
+    for tier in (True, False):
+        for plan in (0, 1):
+            cases = [(s, sms, split, pol) for s in sizes for sms in (132, 66) for split in (0, 1, 2) for pol in (1, 2)]
+            got = fp8(cases, plan, fp8=tier)
+            bad = [(c, r) for c, r in zip(cases, got) if "error" in r or not r["cover"] or not r["order"]]
+            assert not bad, bad[:3]
+
+
+def test_causal_units_run_only_the_tiles_their_rows_see(fp8):
+    """The K/V tiles of all units: without the mask every unit runs ceil(Skv / BN); with it each row tile runs the
+    tiles of its last row (restated here from the mask's definition), so a causal square prefill runs about half."""
+    for shape in CASES:
+        b, hq, _, sq, skv, _, causal = shape
+        for tier in (True, False):
+            (r,) = fp8([(shape, 132, 0, 1)], fp8=tier)
+            bm, bn = r["bm"], r["bn"]
+            rows_last = [min((t + 1) * bm, sq) - 1 for t in range(_cdiv(sq, bm))]
+            want = b * hq * sum(_tiles_of_row(i, sq, skv, bool(causal), bn) for i in rows_last)
+            assert r["tiles_total"] == want, (shape, tier, r)
+    (sq_nc,) = fp8([((4, 32, 32, 4096, 4096, 64, 0), 132, 0, 1)], fp8=False)
+    (sq_c,) = fp8([((4, 32, 32, 4096, 4096, 64, 1), 132, 0, 1)], fp8=False)
+    assert sq_c["units"] == sq_nc["units"] and 0.5 < sq_c["tiles_total"] / sq_nc["tiles_total"] < 0.52
+
+
+def _causal_block_tiles(b: int, hq: int, sq: int, skv: int, bm: int, bn: int, grid: int, snake: bool) -> list[int]:
+    """K/V tiles per persistent block, restated: units heaviest first (row tile full - 1 of every head, then full - 2,
+    ...), block k taking unit i * grid + k in round i, or with `snake` grid - 1 - k in odd rounds."""
+    full, bh = _cdiv(sq, bm), b * hq
+    weights = [_tiles_of_row(min((full - 1 - u // bh + 1) * bm, sq) - 1, sq, skv, True, bn) for u in range(full * bh)]
+    sums = [0] * grid
+    for u, w in enumerate(weights):
+        i, k = divmod(u, grid)
+        sums[grid - 1 - k if snake and i % 2 else k] += w
+    return sums
+
+
+def test_causal_grids_are_balanced(fp8):
+    """Heaviest units first and the snake rounds: the busiest persistent block's K/V tiles are the restated schedule's,
+    no more than plain rounds would give it, and within 3.2% of the mean per block at the causal square prefill shapes
+    (32 or 33 units of 1..16 tiles per block at (2,16,2048,128): 34 against 33.0) but for the fp8 tier's
+    three-warpgroup kernel at (2,16,2048,64) (352 units of 2..16 tiles in 2.67 rounds: 27 against 24.5, 1.10x); at the
+    chunked prefill shapes every block runs at most four units (512 units) or one (128 units on 132 SMs)."""
+    for shape in [(4, 32, 32, 4096, 4096, 64, 1), (2, 16, 16, 2048, 2048, 128, 1), (1, 16, 16, 8192, 8192, 128, 1),
+                  (2, 16, 16, 2048, 2048, 64, 1), (8, 8, 8, 1024, 1024, 64, 1), (1, 32, 8, 2048, 32768, 128, 1),
+                  (1, 32, 8, 512, 8192, 128, 1)]:
+        b, hq, _, sq, skv, _, _ = shape
+        for tier in (True, False):
+            (r,) = fp8([(shape, 132, 0, 1)], fp8=tier)
+            assert r["persistent"] and r["order"] and r["cover"], (shape, tier, r)
+            snake = _causal_block_tiles(b, hq, sq, skv, r["bm"], r["bn"], r["grid"], True)
+            plain = _causal_block_tiles(b, hq, sq, skv, r["bm"], r["bn"], r["grid"], False)
+            assert r["tiles_max_block"] == max(snake) <= max(plain) and r["tiles_total"] == sum(snake), (shape, tier, r)
+            ratio = r["tiles_max_block"] / (r["tiles_total"] / r["grid"])
+            if shape[3] != skv:  # chunked prefill
+                assert r["tiles_max_block"] <= (4 if r["units"] > r["grid"] else 1) * _cdiv(skv, r["bn"])
+            elif r["ncwg"] == 3 and sq == 2048:
+                assert 1.10 < ratio < 1.11
+            else:
+                assert ratio <= 1.032, (shape, tier, ratio)
+
+
+def test_square_non_causal_cases_are_unchanged(fp8):
+    """The square, non-causal MHA case given in full is the case given as (B, H, S, D): the same configuration."""
+    shapes = SHAPES + [(2, 16, 2048, 128), (1, 16, 8192, 128), (1, 3, 77, 128)]
+    full = [(_case(s), 132, 0, -1) for s in shapes]
+    short = [(s, 132, 0, -1) for s in shapes]
+    for tier in (True, False):
+        assert [_pick(r) | {"grid": r["grid"], "q_terms": r["q_terms"], "tiles": r["tiles"]} for r in fp8(full, -1, fp8=tier)] == \
+               [_pick(r) | {"grid": r["grid"], "q_terms": r["q_terms"], "tiles": r["tiles"]} for r in fp8(short, -1, fp8=tier)]
+
+
+def test_causal_three_warpgroup_kernel_keeps_full_tiles(fp8):
+    """The tile plan's short tiles are for units of one weight; with the mask the three-warpgroup kernel keeps full
+    tiles under every plan policy (and the native check asserts nshort = 0 for every causal case)."""
+    for plan in (1, 2):
+        (r,) = fp8([((2, 16, 16, 2048, 2048, 64, 1), 132, 0, 1)], plan)
+        assert r["ncwg"] == 3 and r["tiles"] == [11, 0] and r["cover"]
+
+
+def test_bad_cases_are_errors(fp8):
+    """select_config refuses what serves() refuses: Sq > Skv with the mask, Hq not a multiple of Hkv."""
+    assert "error" in fp8([((1, 4, 4, 300, 100, 64, 1), 132, 0, 1)])[0]
+    assert "error" in fp8([((1, 6, 4, 100, 100, 64, 0), 132, 0, 1)])[0]

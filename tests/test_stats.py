@@ -60,7 +60,9 @@ def _sdpa_peer_line() -> str:
     ns = argparse.Namespace(iters=8, warmup=1, timing="cold")
     out = io.StringIO()
     with redirect_stdout(out):
-        sdpa_io.emit("torch_sdpa", (1, 8, 512, 64), list(SAMPLES), ns, batch=1, flush_bytes=0, arithmetic="fp16",
+        q, kv = np.zeros((1, 8, 512, 64), np.float16), np.zeros((1, 8, 512, 64), np.uint8)
+        case = sdpa_io.SdpaCase(q=q, k_u8=kv, v_u8=kv, k_scale=1.0, v_scale=1.0)
+        sdpa_io.emit("torch_sdpa", case, list(SAMPLES), ns, batch=1, flush_bytes=0, arithmetic="fp16",
                      version="test")
     return out.getvalue()
 

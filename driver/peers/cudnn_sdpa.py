@@ -17,8 +17,17 @@ peer of the fp8 tier (the line's `precision` is "fp8"). Its arithmetic, written 
 The error against the float64 reference (computed from fp16 Q) therefore includes Q's and P's
 quantization; the driver reports it, and gates our fp8 tier against it (thresholds.toml [[sdpa.accuracy]]).
 
-A shape cuDNN refuses (head dim, sequence length, GPU older than sm_90) is one `error:` line with
-cuDNN's own reason and exit 3: the driver records the peer as skipped for that shape.
+Grouped-query heads: K and V go to cuDNN with their own head count [B, Hkv, Skv, D] (it groups the query heads
+itself); Sq != Skv as the files give them; the causal mask bottom-right aligned (row i sees keys
+j <= i + Skv - Sq) as the frontend's preferred masking arguments ask for it, `diagonal_alignment=BOTTOM_RIGHT`
+with `right_bound=0` (`use_causal_mask_bottom_right` where the installed frontend has no `diagonal_alignment`);
+where Sq == Skv the same mask as TOP_LEFT (`use_causal_mask`), the one cuDNN's FP8 attention takes before Blackwell:
+cudnn-frontend 1.22.1 refuses a bottom-right mask in FP8 on GPUs older than sm_100 ("only supported on Blackwell
+architecture and newer"; seen on an H200: experiments/2026-11-28-sdpa-inference-peers), so there the chunked-prefill cases are a skip with those
+words (`cudnn_mask`).
+
+A case cuDNN refuses (head dim, sequence length, grouped heads, the mask, GPU older than sm_90) is one `error:`
+line with cuDNN's own reason and exit 3: the driver records the peer as skipped for that case.
 """
 
 from __future__ import annotations
@@ -34,7 +43,28 @@ from driver.reference.sdpa import E4M3_MAX, decode_e4m3_sim, encode_e4m3_sim
 IMPL = "cudnn_fp8"
 SCALE_S = 256.0  # P in [0, 1] -> [0, 256] in E4M3 (max 448); a power of two: no rounding from the scale itself
 MIN_ARCH = (9, 0)
-_GRAPHS: dict[tuple[int, int, int, int], tuple[Fp8Sdpa, str]] = {}  # per shape, when served: built once
+_GRAPHS: dict[tuple, tuple[Fp8Sdpa, str]] = {}  # per case (sdpa_io.SdpaCase.key), when served: built once
+
+
+def cudnn_mask(causal: bool, square: bool, has_diagonal_alignment: bool) -> dict[str, object]:
+    """The sdpa_fp8 masking arguments of a case, decided without cuDNN: none; the causal mask aligned top-left
+    where Sq == Skv (`square`: it is the bottom-right mask there, and the form cuDNN's FP8 attention takes on
+    Hopper); else bottom-right. In the frontend's preferred form (`diagonal_alignment` names an enum member of
+    `cudnn.diagonal_alignment`), or its older flags where the frontend has no `diagonal_alignment`."""
+    if not causal:
+        return {}
+    corner = "TOP_LEFT" if square else "BOTTOM_RIGHT"
+    if has_diagonal_alignment:
+        return {"diagonal_alignment": corner, "right_bound": 0}
+    return {"use_causal_mask": True} if square else {"use_causal_mask_bottom_right": True}
+
+
+def _mask_args(cudnn, causal: bool, square: bool) -> dict[str, object]:
+    alignment = getattr(cudnn, "diagonal_alignment", None)
+    args = cudnn_mask(causal, square, alignment is not None)
+    if "diagonal_alignment" in args:
+        args["diagonal_alignment"] = getattr(alignment, str(args["diagonal_alignment"]))
+    return args
 
 
 def quantize_q(q: np.ndarray) -> tuple[np.ndarray, float]:
@@ -73,10 +103,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 class Fp8Sdpa:
-    """One cuDNN FP8 attention graph for a [B,H,S,D] problem, built once; `run()` launches it on
-    torch's current stream (inside a CUDA graph capture too)."""
+    """One cuDNN FP8 attention graph for a case (Q [B,Hq,Sq,D], K/V [B,Hkv,Skv,D], the mask), built once;
+    `run()` launches it on torch's current stream (inside a CUDA graph capture too)."""
 
-    def __init__(self, torch, cudnn, q8, k8, v8, scales: dict[str, float], out_fp16: bool) -> None:
+    def __init__(self, torch, cudnn, q8, k8, v8, scales: dict[str, float], out_fp16: bool,
+                 causal: bool = False) -> None:
+        square = q8.shape[2] == k8.shape[2]  # Sq == Skv: the causal mask's corners agree
         self.torch, self.cudnn = torch, cudnn
         b, h, s, d = q8.shape
         dev = q8.device
@@ -85,11 +117,14 @@ class Fp8Sdpa:
         e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
         g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32, handle=self.handle)
         stride = list(q8.stride())
-        tq, tk, tv = (g.tensor(name=n, dim=[b, h, s, d], stride=stride, data_type=e4m3) for n in ("q", "k", "v"))
+        tq = g.tensor(name="q", dim=[b, h, s, d], stride=stride, data_type=e4m3)
+        tk, tv = (g.tensor(name=n, dim=list(t.shape), stride=list(t.stride()), data_type=e4m3)
+                  for n, t in (("k", k8), ("v", v8)))
         names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
         ts = {n: g.tensor(name=n, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32) for n in names}
         o, _stats, amax_s, amax_o = g.sdpa_fp8(
-            q=tq, k=tk, v=tv, **ts, generate_stats=False, attn_scale=1.0 / math.sqrt(d), name="sdpa_fp8")
+            q=tq, k=tk, v=tv, **ts, generate_stats=False, attn_scale=1.0 / math.sqrt(d), name="sdpa_fp8",
+            **_mask_args(cudnn, causal, square))
         o.set_output(True).set_dim([b, h, s, d]).set_stride(stride).set_data_type(
             cudnn.data_type.HALF if out_fp16 else e4m3)
         for amax in (amax_s, amax_o):
@@ -129,17 +164,18 @@ class Fp8Sdpa:
         return decode_e4m3_sim(self.out.view(self.torch.uint8).cpu().numpy()) / scale_o
 
 
-def build(torch, cudnn, q8, k8, v8, scales: dict[str, float]) -> tuple[Fp8Sdpa, str]:
+def build(torch, cudnn, q8, k8, v8, scales: dict[str, float], causal: bool = False) -> tuple[Fp8Sdpa, str]:
     """The graph with an fp16 output if cuDNN accepts one, else an E4M3 output; the reason fp16 was refused."""
     try:
-        return Fp8Sdpa(torch, cudnn, q8, k8, v8, {**scales, "scale_o": 1.0}, out_fp16=True), ""
+        return Fp8Sdpa(torch, cudnn, q8, k8, v8, {**scales, "scale_o": 1.0}, out_fp16=True, causal=causal), ""
     except Exception as exc:  # noqa: BLE001 - cuDNN says why in its exception; kept for the record
         why_fp16 = _one_line(exc)
     try:
-        return Fp8Sdpa(torch, cudnn, q8, k8, v8, scales, out_fp16=False), why_fp16
+        return Fp8Sdpa(torch, cudnn, q8, k8, v8, scales, out_fp16=False, causal=causal), why_fp16
     except Exception as exc:  # noqa: BLE001
-        fail(f"cuDNN refuses FP8 SDPA for [B,H,S,D] {list(q8.shape)}: {_one_line(exc)} "
-             f"(with an fp16 output: {why_fp16})", EXIT_CUDA_ERROR)
+        mask = ", causal bottom-right" if causal else ""
+        fail(f"cuDNN refuses FP8 SDPA for q [B,Hq,Sq,D] {list(q8.shape)}, k/v {list(k8.shape)}{mask}: "
+             f"{_one_line(exc)} (with an fp16 output: {why_fp16})", EXIT_CUDA_ERROR)
 
 
 def to_device(torch, codes: np.ndarray):
@@ -191,9 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     scales = {"descale_q": q_scale, "descale_k": case.k_scale, "descale_v": case.v_scale,
               "descale_s": 1.0 / SCALE_S, "scale_s": SCALE_S, "scale_o": scale_o}
     q8, k8, v8 = (to_device(torch, a) for a in (q_codes, case.k_u8, case.v_u8))
-    cached = _GRAPHS.get(case.shape)
+    cached = _GRAPHS.get(case.key)
     if cached is None:
-        sdpa, why_not_fp16 = _GRAPHS.setdefault(case.shape, build(torch, cudnn, q8, k8, v8, scales))
+        sdpa, why_not_fp16 = _GRAPHS.setdefault(case.key, build(torch, cudnn, q8, k8, v8, scales, case.causal))
     else:
         sdpa, why_not_fp16 = cached
         sdpa.load(q8, k8, v8, scales)
@@ -208,9 +244,12 @@ def main(argv: list[str] | None = None) -> None:
     sdpa_io.write_out(ns.out, out)
     o_text = ("o fp16" if sdpa.out_fp16 else
               f"o e4m3 (scale_o 2^{int(math.log2(scale_o))}; cuDNN refused an fp16 output: {why_not_fp16})")
+    square = case.shape[2] == case.kv_shape[2]
+    mask = (", causal: " + ", ".join(f"{k}={getattr(v, 'name', v)}"
+                                     for k, v in _mask_args(cudnn, True, square).items()) if case.causal else "")
     arithmetic = (f"q e4m3 (per-tensor scale amax/448 = {q_scale:.6g}, quantized from fp16 Q), k/v e4m3 (our codes "
-                 f"and scales), P e4m3 (scale_s {SCALE_S:g}), fp32 accumulate, {o_text}")
-    sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush, arithmetic=arithmetic,
+                 f"and scales), P e4m3 (scale_s {SCALE_S:g}), fp32 accumulate, {o_text}{mask}")
+    sdpa_io.emit(IMPL, case, times, ns, batch=batch, flush_bytes=flush, arithmetic=arithmetic,
                  version=versions(torch, cudnn))
 
 

@@ -4,7 +4,9 @@ or FlashAttention-2 (`flash_attn`), the first found.
 
 Same inputs, flags and line as the other SDPA peers (driver/peers/sdpa_io.py), impl `flash_attn`;
 the fp16 tier, as the torch peer (K/V decoded with decode_e4m3_sim and scaled, fp16 compute).
-FlashAttention takes [B, S, H, D]: the inputs are transposed once, outside the timing.
+FlashAttention takes [B, S, H, D]: the inputs are transposed once, outside the timing. It groups query heads
+over fewer K/V heads itself (GQA, MQA), and its `causal=True` is bottom-right aligned since FlashAttention 2.1
+(row i sees keys j <= i + Skv - Sq), the case's mask.
 
 Availability (checked 2026-11-23): PyPI has no binary wheel that loads on the GPU host (torch 2.11
 cu130, Python 3.12): flash-attn 2.8.3.post2 is a source distribution only (its build needs nvcc and
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     k, v = (t.transpose(1, 2).contiguous() for t in (k, v))
 
     def attend():
-        out = flash_attn_func(q, k, v, causal=False)
+        out = flash_attn_func(q, k, v, causal=case.causal)
         return out[0] if isinstance(out, tuple) else out  # FA3 and FA4 also return the softmax LSE
 
     try:
@@ -93,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the library's refusal (shape, arch), as one line
         fail(f"{version} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", EXIT_CUDA_ERROR)
     sdpa_io.write_out(ns.out, out)
-    sdpa_io.emit(IMPL, case.shape, times, ns, batch=batch, flush_bytes=flush,
-                 arithmetic="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute", version=version)
+    sdpa_io.emit(IMPL, case, times, ns, batch=batch, flush_bytes=flush,
+                 arithmetic="q fp16, k/v e4m3 decoded to fp16 (scaled), fp16 compute" +
+                 ("; causal (bottom-right)" if case.causal else ""), version=version)
 
 
 if __name__ == "__main__":

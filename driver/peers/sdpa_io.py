@@ -1,10 +1,12 @@
 """What every SDPA peer shares: its command line, its inputs read and checked, its timing, its line.
 
 Every peer speaks our runners' vocabulary: `--q --k --v --scales` (.npy files: Q float16
-[B,H,S,D]; K, V uint8 E4M3 codes of the same shape; scales float32 [k_scale, v_scale]),
-`--iters --warmup`, `--timing cold|hot` (`--batch` launches per hot sample) and `--out` (the
-output, float16 [B,H,S,D], for the driver to check against the float64 reference). It prints
-one SdpaLine as JSON on stdout.
+[B,Hq,Sq,D]; K, V uint8 E4M3 codes [B,Hkv,Skv,D], Hq a multiple of Hkv; scales float32
+[k_scale, v_scale]), `--causal` (the bottom-right aligned mask: query row i sees keys
+j <= i + Skv - Sq), `--iters --warmup`, `--timing cold|hot` (`--batch` launches per hot sample)
+and `--out` (the output, float16 [B,Hq,Sq,D], for the driver to check against the float64
+reference). It prints one SdpaLine as JSON on stdout, naming the case it ran (q_shape, kv_shape,
+causal), which the driver checks against the case it asked for.
 
 Exit codes are the runners' (docs/BUILD.md, "Kernel executable interface"): 2 bad input (one
 `error:` line naming the file or the shape; checked before torch is imported, so a bad
@@ -55,21 +57,34 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--timing", default="cold", choices=MODES)
     p.add_argument("--batch", type=int, default=20, help="hot: launches per graph replay")
-    p.add_argument("--out", default=None, help="write the output here (float16 [B,H,S,D] .npy)")
+    p.add_argument("--out", default=None, help="write the output here (float16 [B,Hq,Sq,D] .npy)")
+    p.add_argument("--causal", action="store_true",
+                   help="the bottom-right aligned causal mask: query row i sees keys j <= i + Skv - Sq")
     return p
 
 
 @dataclass(frozen=True)
 class SdpaCase:
-    q: np.ndarray  # float16 [B, H, S, D]
-    k_u8: np.ndarray  # uint8 E4M3 codes, same shape
+    q: np.ndarray  # float16 [B, Hq, Sq, D]
+    k_u8: np.ndarray  # uint8 E4M3 codes [B, Hkv, Skv, D]
     v_u8: np.ndarray
     k_scale: float
     v_scale: float
+    causal: bool = False  # bottom-right aligned
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
+        """Q's shape [B, Hq, Sq, D] (and O's)."""
         return tuple(int(n) for n in self.q.shape)  # type: ignore[return-value]
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        return tuple(int(n) for n in self.k_u8.shape)  # type: ignore[return-value]
+
+    @property
+    def key(self) -> tuple:
+        """What a graph or plan built for this case depends on: both shapes and the mask."""
+        return self.shape, self.kv_shape, self.causal
 
 
 def _load(path: str, what: str) -> np.ndarray:
@@ -82,20 +97,29 @@ def _load(path: str, what: str) -> np.ndarray:
         raise BadInput(f"{what} input file {path} is not a .npy array: {exc}") from None
 
 
-def load_case(q: str, k: str, v: str, scales: str) -> SdpaCase:
-    """The four input files, read and checked: one clear BadInput for the first thing wrong."""
+def load_case(q: str, k: str, v: str, scales: str, causal: bool = False) -> SdpaCase:
+    """The four input files, read and checked (the runners' checks, attn_shape.h): one clear BadInput for the
+    first thing wrong."""
     arrays = {name: _load(path, name.upper() if name != "scales" else "scales")
               for name, path in (("q", q), ("k", k), ("v", v), ("scales", scales))}
     qa, ka, va, sa = arrays["q"], arrays["k"], arrays["v"], arrays["scales"]
     if qa.ndim != 4:
-        raise BadInput(f"Q must be [B,H,S,D], got {qa.ndim} dimension(s) {list(qa.shape)}")
-    if ka.shape != qa.shape or va.shape != qa.shape:
-        raise BadInput(f"Q, K and V shapes disagree: Q {list(qa.shape)}, K {list(ka.shape)}, V {list(va.shape)}")
+        raise BadInput(f"Q must be [B,Hq,Sq,D], got {qa.ndim} dimension(s) {list(qa.shape)}")
+    shapes = f"Q {list(qa.shape)}, K {list(ka.shape)}, V {list(va.shape)}"
+    if ka.ndim != 4 or va.shape != ka.shape:
+        raise BadInput(f"Q, K and V shapes disagree: {shapes}: K and V must share one shape [B,Hkv,Skv,D]")
     b, h, s, d = qa.shape
-    if s == 0:
-        raise BadInput(f"S = 0 in shape {list(qa.shape)}: there is no sequence to attend over")
-    if min(b, h, d) == 0:
-        raise BadInput(f"shape {list(qa.shape)} has a zero dimension")
+    if s == 0 or ka.shape[2] == 0:
+        raise BadInput(f"S = 0 in shape Q {list(qa.shape)}, K/V {list(ka.shape)}: there is no sequence to attend over")
+    if min(b, h, d, *ka.shape) == 0:
+        raise BadInput(f"shape Q {list(qa.shape)}, K/V {list(ka.shape)} has a zero dimension")
+    if (ka.shape[0], ka.shape[3]) != (b, d):
+        raise BadInput(f"Q, K and V shapes disagree: {shapes}: Q [B,Hq,Sq,D] and K/V [B,Hkv,Skv,D] share B and D")
+    if h % ka.shape[1]:
+        raise BadInput(f"Q has {h} heads, K/V {ka.shape[1]}: Hq must be a multiple of Hkv (grouped-query heads)")
+    if causal and s > ka.shape[2]:
+        raise BadInput(f"causal with Sq = {s} > Skv = {ka.shape[2]}: bottom-right alignment leaves query rows "
+                       f"0..{s - ka.shape[2] - 1} without a key")
     if d not in SDPA_HEAD_DIMS:
         raise BadInput(f"head dim {d} is not supported (supported: {', '.join(map(str, SDPA_HEAD_DIMS))})")
     if qa.dtype != np.float16:
@@ -104,7 +128,7 @@ def load_case(q: str, k: str, v: str, scales: str) -> SdpaCase:
         raise BadInput(f"K and V must be uint8 E4M3 codes, got {ka.dtype} and {va.dtype}")
     if sa.shape != (2,) or not np.issubdtype(sa.dtype, np.floating) or not (np.isfinite(sa).all() and (sa > 0).all()):
         raise BadInput(f"scales must hold two positive finite floats [k_scale, v_scale], got {sa!r}")
-    return SdpaCase(q=qa, k_u8=ka, v_u8=va, k_scale=float(sa[0]), v_scale=float(sa[1]))
+    return SdpaCase(q=qa, k_u8=ka, v_u8=va, k_scale=float(sa[0]), v_scale=float(sa[1]), causal=causal)
 
 
 def args_and_case(prog: str, argv: list[str] | None = None) -> tuple[argparse.Namespace, SdpaCase]:
@@ -113,7 +137,7 @@ def args_and_case(prog: str, argv: list[str] | None = None) -> tuple[argparse.Na
     if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
         fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
     try:
-        return ns, load_case(ns.q, ns.k, ns.v, ns.scales)
+        return ns, load_case(ns.q, ns.k, ns.v, ns.scales, ns.causal)
     except BadInput as exc:
         fail(str(exc), EXIT_BAD_INPUT)
 
@@ -168,14 +192,15 @@ def write_out(path: str | None, out: np.ndarray) -> None:
         np.save(path, np.ascontiguousarray(out, dtype=np.float16))
 
 
-def emit(impl: str, shape: tuple[int, int, int, int], times_us: list[float], ns: argparse.Namespace, *,
+def emit(impl: str, case: SdpaCase, times_us: list[float], ns: argparse.Namespace, *,
          batch: int, flush_bytes: int, arithmetic: str, version: str) -> None:
-    """Print the peer's SdpaLine: in its precision tier (records.SDPA_PEER_PRECISION), `arithmetic` saying
-    in words what its numbers are made of. `times_us`: the raw samples in the order timed (per launch; hot: a
-    replay's time / its launches); the driver computes every statistic from them (driver/stats.py)."""
-    b, h, s, d = shape
+    """Print the peer's SdpaLine: in its precision tier (records.SDPA_PEER_PRECISION), naming the case it ran
+    (q_shape, kv_shape, causal), `arithmetic` saying in words what its numbers are made of. `times_us`: the raw
+    samples in the order timed (per launch; hot: a replay's time / its launches); the driver computes every
+    statistic from them (driver/stats.py)."""
     print(json.dumps({
-        "suite": "sdpa", "impl": impl, "shape": [b, h, s, d], "iters": ns.iters, "warmup": ns.warmup,
+        "suite": "sdpa", "impl": impl, "shape": list(case.shape), "q_shape": list(case.shape),
+        "kv_shape": list(case.kv_shape), "causal": case.causal, "iters": ns.iters, "warmup": ns.warmup,
         "samples_us": [float(t) for t in times_us],
         "timing": ns.timing, "batch": batch, "l2_flush_bytes": flush_bytes,
         "precision": SDPA_PEER_PRECISION[impl], "arithmetic": arithmetic, "peer_version": version,

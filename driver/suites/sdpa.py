@@ -1,7 +1,10 @@
 """The SDPA suite: both variants in each precision tier asked for (--precision: fp16, fp8) against a float64
-reference, on every input distribution asked for (--distributions); PyTorch, cuDNN FP8 and FlashAttention as
-the peers of their tiers (driver/peers/), in the same rounds and timing modes, their outputs checked against the
-same reference (reported, and the accuracy gates compare ours with them)."""
+reference, on every input distribution asked for (--distributions), at every case asked for (--shapes: Q
+[B,Hq,Sq,D], K/V [B,Hkv,Skv,D], the bottom-right causal mask; config.AttnCase); PyTorch, cuDNN FP8, FlashAttention
+and FlashInfer as the peers of their tiers (driver/peers/), in the same rounds and timing modes, their outputs
+checked against the same reference (reported, and the accuracy gates compare ours with them). Memory-bound cases'
+records carry hbm_frac, over the device's copy bandwidth measured at the start of the run (driver/peers/hbm_copy.py).
+"""
 
 from __future__ import annotations
 
@@ -15,20 +18,22 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
 import numpy as np
 
-from driver import config, device, peers, phases, registry
+from driver import config, device, peers, phases, registry, stats
 from driver.clocks import ClockSampler, nvml_sampler
+from driver.config import AttnCase
 from driver.errors import ConfigError, DriverError, KernelFailed, TierNotOffered, WrongResults
 from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
+from driver.parse import launch_lines
 from driver.records import (
     SDPA_PEER_PRECISION,
     ArchivedRecord,
+    CopyLine,
     DeviceInfo,
     InputsLine,
     ReferenceLine,
@@ -92,35 +97,6 @@ def expected_kernel(precision: str, gpu_arch: str, build_arch: str) -> str | Non
     return HOPPER_FP16_KERNEL if hopper else MMA_SYNC_KERNEL
 
 
-@dataclass(frozen=True)
-class AttnCase:
-    """One attention case's shapes: Q [B, Hq, Sq, D], K/V [B, Hkv, Skv, D], and the bottom-right causal mask."""
-
-    q_shape: tuple[int, int, int, int]
-    kv_shape: tuple[int, int, int, int]
-    causal: bool = False
-
-    @classmethod
-    def of(cls, spec) -> AttnCase:
-        """A case from what names one: an AttnCase; anything with q_shape and kv_shape (and causal); a square
-        (B, H, S, D), non-causal; or (q_shape, kv_shape[, causal])."""
-        if isinstance(spec, AttnCase):
-            return spec
-        if hasattr(spec, "q_shape") and hasattr(spec, "kv_shape"):
-            return cls(tuple(spec.q_shape), tuple(spec.kv_shape), bool(getattr(spec, "causal", False)))
-        spec = tuple(spec)
-        if len(spec) == 4 and all(isinstance(n, int | np.integer) for n in spec):
-            return cls(tuple(int(n) for n in spec), tuple(int(n) for n in spec), False)
-        if len(spec) in (2, 3):
-            return cls(tuple(spec[0]), tuple(spec[1]), bool(spec[2]) if len(spec) == 3 else False)
-        raise ValueError(f"not an attention case: {spec!r}")
-
-    @property
-    def input_bytes(self) -> int:
-        """Q (fp16) and K, V (one byte a code) as files."""
-        return 2 * math.prod(self.q_shape) + 2 * math.prod(self.kv_shape)
-
-
 def write_inputs(folder: Path, shape, seed: int, distribution: str = "normal") -> dict[str, Path]:
     """One seed's inputs as the runners read them, made in numpy (driver/reference/inputs.py: the same bytes the GPU
     makes) and written straight into the files; `shape` a square (B, H, S, D) or anything AttnCase.of takes."""
@@ -167,6 +143,68 @@ def timing_args(opts: RunOptions, mode: str) -> list[str]:
 
 def file_args(files: dict[str, Path]) -> list[str]:
     return [a for name in ("q", "k", "v", "scales") for a in (f"--{name}", str(files[name]))]
+
+
+def case_args(case: AttnCase) -> list[str]:
+    """What our runners and every peer take beyond the files (whose shapes say the rest of the case): the mask."""
+    return ["--causal"] if case.causal else []
+
+
+def line_case(line: SdpaLine) -> AttnCase:
+    """The case a line says it ran; a line from before 2026-11-28 names Q's shape only: the square case."""
+    q = tuple(line.q_shape or line.shape)
+    return AttnCase(q, tuple(line.kv_shape or q), line.causal)  # type: ignore[arg-type]
+
+
+def check_case(what: str, asked: AttnCase, line: SdpaLine) -> None:
+    """A runner or peer must have run the case it was asked for (the files' shapes, --causal), never another:
+    a line that says otherwise is a failed run (ours: the run stops; a peer: dropped, with this reason)."""
+    got = line_case(line)
+    if got != asked:
+        raise KernelFailed(f"{what}: asked for the case {asked.words()}, the line says {got.words()}",
+                           "rebuild the SDPA runners (python -m driver build --targets sdpa); a peer must read "
+                           "--causal and K/V of their own shape (driver/peers/sdpa_io.py)")
+
+
+def kv_elem_bytes(impl: str) -> int:
+    """Bytes of one K/V element as an implementation reads them (ours: E4M3; a peer: registry's kv_elem_bytes)."""
+    return registry.OURS_KV_BYTES if impl in VARIANTS else peers.PEERS[impl].kv_elem_bytes
+
+
+def hbm_frac(case: AttnCase, impl: str, p50_us: float, copy_gbps: float | None) -> float | None:
+    """The share of the device's measured copy bandwidth a timed memory-bound case reached: the bytes it must
+    move (K and V as `impl` reads them, Q and O in fp16: AttnCase.bytes_moved) over its p50, over `copy_gbps`
+    (read + write). None where the case is not memory-bound, nothing was timed or the copy was not measured."""
+    elem = kv_elem_bytes(impl)
+    if not case.memory_bound or not copy_gbps or p50_us <= 0 or not elem:
+        return None
+    return case.bytes_moved(elem) / (p50_us * 1e-6) / (copy_gbps * 1e9)
+
+
+COPY_CEILING = "hbm_copy_gpu0"  # the run's ceilings_gbps key of the copy bandwidth
+
+
+def copy_gbps(line: CopyLine) -> float:
+    """Read + write bandwidth of the copy: 2 x bytes over the p50 of its samples (driver/stats.py)."""
+    p50 = stats.percentile(line.samples_us, 50)
+    return 2 * line.bytes / (p50 * 1e-6) / 1e9 if p50 > 0 else 0.0
+
+
+def measure_copy(opts: RunOptions, gpu_arch: str) -> tuple[dict[str, float], list[Skip]]:
+    """The device's copy bandwidth for this run's hbm_frac, where some case asked for is memory-bound; or why it
+    is not measured (then those records carry no hbm_frac and the hbm gates say why)."""
+    if not any(case.memory_bound for _, case in opts.shapes):
+        return {}, []
+    why = peers.missing("hbm_copy", gpu_arch)
+    if why:
+        return {}, [Skip(suite="sdpa", impl="hbm_copy", reason=why)]
+    progress("copy bandwidth: a device-to-device copy on GPU 0 (cold, L2 flushed)")
+    try:
+        with phases.timed("copy bandwidth"):
+            (line,) = launch_lines(peers.command("hbm_copy"), CopyLine, what="hbm copy", timeout_s=opts.timeout_s)
+    except DriverError as exc:
+        return {}, [Skip(suite="sdpa", impl="hbm_copy", reason=exc.one_line())]
+    return {COPY_CEILING: copy_gbps(line)}, []
 
 
 def precision_args(impl: str, precision: str, opts: RunOptions) -> list[str]:
@@ -319,21 +357,22 @@ class Cases:
     """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
     order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
     while the GPU works on this one (on the GPU when `gpu` is given, between timings; else numpy on half the
-    cores; cases as small as `on_cpu` says by numpy in any case). Each is made once per run, for ours and every peer in every tier: a reference is never computed
-    twice for the same inputs. Inputs live as files only (never as arrays held here); those of shapes after the
-    current one are made while they fit in INPUTS_AHEAD_BYTES. `release` drops a finished shape's files.
+    cores; cases as small as `on_cpu` says by numpy in any case). Each is made once per run, for ours and every
+    peer in every tier: a reference is never computed twice for the same inputs. Inputs live as files only (never
+    as arrays held here); those of shapes after the current one are made while they fit in INPUTS_AHEAD_BYTES.
+    `release` drops a finished shape's files.
     A shape is a square (B, H, S, D) or anything AttnCase.of takes (Q and K/V shapes, causal)."""
 
     def __init__(self, folder: Path, shapes: list[tuple[str, object]], seeds: tuple[int, ...],
                  distributions: tuple[str, ...] = ("normal",), gpu: GpuReference | None = None):
         self.folder = folder
         self.gpu = gpu
+        self.cases = {name: AttnCase.of(shape) for name, shape in shapes}
         # Inputs on a few threads (the shapes' seeds side by side), the references one at a time, each on
         # half the cores: the other half stays free for the host side of whatever is being timed meanwhile.
         self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
         self.ref_threads = max(1, (os.cpu_count() or 2) // 2)
-        self.cases = {name: AttnCase.of(shape) for name, shape in shapes}
         self.order = [name for name, _ in shapes]  # shapes not yet released, in the order they run
         self.ahead = threading.Condition()
         self.made_bytes = 0  # input files made or being made, of shapes not yet released
@@ -451,8 +490,8 @@ def planned_cases(opts: RunOptions, peer_impls: tuple[str, ...], tiers: tuple[st
 
 def _shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
-    shape_name: str, shape: tuple[int, int, int, int], *, pool: Pool | None = None, cases: Cases | None = None,
-    tiers: tuple[str, ...] | None = None,
+    shape_name: str, shape: AttnCase | tuple[int, int, int, int], *, pool: Pool | None = None,
+    cases: Cases | None = None, tiers: tuple[str, ...] | None = None, copy_gbps: float | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
     """Every seed of every distribution, of every variant in every tier (`tiers`: those that run here, by
     default every one asked for) and of the tiers' peers, checked against the reference first (one launch each
@@ -461,18 +500,21 @@ def _shape(
     mode, for the variants of each tier that were correct on every seed of those inputs, each timed run's
     output (ours and the peers') checked again. A variant with wrong results there is never timed; a peer's
     error is reported, not gated (the accuracy gates compare ours with it). `pool` and `cases` (the suite's
-    workers and its background references) are made here if not given."""
+    workers and its background references) are made here if not given; `copy_gbps`: the device's copy bandwidth
+    measured in the run (hbm_frac)."""
+    case = AttnCase.of(shape)
     with contextlib.ExitStack() as stack:
         if pool is None:
             pool = stack.enter_context(Pool(one_shot=not opts.workers))
         if cases is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
-            cases = Cases(Path(tmp), [(shape_name, shape)], opts.seeds, opts.distributions)
+            cases = Cases(Path(tmp), [(shape_name, case)], opts.seeds, opts.distributions)
             stack.callback(cases.close)
         checker = stack.enter_context(ThreadPoolExecutor(2, thread_name_prefix="sdpa-check"))
         not_offered: dict[str, str] = {}
         records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, peer_impls, shape_name, pool, cases,
-                                      checker, opts.precisions if tiers is None else tiers, not_offered)
+                                      checker, opts.precisions if tiers is None else tiers, not_offered,
+                                      copy_gbps=copy_gbps)
         return records, skipped + [Skip(suite="sdpa", impl=tier_skip(t), reason=why) for t, why in not_offered.items()]
 
 
@@ -482,11 +524,15 @@ Impl = tuple[str, str]  # (impl, precision tier): ("cpasync", "fp16"), ("cudnn_f
 def _run_shape(
     opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git_sha: str, peer_impls: tuple[str, ...],
     shape_name: str, pool: Pool, cases: Cases, checker: ThreadPoolExecutor, tiers: tuple[str, ...],
-    not_offered: dict[str, str], sampler: ClockSampler | None = None,
+    not_offered: dict[str, str], sampler: ClockSampler | None = None, copy_gbps: float | None = None,
 ) -> tuple[list[ArchivedRecord], list[Skip]]:
-    """`not_offered` (tier -> the runner's words) collects the tiers a runner refused with exit 5; they are
-    left out here and in the shapes after this one. `sampler` (GPU 0's clock and power, read on a thread): each
-    timed record gets the summary of its rounds' samples."""
+    """`not_offered` (tier -> the runner's words) collects the tiers a runner refused with exit 5 at a square case
+    (no sm_90a code, no FP8 MMA): they are left out here and in the cases after this one. A refusal at any other
+    case (a kernel that does not serve GQA, Sq != Skv or the mask) stands for that case alone: the tier is
+    recorded as not offered there, with the runner's words, and the peers of the tier are still checked and timed.
+    `sampler` (GPU 0's clock and power, read on a thread): each timed record gets the summary of its rounds'
+    samples. `copy_gbps`: the run's measured copy bandwidth, which memory-bound records' hbm_frac divides by."""
+    case = cases.cases[shape_name]
     before = device.probe().gpus[:1]
     modes = opts.modes("sdpa")
     serve = servers(exe_dir, peer_impls, chosen_variants(opts))
@@ -527,7 +573,8 @@ def _run_shape(
     check_order = [(dist, seed) for dist in sorted(dists, key=lambda d: d != TIMED_DISTRIBUTION) for seed in opts.seeds]
     stop = threading.Event()
     first_of_tier = {tier: threading.Lock() for tier in tiers}  # our runners ask a tier's first case one at a time
-    refused: dict[str, TierNotOffered] = {}  # so that a refusal (exit 5) is asked once and stands for the run
+    refused: dict[str, TierNotOffered] = {}  # so that a refusal (exit 5) is asked once and stands for the case
+    refused_here: dict[str, str] = {}  # tier -> why our runner refused this (not square) case
 
     def check_cases(impl: str, tiers_of: list[str]) -> list[tuple[str, str, int, SdpaLine | BaseException]]:
         """Every check of one implementation (one worker: both tiers of a runner share it), in order; (tier,
@@ -539,17 +586,18 @@ def _run_shape(
                     return done
                 gate = first_of_tier[tier] if impl in VARIANTS and n == 0 else contextlib.nullcontext()
                 with gate:
-                    if tier in refused:
+                    if impl in VARIANTS and tier in refused:  # our other variant was refused: so is this one
                         done.append((tier, dist, seed, refused[tier]))
                         break
                     files, _folder = cases.files(shape_name, seed, dist)
                     what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} (check)"
                     progress(what, step=True)
-                    args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)),
+                    args = [*file_args(files), "--out", str(out_of(impl, tier, dist, seed)), *case_args(case),
                             *(CHECK_ARGS if impl in VARIANTS else PEER_CHECK_ARGS), *precision_args(impl, tier, opts)]
                     try:
                         (line,) = pool.run(served(serve[impl], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
                         check_impl(what, impl, line.impl)
+                        check_case(what, case, line)
                         if impl in VARIANTS:
                             check_precision(what, tier, line.precision)
                     except TierNotOffered as exc:
@@ -576,7 +624,12 @@ def _run_shape(
         if isinstance(outcome, TierNotOffered):
             if impl not in VARIANTS:
                 raise outcome
-            if tier not in not_offered:
+            if not case.square:
+                if tier not in refused_here:
+                    refused_here[tier] = (f"{shape_name} ({case.words()}): the runner refused the {tier} tier for "
+                                          f"this case: {outcome.message}")
+                    progress(f"{tier} tier not offered at {shape_name}: {outcome.message}")
+            elif tier not in not_offered:
                 not_offered[tier] = f"the runner refused the {tier} tier: {outcome.message}"
                 progress(f"{tier} tier not offered here: {outcome.message}")
         elif isinstance(outcome, BaseException):
@@ -587,7 +640,7 @@ def _run_shape(
         else:
             lines[(impl, tier, dist, seed)] = outcome
             check_later(impl, tier, dist, seed)
-    ours = [(impl, tier) for impl, tier in ours if tier not in not_offered]
+    ours = [(impl, tier) for impl, tier in ours if tier not in not_offered and tier not in refused_here]
     # ---- verdicts of ours on the timed inputs, before anything is timed: only variants correct there on every
     # seed are timed; the other distributions' errors come in meanwhile
     verdicts: dict[tuple[str, str, str, int], tuple[SdpaErrors, Verdict]] = {}
@@ -602,16 +655,19 @@ def _run_shape(
 
     correct = [(impl, tier) for impl, tier in ours if TIMED_DISTRIBUTION in dists and
                all(verdict_of(impl, tier, TIMED_DISTRIBUTION, seed)[1].passed for seed in opts.seeds)]
+    # The peers of a tier are timed beside ours where ours is, and where our runner did not offer this case (their
+    # numbers are then the case's benchmark); never where ours was wrong (a ratio would mean nothing).
+    peer_tiers = {t for _, t in correct} | (set(refused_here) if TIMED_DISTRIBUTION in dists else set())
     cmds: dict[tuple[str, str, str], Served] = {}
-    for mode in modes if correct else ():  # per mode, ours then the peers of each tier: A B C D E, A B C D E, ...
+    for mode in modes if peer_tiers else ():  # per mode, ours then the peers of each tier: A B C D E, A B C D E, ...
         files, _folder = cases.files(shape_name, timed_seed, TIMED_DISTRIBUTION)
         for tier in tiers:
             timed_here = [(impl, t) for impl, t in correct if t == tier]
-            for impl, t in [*timed_here, *((p, t) for p, t in theirs if t == tier and timed_here)]:
+            for impl, t in [*timed_here, *((p, t) for p, t in theirs if t == tier and tier in peer_tiers)]:
                 if dropped(impl):
                     continue
                 out = out_of(impl, t, TIMED_DISTRIBUTION, timed_seed)
-                cmds[(impl, t, mode)] = served(serve[impl], [*file_args(files), "--out", str(out),
+                cmds[(impl, t, mode)] = served(serve[impl], [*file_args(files), "--out", str(out), *case_args(case),
                                                              *timing_args(opts, mode), *precision_args(impl, t, opts)])
 
     def on_line(cmd_key: tuple[str, str, str], _line: SdpaLine) -> None:
@@ -620,6 +676,7 @@ def _run_shape(
     def key(cmd_key: tuple[str, str, str], line: SdpaLine) -> tuple[str, str, str]:
         impl, tier, mode = cmd_key
         check_impl(f"sdpa {shape_name} {tier} {mode}", impl, line.impl)
+        check_case(f"sdpa {shape_name} {impl} {tier} {mode}", case, line)
         check_mode(f"sdpa {shape_name} {impl} {tier}", mode, line.timing)
         check_precision(f"sdpa {shape_name} {impl}", tier, line.precision)
         return (impl, tier, mode)
@@ -659,6 +716,7 @@ def _run_shape(
             suite="sdpa", impl=impl, kernel=VARIANTS.get(impl, impl), config=f"{shape_name}/seed{seed}",
             device=dev.kind, git_sha=git_sha, seed=seed, distribution=dist, measurement=line, round_p50_us=p50s,
             timing=mode, tensor_frac=line.tflops / peak if peak else None,
+            hbm_frac=hbm_frac(case, impl, line.p50_us, copy_gbps) if mode else None,
             telemetry_before=before, telemetry_after=after, clock=clock, flags=flags, **kw,
         )
 
@@ -704,8 +762,9 @@ def _run_shape(
                     records.append(record(impl, tier, dist, seed, line, p50s, mode, **fields))
     failures = {**peer_failures,
                 **{(k[0], k[2]): why for k, why in (samples.peer_failures if samples is not None else {}).items()}}
-    return records, [Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
-                     for (impl, mode), why in failures.items()]
+    return records, [*(Skip(suite="sdpa", impl=impl, reason=f"{shape_name} {mode}: {why}")
+                       for (impl, mode), why in failures.items()),
+                     *(Skip(suite="sdpa", impl=tier_skip(t), reason=why) for t, why in refused_here.items())]
 
 
 def tier_errors(out: np.ndarray, ref_out: np.ndarray, gates: SdpaGates, precision: str, distribution: str,
@@ -771,6 +830,11 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(Pool(one_shot=not opts.workers))
         pool.prestart([served(cmd, []).server for cmd in servers(exe_dir, here_t, chosen_variants(opts)).values()])  # start-ups overlap
+        # The copy bandwidth of hbm_frac, before any reference or case uses the GPU (the workers' start-ups may
+        # overlap it: a torch import and a CUDA context, no kernel)
+        ceilings, copy_skips = measure_copy(opts, gpu_arch)
+        result.ceilings_gbps |= ceilings
+        result.skipped += copy_skips
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="sdpa-"))
         gpu_ref = None
         if opts.workers and peers.missing("torch_sdpa", gpu_arch) is None:  # torch sees this GPU
@@ -783,9 +847,9 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
         sampler = nvml_sampler(1)  # GPU 0's clock and power while each case is timed (driver/clocks.py)
         if sampler is not None:
             stack.callback(sampler.stop)
-        for shape_name, _shape_dims in opts.shapes:
+        for shape_name, _case in opts.shapes:
             records, skipped = _run_shape(opts, exe_dir, dev, gates, git_sha, here_t, shape_name, pool, cases,
-                                          checker, tiers_t, not_offered, sampler)
+                                          checker, tiers_t, not_offered, sampler, ceilings.get(COPY_CEILING))
             cases.release(shape_name)
             result.records += records
             result.skipped += skipped

@@ -5,12 +5,16 @@
 //                               [--ablate none|no_compute|no_loads] [--no-spin]
 //                               [--timing cold|hot] [--batch N] [--soak N [--streams K]]
 //                               [--precision fp16|fp8]
-//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80] [--causal]
+//                               [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80|decode_sm89|decode_fp8_sm89]
+//                               [--causal]
 //
 // q.npy [B,Hq,Sq,D] fp16; k.npy, v.npy [B,Hkv,Skv,D] E4M3 codes, Hq a multiple of Hkv (attn_shape.h); --causal: the
 // bottom-right aligned mask (row i sees keys j <= i + Skv - Sq; Sq > Skv with --causal is refused, exit 2).
-// The line carries "q_shape", "kv_shape" and "causal" ("shape" is q's, as before 2026-11-28).  Only the sm_90
-// kernels serve a case other than square, non-causal MHA; elsewhere such a case is refused with exit 5.
+// The line carries "q_shape", "kv_shape" and "causal" ("shape" is q's, as before 2026-11-28).  The sm_90 kernels
+// and the decode kernel serve cases other than square, non-causal MHA; mma_sync_sm80 refuses them with exit 5.
+//   decode_sm89, decode_fp8_sm89: the split-KV decode kernel of each tier (kernels_cuda/sdpa_decode/, every build),
+//                  taken by --kernel auto for G * Sq <= 64 query rows per K/V head (not square MHA), any case when
+//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.
 //
 // --precision picks the tier (default fp16): what the matrix products compute in.
 //   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
@@ -99,12 +103,16 @@
 #if SDPA_SM90A
 #include "../sdpa_fp8_sm90/kernel.cuh"
 #endif
+#include "../sdpa_decode/kernel.cuh"  // sdpa_decode: the split-KV decode kernel (every build: sm_89+)
 
 namespace {
 
 // The Hopper kernels' names (kernels_cuda/sdpa_fp8_sm90/kernel.cuh kernel_name), known in every build.
 const std::string kHopperFp16 = "wgmma_sm90";
 const std::string kHopperFp8 = "wgmma_fp8_sm90";
+// sdpa_decode: the decode kernel's names (kernels_cuda/sdpa_decode/kernel.cuh kernel_name), in every build.
+const std::string kDecodeFp16 = sdpa_decode::kernel_name(sdpa_decode::Tier::kFp16);
+const std::string kDecodeFp8 = sdpa_decode::kernel_name(sdpa_decode::Tier::kFp8);
 
 bool g_serve = false;  // --serve: many cases in one process
 
@@ -250,8 +258,10 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         else if (a == "--batch") { if (!parse_int(need("--batch"), &batch) || batch < 1 || batch > 100000) die(EXIT_BAD_INPUT, "--batch must be an integer 1..100000"); }
         else if (a == "--kernel") {
             kernel_req = need("--kernel");
-            if (kernel_req != "auto" && kernel_req != kHopperFp16 && kernel_req != kHopperFp8 && kernel_req != "mma_sync_sm80")
-                die(EXIT_BAD_INPUT, "--kernel must be auto, " + kHopperFp16 + ", " + kHopperFp8 + " or mma_sync_sm80");
+            if (kernel_req != "auto" && kernel_req != kHopperFp16 && kernel_req != kHopperFp8 && kernel_req != "mma_sync_sm80" &&
+                kernel_req != kDecodeFp16 && kernel_req != kDecodeFp8)
+                die(EXIT_BAD_INPUT, "--kernel must be auto, " + kHopperFp16 + ", " + kHopperFp8 + ", mma_sync_sm80, " + kDecodeFp16 +
+                                        " or " + kDecodeFp8);
         }
         else if (a == "--precision") {
             const std::string p = need("--precision");
@@ -275,7 +285,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (q_path.empty() || k_path.empty() || v_path.empty() || s_path.empty() || out_path.empty())
         die(EXIT_BAD_INPUT, "usage: --q Q.npy --k K.npy --v V.npy --scales SCALES.npy --out OUT.npy [--iters N] [--warmup N] "
                "[--warps 0|2|4|8] [--split 0|1|2|4] [--ablate none|no_compute|no_loads] [--no-spin] [--timing cold|hot] "
-               "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80] [--causal]");
+               "[--batch N] [--precision fp16|fp8] [--kernel auto|wgmma_sm90|wgmma_fp8_sm90|mma_sync_sm80|decode_sm89|decode_fp8_sm89] "
+               "[--causal]");
 
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
@@ -330,6 +341,28 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
                            " (shape " + shape_str(q.shape) + "); inputs must be finite");
     }
 
+    // ================================================================ sdpa_decode (kernels_cuda/sdpa_decode/) begin
+    // The split-KV decode kernel of both tiers, in every build (mma.sync, sm_89+).  --kernel decode_sm89 |
+    // decode_fp8_sm89 forces it (any case); --kernel auto takes it for decode-shaped cases (plan.h decode_shaped:
+    // G * Sq <= 64 query rows per K/V head, not square MHA) unless --warps or --ablate asks for another kernel.
+    // --split 1|2|4 forces its key chunks (0: its plan); --q-terms 2 does not apply (one E4M3 term of Q).
+    const std::string kDecode = fp8 ? kDecodeFp8 : kDecodeFp16;
+    const bool decode_forced = kernel_req == kDecodeFp16 || kernel_req == kDecodeFp8;
+    if (decode_forced && kernel_req != kDecode)
+        die(EXIT_BAD_INPUT, "--kernel " + kernel_req + " is the " + (fp8 ? "fp16" : "fp8") + " tier's decode kernel; this case asks for --precision " +
+                                (fp8 ? "fp8" : "fp16"));
+    if (decode_forced && tuned) die(EXIT_BAD_INPUT, "--warps applies to the mma_sync_sm80 kernel only");
+    if (decode_forced && ablate != sdpa_fp8::kAblNone) die(EXIT_BAD_INPUT, "--ablate: the decode kernel has no ablation modes");
+    const bool use_decode = decode_forced || (kernel_req == "auto" && !tuned && ablate == sdpa_fp8::kAblNone && sdpa_decode::decode_shaped(shape));
+    sdpa_decode::LaunchInfo ldec;
+    if (use_decode) {
+        if (fp8 && q_terms_req == 2) die(EXIT_BAD_INPUT, "--q-terms 2: the decode kernel's fp8 tier takes Q as one E4M3 term; use --q-terms auto or 1");
+        const char* why = nullptr;
+        if (!sdpa_decode::select(fp8 ? sdpa_decode::Tier::kFp8 : sdpa_decode::Tier::kFp16, shape, 1, split, &ldec, &why))
+            die(EXIT_BAD_INPUT, why);
+    }
+    // ================================================================ sdpa_decode end
+
     // The tier's Hopper kernel.
     const std::string kHopper = fp8 ? kHopperFp8 : kHopperFp16;
 #if SDPA_SM90A
@@ -338,11 +371,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     const int q2_policy = q_terms_req == 0 ? SDPA_SM90_FP8_Q2 : q_terms_req == 1 ? 0 : 2;
     // The tier's configuration on num_sms SMs (1: the checks before the GPU is touched), the build's policies but Q's.
     auto select90 = [&](int num_sms, sdpa_sm90::LaunchInfo* li, const char** err) {
-        return sdpa_sm90::select_config(tier, (int)BH, (int)S, (int)D, num_sms, (int)split, ablate, li, err,
+        return sdpa_sm90::select_config(tier, shape, num_sms, (int)split, ablate, li, err,
                                         SDPA_SM90_NCWG3_D64, SDPA_SM90_TILE_PLAN, SDPA_SM90_BN_D128, q2_policy);
     };
 #endif
-    {   // flag combinations (--precision / --warps / --split / --kernel / head dim) are checked before the GPU is touched,
+    if (!use_decode) {   // flag combinations (--precision / --warps / --split / --kernel / head dim) are checked before the GPU is touched,
         // against the kernel that will run where that is known without the GPU
         const char* why = nullptr;
         const std::string other = fp8 ? kHopperFp16 : kHopperFp8;
@@ -390,16 +423,18 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // The Hopper kernel needs an sm_90 GPU (sm_90a code runs on compute capability 9.0 only) and a
     // build for sm_90a; everything else runs mma_sync_sm80.
     const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
-    if (kernel_req == kHopper && !sm90_possible)
+    if (use_decode && cc_major * 10 + cc_minor < 89)  // sdpa_decode: E4M3 cvt and MMA
+        die(EXIT_NOT_OFFERED, "the decode kernel (" + kDecode + ") needs an sm_89 or newer GPU; this GPU is " + arch);
+    if (!use_decode && kernel_req == kHopper && !sm90_possible)
         die(fp8 ? EXIT_NOT_OFFERED : EXIT_BAD_INPUT, "the " + kHopper + " kernel needs an sm_90 GPU and a build for sm_90a; this GPU is " + arch);
-    if (fp8 && !sm90_possible)
+    if (!use_decode && fp8 && !sm90_possible)
         die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
-    const bool use_sm90 = kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned);
-    if (!use_sm90 && !shape.square_mha())
+    const bool use_sm90 = !use_decode && (kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned));
+    if (!use_decode && !use_sm90 && !shape.square_mha())
         die(EXIT_NOT_OFFERED, std::string("mma_sync_sm80 serves square, non-causal attention with one K/V head per query head; "
                                           "this case (") + case_str(shape) + ") needs the sm_90 kernels; this GPU is " + arch);
 
-    const char* kernel_name = use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
+    const char* kernel_name = use_decode ? kDecode.c_str() : use_sm90 ? kHopper.c_str() : "mma_sync_sm80";
 
     const char* why = nullptr;
     sdpa_fp8::LaunchInfo li;   // mma_sync_sm80
@@ -410,7 +445,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     sdpa_sm90::LaunchInfo l90;
     sdpa_sm90::TileMaps maps90;
 #endif
-    if (use_sm90) {
+    if (use_decode) {  // sdpa_decode: its plan on this GPU's SMs
+        if (!sdpa_decode::select(ldec.tier, shape, num_sms, split, &ldec, &why)) die(EXIT_BAD_INPUT, why);
+        func = ldec.func; grid = ldec.grid; block = ldec.block; smem = ldec.smem; li_split = (int)ldec.plan.nsplit;
+        li_bn = sdpa_decode::kTileKeys;
+    } else if (use_sm90) {
 #if SDPA_SM90A
         if (!sdpa_sm90::serves(shape, &why)) die(EXIT_NOT_OFFERED, std::string(kHopper) + ": " + why + " (" + case_str(shape) + ")");
         if (!select90(num_sms, &l90, &why)) die(EXIT_BAD_INPUT, why);
@@ -469,13 +508,29 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
 
 #if SDPA_SM90A
     if (use_sm90) {
-        const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, (int)BH, (int)S, &why);
+        const cudaError_t me = sdpa_sm90::make_maps(&maps90, l90, dq, dk, dv, shape, &why);
         if (me != cudaSuccess) die(EXIT_CUDA_ERROR, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
     }
 #endif
+    // sdpa_decode: one workspace (chunk partials, counters) per stream, made at the stream's first launch (the output
+    // run on `st`; the soak streams), freed with the case.
+    std::vector<std::pair<cudaStream_t, sdpa_decode::Workspace>> dec_ws;
+    auto free_dec_ws = scope_exit([&] {
+        for (auto& w : dec_ws) sdpa_decode::workspace_free(&w.second);
+    });
     auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
+        if (use_decode) {
+            auto it = std::find_if(dec_ws.begin(), dec_ws.end(), [&](const auto& w) { return w.first == stream; });
+            if (it == dec_ws.end()) {
+                dec_ws.emplace_back(stream, sdpa_decode::Workspace{});
+                it = dec_ws.end() - 1;
+                const cudaError_t e = sdpa_decode::workspace_alloc(ldec, &it->second);
+                if (e != cudaSuccess) return e;
+            }
+            return sdpa_decode::launch(ldec, it->second, shape, dq, dk, dv, out, k_scale, v_scale, stream);
+        }
 #if SDPA_SM90A
-        if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
+        if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream);
 #endif
         return sdpa_fp8::launch(li, (int)D, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
     };

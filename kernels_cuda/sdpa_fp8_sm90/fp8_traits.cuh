@@ -129,7 +129,10 @@ struct Fp8TraitsN {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T
     static constexpr int NBARS = BAR_VEMPTY + NVT;
-    static constexpr int SMEM_USED = OFF_BAR + NBARS * 8;
+    // The producer's issuing thread's note of the next work unit (producer.cuh: its K/V head and tile count), in
+    // shared memory rather than two registers of the producer.
+    static constexpr int OFF_NEXT = OFF_BAR + NBARS * 8;
+    static constexpr int SMEM_USED = OFF_NEXT + 8;
     static constexpr int SMEM = SMEM_USED + 1024;
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
     static_assert(!SPLIT || NVT == NCWG, "split: one V^T buffer per consumer warpgroup");

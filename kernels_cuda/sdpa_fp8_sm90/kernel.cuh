@@ -1,8 +1,11 @@
 // SDPA forward for Hopper (sm_90a) on K/V stored as E4M3, both precision tiers: the thin kernel that wires
 // the parts, and its host side (the tier's configuration, tensor maps, launch).
 //
-//   O = softmax(Q K^T / sqrt(D)) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
-//   Q fp16 [B,H,S,D], K/V uint8 E4M3 codes [B,H,S,D], O fp16 [B,H,S,D]; D = 64 or 128.
+//   O = softmax(Q K^T / sqrt(D) + mask) V,  K = decode(K_u8) * k_scale,  V = decode(V_u8) * v_scale
+//   Q fp16 [B,Hq,Sq,D], K/V uint8 E4M3 codes [B,Hkv,Skv,D], O fp16 [B,Hq,Sq,D]; D = 64 or 128; every case of
+//   ../sdpa_fp8/attn_shape.h: query head h reads K/V head h / G (G = Hq / Hkv), Sq and Skv >= 1, and the
+//   bottom-right causal mask (row i sees keys j <= i + Skv - Sq; Sq <= Skv) or none (tile_plan.cuh: which
+//   units, in which order, with which K/V tiles).
 //
 // One kernel template, instantiated per tier's traits (KernelTraits<FP8, ...>; the tier is a run-time
 // choice, select_config(precision, ...)), and since 2026-11-26 one skeleton for both tiers: a producer
@@ -16,7 +19,7 @@
 //     MN-major; two consumer warpgroups, 128-key tiles.
 //   fp8 tier (wgmma_fp8_sm90; fp8_traits.cuh, tier_ops.cuh, fp8_load.cuh): K used as it lands, V transposed
 //     in shared memory, Q and P rounded to E4M3 in registers, E4M3 wgmma (k32); three consumer warpgroups
-//     at head dim 64 (by the grid), 192-key tiles at head dim 128 (by S).
+//     at head dim 64 (by the grid), 192-key tiles at head dim 128 (by Skv).
 // In each tier both variants (USE_CP_ASYNC) load the same tiles into the same layout and run the same
 // math, so their outputs are bit-identical.
 #pragma once
@@ -68,7 +71,7 @@ constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NC
 template <class T>
 __global__ void __launch_bounds__(T::THREADS, 1)
 sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
-                     const uint8_t* __restrict__ V, __half* __restrict__ O, int S, TilePlan plan, float scale_log2,
+                     const uint8_t* __restrict__ V, __half* __restrict__ O, TilePlan plan, float scale_log2,
                      float out_scale) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -133,10 +136,10 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     // that nothing is live across it.
     if (threadIdx.x < 128) {
         regs_dealloc<T::PRODUCER_REGS>();
-        producer<T>(smem, bars, &maps, plan, K, V, S);
+        producer<T>(smem, bars, &maps, plan, K, V);
     } else {
         regs_alloc<T::CONSUMER_REGS>();
-        consumer<T>(smem, bars, plan, Q, O, S, scale_log2, out_scale);
+        consumer<T>(smem, bars, plan, Q, O, scale_log2, out_scale);
     }
 #endif
 }
@@ -144,11 +147,21 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
 // ------------------------------------------------------------------------------------------
 // host side
 // ------------------------------------------------------------------------------------------
-// Which attention cases these kernels serve (attn_shape.h); false with the reason in *why for the others, which the
-// runner refuses with exit 5 ("not offered here").
+// Which attention cases these kernels serve (attn_shape.h): since 2026-11-28 every one the runner accepts (grouped-query
+// heads, Sq != Skv, the bottom-right causal mask with Sq <= Skv), within the index ranges of the kernels' 32-bit unit
+// and row counters; false with the reason in *why for the others, which the runner refuses with exit 5 ("not offered
+// here").
 inline bool serves(const AttnShape& a, const char** why) {
-    if (!a.square_mha()) {
-        *why = "serves square, non-causal attention with one K/V head per query head only (Sq = Skv, Hq = Hkv)";
+    if (a.B < 1 || a.Hq < 1 || a.Hkv < 1 || a.Sq < 1 || a.Skv < 1 || a.Hq % a.Hkv != 0) {
+        *why = "needs B, Hq, Hkv, Sq, Skv >= 1 and Hq a multiple of Hkv";
+        return false;
+    }
+    if (a.causal && a.Sq > a.Skv) {
+        *why = "the bottom-right causal mask needs Sq <= Skv (rows i < Sq - Skv would see no key)";
+        return false;
+    }
+    if (a.B * a.Hq > ((int64_t)1 << 30) || a.Sq > ((int64_t)1 << 30) || a.Skv > ((int64_t)1 << 30)) {
+        *why = "B*Hq, Sq and Skv must each be at most 2^30";
         return false;
     }
     return true;
@@ -226,11 +239,18 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2 = false) {
 // warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no
 // ablation); 2 = two wherever the kernel has them.
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
+// The attention case (attn_shape.h): units are (query head, rows of Sq), so BH = B * Hq and S = Sq count the rows
+// and units; K/V tiles count Skv (the split rule, the 192-key choice, the short-launch rule take ceil(Skv / BN), the
+// tiles of the heaviest unit); the causal mask keeps full tiles (choose_tile_plan) and orders the units heaviest
+// first (tile_plan.cuh).
 template <bool FP8>
-inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_override, int ablate, LaunchInfo* li,
+inline bool select_config_tier(const AttnShape& a, int num_sms, int split_override, int ablate, LaunchInfo* li,
                                const char** err, int ncwg_policy, int plan_policy, int bn_policy, int q2_policy) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
+    const int D = (int)a.D;
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
+    if (!serves(a, err)) return false;
+    const int BH = (int)(a.B * a.Hq), S = (int)a.Sq, Skv = (int)a.Skv;
     if (split_override < 0 || split_override > 2) {
         *err = FP8 ? "--split for wgmma_fp8_sm90 must be 0, 1 or 2" : "--split for wgmma_sm90 must be 0, 1 or 2";
         return false;
@@ -252,11 +272,11 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
     const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
-    // Keys per K/V tile: head dim 128 in the FP8 tier by S (fp8_traits.cuh bn_d128), else the traits' own.
-    const bool wide = FP8 && D == 128 && bn_d128(S, bn_policy) == 192;
+    // Keys per K/V tile: head dim 128 in the FP8 tier by Skv (fp8_traits.cuh bn_d128), else the traits' own.
+    const bool wide = FP8 && D == 128 && bn_d128(Skv, bn_policy) == 192;
     const int bn = wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
                                         : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
-    const int ntiles = (S + bn - 1) / bn;
+    const int ntiles = (Skv + bn - 1) / bn;
     const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
     const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
@@ -274,7 +294,8 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
     }
     li->num_sms = num_sms;
     if (li->split == 1)
-        li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy);
+        li->plan = choose_tile_plan(BH, S, li->bm, li->ncwg, num_sms, li->persistent, plan_policy, a.causal);
+    li->plan = with_case(li->plan, a);
     li->grid = grid_for(*li);  // units <= the split grid, checked above
     return true;
 }
@@ -282,22 +303,23 @@ inline bool select_config_tier(int BH, int S, int D, int num_sms, int split_over
 // The tier's kernel and its configuration: the one tile selection of both tiers (the policies above that
 // concern three consumer warpgroups and 192-key tiles apply to the fp8 tier; the fp16 kernel has two
 // consumer warpgroups, 128-key tiles and so full tiles only, persistent as the fp8 tier's).
-inline bool select_config(Precision precision, int BH, int S, int D, int num_sms, int split_override, int ablate,
+inline bool select_config(Precision precision, const AttnShape& a, int num_sms, int split_override, int ablate,
                           LaunchInfo* li, const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
                           int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128,
                           int q2_policy = SDPA_SM90_FP8_Q2) {
     return precision == Precision::kFp8
-               ? select_config_tier<true>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
+               ? select_config_tier<true>(a, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
                                           bn_policy, q2_policy)
-               : select_config_tier<false>(BH, S, D, num_sms, split_override, ablate, li, err, ncwg_policy,
-                                           plan_policy, bn_policy, q2_policy);
+               : select_config_tier<false>(a, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
+                                           bn_policy, q2_policy);
 }
 
-// Tensor maps for the copy engine: Q fp16 {D, S, BH} in boxes {64, BM, 1} with the 128-byte
-// swizzle (one box per 64-column panel); K, V uint8 {D, S, BH} in boxes {D, BN, 1}.  The
-// baseline does not use them (zeroed maps).
+// Tensor maps for the copy engine: Q fp16 {D, Sq, B Hq} in boxes {64, BM, 1} with the 128-byte
+// swizzle (one box per 64-column panel); K, V uint8 {D, Skv, B Hkv} in boxes {D, BN, 1} (rows past Skv
+// read as zero; strides 64-bit: K and V may hold more than 2^31 elements).  The baseline does not use
+// them (zeroed maps).
 inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half* q, const uint8_t* k,
-                             const uint8_t* v, int BH, int S, const char** err) {
+                             const uint8_t* v, const AttnShape& a, const char** err) {
     *maps = TileMaps{};
     if (!kAsync) return cudaSuccess;
     const bool fp8 = li.precision == Precision::kFp8;
@@ -314,8 +336,8 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const cuuint64_t D = (cuuint64_t)li.D;
     const cuuint32_t ones[3] = {1, 1, 1};
     {
-        const cuuint64_t dims[3] = {D, (cuuint64_t)S, (cuuint64_t)BH};
-        const cuuint64_t strides[2] = {D * 2, D * 2 * (cuuint64_t)S};
+        const cuuint64_t dims[3] = {D, (cuuint64_t)a.Sq, (cuuint64_t)(a.B * a.Hq)};
+        const cuuint64_t strides[2] = {D * 2, D * 2 * (cuuint64_t)a.Sq};
         const cuuint32_t box[3] = {64, (cuuint32_t)li.bm, 1};
         if (encode(&maps->q, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(q), dims, strides, box, ones,
                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -324,8 +346,8 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
             return cudaErrorInvalidValue;
         }
     }
-    const cuuint64_t dims[3] = {D, (cuuint64_t)S, (cuuint64_t)BH};
-    const cuuint64_t strides[2] = {D, D * (cuuint64_t)S};
+    const cuuint64_t dims[3] = {D, (cuuint64_t)a.Skv, (cuuint64_t)(a.B * a.Hkv)};
+    const cuuint64_t strides[2] = {D, D * (cuuint64_t)a.Skv};
     const cuuint32_t box[3] = {(cuuint32_t)D, (cuuint32_t)li.bn, 1};
     // FP8 operands: K lands in the swizzled K-major layout wgmma reads (rows of D bytes: 64- or
     // 128-byte swizzle); V unswizzled (the producer transposes it).  fp16 operands: both unswizzled.
@@ -344,12 +366,13 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     return cudaSuccess;
 }
 
+// The case is in li.plan (with_case).
 inline cudaError_t launch(const LaunchInfo& li, const TileMaps& maps, const __half* q, const uint8_t* k,
-                          const uint8_t* v, __half* o, int S, float k_scale, float v_scale, cudaStream_t stream) {
+                          const uint8_t* v, __half* o, float k_scale, float v_scale, cudaStream_t stream) {
     const float scale_log2 = k_scale * 1.4426950408889634f / sqrtf((float)li.D);
     TilePlan plan = li.plan;
-    void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&S, (void*)&plan,
-                    (void*)&scale_log2, (void*)&v_scale};
+    void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&plan, (void*)&scale_log2,
+                    (void*)&v_scale};
     cudaError_t e = cudaLaunchKernel(li.func, dim3(li.grid), dim3(li.block), args, (size_t)li.smem, stream);
     if (e != cudaSuccess) return e;
     return cudaGetLastError();

@@ -117,13 +117,16 @@ struct Ring {
 // One work unit of a consumer warpgroup.  NC: the consumer warpgroups that run in this unit (T::NCWG, or
 // fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
 // the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
-// q: the unit's Q buffer; g0: the block's count of K/V tiles before this unit (the rings run on across
-// units); pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
+// q: the unit's Q buffer; lim0: the key limit of the warpgroup's first row (keys j < lim0 are seen; without
+// the causal mask Skv for every row, with it m0 + 1 + Skv - Sq for row m0, one more per row: masked_keys);
+// ntiles: the unit's K/V tiles; g0: the block's count of K/V tiles before this unit (a running count of the
+// units' tiles, the producer's too: the rings run on across units); pass_first: the last warpgroup passes a turn before the first tile (the previous unit did not
 // leave one for warpgroup 0); next_takes_turns(): whether the next unit takes turns, so that the last
 // warpgroup passes its turn after its last P V (asked there, so that nothing is live across the loop).
 template <class T, int NC, class NextTakesTurns>
 __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint8_t* q, uint32_t bars, int cw,
-                                                  int S, int ntiles, int g0, bool pass_first, NextTakesTurns next_takes_turns, float scale_log2) {
+                                                  const TilePlan& plan, int lim0, int ntiles, int g0, bool pass_first,
+                                                  NextTakesTurns next_takes_turns, float scale_log2) {
     static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
@@ -257,7 +260,9 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     fence_regs(s);
     release_k(kr);
     kr.advance(step);
-    if (first * T::BN + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, first * T::BN, S, lane);
+    // Tiles that reach past the first row's limit (the tail of Skv, the causal diagonal) mask what the rows
+    // do not see.
+    if (first * T::BN + T::BN > lim0) OnlineSoftmax<T::BN>::mask_keys(s, first * T::BN, lim0, plan.causal, ctid);
     softmax_step();
     pack();
 
@@ -284,7 +289,7 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         release_k(kr);
         kr.advance(step);
         const int n0 = t * T::BN;
-        if (n0 + T::BN > S) OnlineSoftmax<T::BN>::mask_tail(s, n0, S, lane);
+        if (n0 + T::BN > lim0) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, plan.causal, ctid);
         softmax_step();
         keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
         wgmma_wait<0>();
@@ -327,25 +332,26 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
 // once done with the buffer (its epilogue's reads of O), releases it for the unit after next.
 template <class T>
 __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const TilePlan& plan,
-                                         const __half* __restrict__ Q, __half* __restrict__ O, int S,
-                                         float scale_log2, float out_scale) {
+                                         const __half* __restrict__ Q, __half* __restrict__ O, float scale_log2,
+                                         float out_scale) {
     // The warpgroup index, warp-uniform as far as the compiler can tell (a shuffle from lane 0, as
     // CUTLASS does): branches on it are then not divergent, and ptxas keeps the wgmma pipeline (a
     // branch it took for divergent serialized every wgmma: C7520, 15-30% slower).
     const int cw = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0) - 1;
     const int ctid = threadIdx.x % 128, lane = ctid & 31;
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
-    const int ntiles = (S + T::BN - 1) / T::BN;
-    // (The unit count is not kept across the loop: the consumers have no register to spare.)
-    auto has_unit = [&](int i) { return i < (T::PERSIST ? plan.units : 1) && (int)blockIdx.x + i * (int)gridDim.x < plan.units; };
-    for (int i = 0; has_unit(i); ++i) {
-        const BlockTile u = unit_tile<T>(i, plan, S);
+    const int S = plan.sq;  // query rows per head
+    // (The unit count is not kept across the loop: the consumers have no register to spare.)  g0: the K/V tiles
+    // of the block's units before unit i (the producer counts them the same way).
+    int g0 = 0;
+    for (int i = 0; has_unit<T>(i, plan); ++i) {
+        const BlockTile u = unit_tile<T>(i, plan);
+        const int ntiles = u.nt;
         // The turn passes from unit to unit when both take turns (two or more warpgroups).
-        const bool pass_first = !(i > 0 && u.nc >= 2 && unit_tile<T>(i - 1, plan, S).nc >= 2);
-        auto next_takes_turns = [&] { return has_unit(i + 1) && unit_tile<T>(i + 1, plan, S).nc >= 2; };
+        const bool pass_first = !(i > 0 && u.nc >= 2 && unit_tile<T>(i - 1, plan).nc >= 2);
+        auto next_takes_turns = [&] { return has_unit<T>(i + 1, plan) && unit_tile<T>(i + 1, plan).nc >= 2; };
         const int qb = i % T::NQ;
         uint8_t* q = smem + T::OFF_Q + qb * T::Q_BYTES;
-        const int g0 = i * ntiles;
         if constexpr (T::ASYNC) mbar_wait(bar(T::BAR_Q + qb), (uint32_t)(i / T::NQ) & 1u);
         if (cw >= u.nc) {
             // No rows here: take and release every tile (no_loads: the producer waits for no release).
@@ -374,17 +380,19 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
                 }
             }
             ConsumerState<T> st;
+            // The key limit of this warpgroup's first row (split: both warpgroups own the unit's rows).
+            const int lim0 = plan.causal ? u.m0 + (T::SPLIT ? 0 : 64 * cw) + 1 + plan.skv - plan.sq : plan.skv;
             if constexpr (kShortTiles<T>) {
                 // Full units run the loop of all three warpgroups; a tile with fewer rows the loop of as
                 // many as it has.
                 if (u.nc == 3)
-                    consumer_mainloop<T, 3>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 3>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
                 else if (u.nc == 2)
-                    consumer_mainloop<T, 2>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 2>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
                 else
-                    consumer_mainloop<T, 1>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns, scale_log2);
+                    consumer_mainloop<T, 1>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
             } else {
-                consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, S, ntiles, g0, pass_first, next_takes_turns,
+                consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, plan, lim0, ntiles, g0, pass_first, next_takes_turns,
                                                   scale_log2);
             }
             if constexpr (T::SPLIT) {
@@ -401,7 +409,7 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             }
             if (split_merge<T>(st, smem, cw)) {
                 // The unit and its Q buffer again, rather than held across the loop.
-                const BlockTile ue = unit_tile<T>(i, plan, S);
+                const BlockTile ue = unit_tile<T>(i, plan);
                 epilogue<T>(st.o, st.sm, smem + T::OFF_Q + (i % T::NQ) * T::Q_BYTES, cw, O + (size_t)ue.bh * S * T::D,
                             S, ue.m0 + cw * 64, out_scale);
             }
@@ -411,6 +419,7 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             __syncwarp();
             if (lane == 0) mbar_arrive(bar(T::BAR_QEMPTY + qb));
         }
+        g0 += unit_tile<T>(i, plan).nt;
     }
 }
 

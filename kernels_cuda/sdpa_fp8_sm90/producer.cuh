@@ -11,8 +11,10 @@
 namespace sdpa_sm90 {
 
 // The producer warpgroup's whole job, both tiers: the K/V tiles of the block's work units (block_units) as
-// one sequence g = 0 .. nunits * ntiles - 1 (unit g / ntiles, tile g % ntiles), so that the stages fill
-// with the next unit's first tiles while the consumers finish the current one.  cpasync: the copy engine
+// one sequence g = 0 .. nload - 1 (unit i's BlockTile::nt tiles after those of units 0 .. i - 1: every unit
+// has all ceil(Skv / BN) tiles without the causal mask, those up to its diagonal with it), so that the stages
+// fill with the next unit's first tiles while the consumers finish the current one.  A unit's tiles are
+// those of its K/V head (BlockTile::kvh); its Q those of its query head (bh).  cpasync: the copy engine
 // brings K and V in as stored (uint8 E4M3 codes) into NS stages; Q of unit 0 at the start, Q of unit i + 1
 // after tile tq of unit i is done (two Q buffers: its buffer is then released or about to be, unit i - 1's
 // tiles being all done, so waiting for it cannot stall the consumers; one Q buffer, the fp16 tier at head
@@ -26,16 +28,21 @@ namespace sdpa_sm90 {
 // from global memory; fp16: decoded from global memory).  K, V: the whole tensors.
 template <class T>
 __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const TileMaps* maps, const TilePlan& plan,
-                                         const uint8_t* __restrict__ K, const uint8_t* __restrict__ V, int S) {
+                                         const uint8_t* __restrict__ K, const uint8_t* __restrict__ V) {
     const int ptid = threadIdx.x;  // 0..127
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
     uint8_t* kst = smem + T::OFF_K;
     uint8_t* vt = smem + T::OFF_VB;  // fp8: V^T buffers; fp16: fp16 V buffers
-    const int ntiles = (S + T::BN - 1) / T::BN;
-    const int nunits = block_units<T>(plan);  // 1 with the ablations
-    // no_loads: the first tile of each consumer warpgroup only.
-    const int nload = T::ABL == kAblNoLoads ? (ntiles < (T::SPLIT ? 2 : 1) ? ntiles : (T::SPLIT ? 2 : 1))
-                                            : nunits * ntiles;
+    // Every tile of the block's units (has_unit: one with the ablations); no_loads: the first tile of each
+    // consumer warpgroup only.  (The unit count is not kept: has_unit(i) where it is asked; the producer has
+    // 56-72 registers.)
+    int nload = 0;
+    if constexpr (T::ABL == kAblNoLoads) {
+        const int n0 = unit_tile<T>(0, plan).nt;
+        nload = n0 < (T::SPLIT ? 2 : 1) ? n0 : (T::SPLIT ? 2 : 1);
+    } else {
+        for (int k = 0; has_unit<T>(k, plan); ++k) nload += unit_tile<T>(k, plan).nt;
+    }
     if constexpr (T::FP8 && T::ROWSUM) {
         // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
         // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
@@ -50,20 +57,43 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
-        // Where tile g + d lies (d >= 0) when g is tile t of unit i: the loop keeps the head of unit i and
-        // of unit i + 1, so that an issue divides by nothing unless a unit has fewer tiles than the ring
-        // is deep (the issuing thread is on the ring's critical path: two divisions per issue made the
-        // head-dim-128 kernel 3-6% slower).
-        int i = 0, t = 0;                                          // unit and tile of g
-        int bh_cur = unit_tile<T>(0, plan, S).bh, bh_next = nunits > 1 ? unit_tile<T>(1, plan, S).bh : 0;
+        // Where tile g + d lies (d >= 0) when g is tile t of unit i: the issuing thread (ptid 0: it alone
+        // tracks the units) keeps the K/V head and tile count of unit i in registers and those of unit i + 1
+        // in shared memory (OFF_NEXT: in registers they spilled the producer, 56 registers at head dim 128 in
+        // the fp16 tier), so that an issue divides by nothing unless a unit has fewer tiles than the ring is
+        // deep (the issuing thread is on the ring's critical path: two divisions per issue made the
+        // head-dim-128 kernel 3-6% slower; taking unit i + 1 by its divisions in the last NS issues of each
+        // unit made (8,8,1024,64) 9% slower, 1x H200, experiments/2026-11-28-sdpa-sm90-inference-cases).
+        int i = 0, t = 0;                                          // unit and tile of g (ptid 0)
+        int kv_cur, nt_cur;
+        int* const next = reinterpret_cast<int*>(smem + T::OFF_NEXT);  // unit i + 1: {kvh, nt}; nt 0 if none
+        auto note_next = [&](int ii) {
+            int kv = 0, nt = 0;
+            if (has_unit<T>(ii, plan)) {
+                const BlockTile u = unit_tile<T>(ii, plan);
+                kv = u.kvh;
+                nt = u.nt;
+            }
+            next[0] = kv;
+            next[1] = nt;
+        };
+        {
+            const BlockTile u0 = unit_tile<T>(0, plan);
+            kv_cur = u0.kvh;
+            nt_cur = u0.nt;
+        }
         auto locate = [&](int d, int& tt) {
             tt = t + d;
-            if (tt < ntiles) return bh_cur;
-            tt -= ntiles;
-            if (tt < ntiles) return bh_next;
-            const int ii = i + 1 + tt / ntiles;
-            tt %= ntiles;
-            return unit_tile<T>(ii, plan, S).bh;
+            if (!T::PERSIST || tt < nt_cur) return kv_cur;  // one unit per block: every tile is unit 0's
+            tt -= nt_cur;
+            const int nt1 = next[1];
+            if (tt < nt1) return next[0];
+            tt -= nt1;
+            for (int ii = i + 2;; ++ii) {  // (g + d < nload: a later unit of this block holds it)
+                const BlockTile u = unit_tile<T>(ii, plan);
+                if (tt < u.nt) return u.kvh;
+                tt -= u.nt;
+            }
         };
         auto issue_k = [&](int g, int d) {
             int tt;
@@ -85,7 +115,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         auto issue_q = [&](int i) {
             const int b = i % T::NQ;
             if (i >= T::NQ) mbar_wait(bar(T::BAR_QEMPTY + b), (uint32_t)(i / T::NQ - 1) & 1u);
-            const BlockTile u = unit_tile<T>(i, plan, S);
+            const BlockTile u = unit_tile<T>(i, plan);
             mbar_arrive_expect_tx(bar(T::BAR_Q + b), T::Q_BYTES);
 #pragma unroll
             for (int p = 0; p < T::PANELS; ++p)
@@ -100,25 +130,24 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
 #pragma unroll
                 for (int p = 0; p < T::PANELS; ++p) tma_prefetch_l2_3d(&maps->q, 64 * p, u.m0, u.bh);
             }
-            for (int t = 0; t < ntiles && t < T::NS; ++t) {
-                tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, u.bh);
-                tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, u.bh);
+            for (int t = 0; t < u.nt && t < T::NS; ++t) {
+                tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, u.kvh);
+                tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, u.kvh);
             }
         };
         // Two stages (BN 192): a V stage is refilled as soon as the producer has transposed it (tile
         // t + NS after tile t), not with its K stage once the consumers release that (tile t - 1 + NS).
         constexpr bool kEarlyV = T::NS == 2;
         if (ptid == 0) {
+            if constexpr (T::PERSIST) note_next(1);
             issue_q(0);
             for (int g = 0; g < nload && g < T::NS; ++g) issue(0, g);
             if constexpr (kPrefetch && !T::PERSIST) {
                 // One unit per block: the block that takes this SM in the next wave.
                 const int nb = (int)blockIdx.x + maps->next_stride;
-                if (maps->next_stride > 0 && nb < (int)gridDim.x) prefetch_l2(block_tile<T>(nb, plan, S), true);
+                if (maps->next_stride > 0 && nb < (int)gridDim.x) prefetch_l2(block_tile<T>(nb, plan), true);
             }
         }
-        const int tq = ntiles - 1 < T::NS ? ntiles - 1 : T::NS;
-        [[maybe_unused]] const int tq1 = (ntiles < T::NKB ? ntiles : T::NKB) - 1;
         for (int g = 0; g < nload; ++g) {
             if constexpr (T::FP8) {
                 const int s = g % T::NS, b = g % T::NVT;
@@ -162,11 +191,15 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                     if (ptid == 0) issue(g, T::NS);
                 }
             }
+            // The tiles of unit i after which the next Q is issued (two Q buffers) or its L2 prefetch (one);
+            // with one Q buffer this unit's Q after tile tq1.
+            const int tq = nt_cur - 1 < T::NS ? nt_cur - 1 : T::NS;
+            [[maybe_unused]] const int tq1 = (nt_cur < T::NKB ? nt_cur : T::NKB) - 1;
             if constexpr (T::PERSIST && T::NQ == 2) {
-                if (ptid == 0 && t == tq && i + 1 < nunits) {
+                if (ptid == 0 && t == tq && has_unit<T>(i + 1, plan)) {
                     issue_q(i + 1);
                     if constexpr (kPrefetch) {
-                        if (maps->next_stride > 0) prefetch_l2(unit_tile<T>(i + 1, plan, S), false);
+                        if (maps->next_stride > 0) prefetch_l2(unit_tile<T>(i + 1, plan), false);
                     }
                 }
             } else if constexpr (T::PERSIST) {
@@ -174,24 +207,32 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 // consumers are done with the last one's (its epilogue), which needs no more tiles from here.
                 if (ptid == 0) {
                     if constexpr (kPrefetch) {
-                        if (t == tq && i + 1 < nunits && maps->next_stride > 0) prefetch_l2(unit_tile<T>(i + 1, plan, S), true);
+                        if (t == tq && maps->next_stride > 0 && has_unit<T>(i + 1, plan)) prefetch_l2(unit_tile<T>(i + 1, plan), true);
                     }
                     if (i > 0 && t == tq1) issue_q(i);
                 }
             }
-            if (++t == ntiles) {
+            if (ptid == 0 && ++t == nt_cur && T::PERSIST) {  // the next unit: its head and tiles as noted, then the one after
                 t = 0;
                 ++i;
-                bh_cur = bh_next;
-                if (i + 1 < nunits) bh_next = unit_tile<T>(i + 1, plan, S).bh;
+                kv_cur = next[0];
+                nt_cur = next[1];
+                note_next(i + 1);
             }
         }
     } else {
         (void)maps;
-        // Tile g's K and V and its keys left (S - tile * BN), unit by unit (few registers: the producer
-        // has 56-72).
-        int i = 0, left = S;
-        size_t off = (size_t)unit_tile<T>(0, plan, S).bh * S * T::D;
+        // Tile g's K and V (64-bit offsets: K and V may hold more than 2^31 elements) and its keys left (Skv -
+        // tile * BN), unit by unit, the unit's last tile the one after which `left` is `stop` (Skv - nt * BN; few
+        // registers: the producer has 56-72).
+        const int S = plan.skv;
+        int i = 0, left = S, stop;
+        size_t off;
+        {
+            const BlockTile u0 = unit_tile<T>(0, plan);
+            off = (size_t)u0.kvh * (size_t)S * T::D;
+            stop = S - u0.nt * T::BN;
+        }
         for (int g = 0; g < nload; ++g) {
             if constexpr (T::FP8) {
                 const int s = g % T::NS, b = g % T::NVT;
@@ -225,9 +266,11 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             }
             off += (size_t)T::BN * T::D;
             left -= T::BN;
-            if (left <= 0 && ++i < nunits) {
-                off = (size_t)unit_tile<T>(i, plan, S).bh * S * T::D;
+            if (left == stop && has_unit<T>(++i, plan)) {
+                const BlockTile u = unit_tile<T>(i, plan);
+                off = (size_t)u.kvh * (size_t)S * T::D;
                 left = S;
+                stop = S - u.nt * T::BN;
             }
         }
     }

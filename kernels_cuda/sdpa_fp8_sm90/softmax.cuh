@@ -30,23 +30,35 @@ __host__ __device__ constexpr bool poly_chunk(int j) {
     return N > 0 && ((j % 16) * N) / 16 != ((j % 16 + 1) * N) / 16;
 }
 
+// The running max a row starts from: finite, so that a row none of whose keys a tile shows (the causal mask:
+// the split configuration's warpgroup 1 starts at tile 1, which rows near the diagonal do not reach) keeps it,
+// with alpha = 2^0 and probabilities 2^-inf = 0, instead of -inf - -inf = NaN.  Far below any scaled score, so
+// the first tile with a key replaces it (alpha = 2^(-1e30 - m) = 0, as 2^-inf was: the same results).
+constexpr float kRowMaxInit = -1e30f;
+
 template <int BN>
 struct OnlineSoftmax {
-    float m[2] = {-INFINITY, -INFINITY};
+    float m[2] = {kRowMaxInit, kRowMaxInit};
     float l[2] = {0.f, 0.f};
 
-    // Keys at or past S (the last tile's tail) get score -inf.
-    __device__ __forceinline__ static void mask_tail(float (&s)[BN / 2], int n0, int S, int lane) {
+    // Keys a row does not see get score -inf: keys j >= lim0 for the warpgroup's first row, and with the causal
+    // mask (bottom-right) one key more per row after it (row 16 warp + lane/4, +8 for r = 1, of the warpgroup's
+    // 64; ctid: the thread in the warpgroup).  Without it lim0 = Skv for every row: the tail of the last tile.
+    __device__ __forceinline__ static void mask_keys(float (&s)[BN / 2], int n0, int lim0, int causal, int ctid) {
+        const int lane = ctid & 31;
+        const int row = causal ? 16 * (ctid >> 5) + (lane >> 2) : 0;
+        const int row8 = causal ? 8 : 0;
+        const int c0 = n0 + 2 * (lane & 3) - lim0 - row;  // key - limit of row r = 0 at j = 0, e = 0
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                if (n0 + 8 * j + 2 * (lane & 3) + (e & 1) >= S) s[4 * j + e] = -INFINITY;
+                if (c0 + 8 * j + (e & 1) >= ((e >> 1) ? row8 : 0)) s[4 * j + e] = -INFINITY;
     }
 
     // s (raw scores) -> unnormalised probabilities p = 2^(s * scale - m_new) in place; returns
-    // in alpha the factor 2^(m_old - m_new) by which O must be rescaled.  scale_log2 > 0, and
-    // every tile holds at least one key < S, so m_new is finite. (The fp16 kernel's step: one
+    // in alpha the factor 2^(m_old - m_new) by which O must be rescaled.  scale_log2 > 0, and m
+    // starts finite (kRowMaxInit), so m_new is finite even for a row the tile masks entirely. (The fp16 kernel's step: one
     // scale for both rows, no bias.)
     __device__ __forceinline__ void step(float (&s)[BN / 2], float scale_log2, float (&alpha)[2]) {
         const float both[2] = {scale_log2, scale_log2};

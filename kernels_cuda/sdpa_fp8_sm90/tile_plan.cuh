@@ -1,21 +1,26 @@
-// Which query rows each work unit of the Hopper SDPA kernel takes (the tile plan), and how the host
-// chooses the plan.  A unit is one block's rows; a persistent block (SDPA_SM90_PERSISTENT,
-// config.cuh) takes units blockIdx.x, blockIdx.x + gridDim.x, ... in turn, any other block the
-// unit of its own index.
+// Which query rows each work unit of the Hopper SDPA kernel takes (the tile plan), in which order, with
+// which K/V tiles, and how the host chooses the plan.  A unit is one block's rows of one query head; a
+// persistent block (SDPA_SM90_PERSISTENT, config.cuh) takes units blockIdx.x, blockIdx.x + gridDim.x, ...
+// in turn (with the causal mask: every other round in reverse, below), any other block the unit of its
+// own index.
 //
-// A block of the three-consumer-warpgroup kernel (FP8 build, head dim 64, unsplit) has BM = 192 query
-// rows (a full tile) or 128 (a short tile: one consumer warpgroup fewer).  Per (b, h): `full` full
-// tiles from row 0, then `nshort` short tiles; units [0, full_blocks = full * BH) are the full tiles
-// of every head, the short tiles come after them (blocks start, and persistent blocks take, units in
-// index order, so short tiles fill the last wave).  A warpgroup whose 64 rows all lie past the tile's
-// end or past S runs no loop in that unit (it only takes and hands back the unit's K/V tiles) and the
-// others take turns among themselves, so such a unit is shorter than a full one.
-// Every other kernel takes full tiles only (nshort = 0) and keeps every warpgroup (kShortTiles).
+// The attention case (../sdpa_fp8/attn_shape.h) as the units see it: a unit is (query head bh = b Hq + h,
+// a tile of its Sq rows); it reads K/V head bh / G = b Hkv + h / G (G = Hq / Hkv) through Skv keys,
+// ceil(Skv / BN) K/V tiles, or with the causal mask (bottom-right: row i sees keys j <= i + Skv - Sq) only
+// the tiles up to the diagonal of its last row (BlockTile::nt): the tiles past it are masked for every row
+// of the unit and are neither loaded nor computed.
 //
-// SDPA_SM90_TILE_PLAN (the three-warpgroup kernel):
-//   0 = full tiles only (ceil(S / BM) per head: the grid of every build before the plan);
-//   1 (default) = the plan of least simulated makespan (choose_tile_plan below);
-//   2 = short tiles only (diagnostic: the cost of a short block, for kBlockCost).
+// Order of the units:
+//   not causal: per query head all its row tiles, heads in order (query heads h of one K/V head are
+//     adjacent, so its K/V tiles stay in L2 for the G heads that read them); every unit has all K/V tiles.
+//   causal: heaviest first: the last row tile of every head (it sees the most keys), then the one before
+//     it, ...; heads inner, so again the G heads of one K/V head are adjacent.  Persistent blocks take the
+//     units in rounds of gridDim.x, odd rounds in reverse (block b takes unit i * grid + b in even rounds,
+//     i * grid + grid - 1 - b in odd ones: a "snake"), so that a block that took one of the heaviest units
+//     of a round takes one of the lightest of the next: with units of decreasing weight the pairs of
+//     rounds weigh about the same for every block.  The three-warpgroup kernel keeps full tiles (nshort
+//     0) with the mask: its makespan model (below) assumes units of one weight.
+//
 #pragma once
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <queue>
 #include <vector>
 
+#include "../sdpa_fp8/attn_shape.h"
 #include "config.cuh"  // SDPA_SM90_TILE_PLAN
 
 namespace sdpa_sm90 {
@@ -32,6 +38,12 @@ struct TilePlan {
     int nshort;       // short tiles per (b, h), after the full ones
     int full_blocks;  // full * BH: the first short-tile unit
     int units;        // (full + nshort) * BH: every unit
+    // The attention case (with_case): query heads B * Hq, query heads per K/V head, query rows, keys, mask.
+    int bh;
+    int group;
+    int sq;
+    int skv;
+    int causal;       // 1: bottom-right causal mask (heaviest units first, snake rounds); 0: none
 };
 
 // Which kernels have short tiles and warpgroups without rows: every unsplit three-warpgroup kernel
@@ -46,46 +58,66 @@ template <class T>
 constexpr bool kShortTiles = !T::SPLIT && T::NCWG == 3;
 
 struct BlockTile {
-    int m0;  // first query row
-    int bh;  // b * H + h
-    int nc;  // consumer warpgroups with rows (the split configuration: every one)
+    int m0;   // first query row
+    int bh;   // b * Hq + h: the query head (Q, O)
+    int kvh;  // b * Hkv + h / G: the K/V head it reads
+    int nc;   // consumer warpgroups with rows (the split configuration: every one)
+    int nt;   // K/V tiles the unit runs: ceil(Skv / BN), or with the causal mask those up to its last row's diagonal
 };
 
+// K/V tiles of BN keys that rows [m0, m0 + rows) need: every tile, or with the causal mask the tiles up to
+// key m0 + rows - 1 + Skv - Sq (the last row's last key; >= 1 key since Sq <= Skv).
+__host__ __device__ __forceinline__ int unit_kv_tiles(const TilePlan& plan, int m0, int rows, int bn) {
+    const int keys = plan.causal ? m0 + rows + plan.skv - plan.sq : plan.skv;
+    return (keys + bn - 1) / bn;
+}
+
 template <class T>
-__host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& plan, int S) {
+__host__ __device__ __forceinline__ BlockTile block_tile(int b, const TilePlan& plan) {
     BlockTile t;
-    if constexpr (!kShortTiles<T>) {  // full tiles, every warpgroup
+    int rows = T::BM;
+    if (plan.causal) {  // heaviest first: row tile full - 1 of every head, then full - 2, ... (full tiles only)
+        const int k = (int)((unsigned)b / (unsigned)plan.bh);
+        t.bh = b - k * plan.bh;
+        t.m0 = (plan.full - 1 - k) * T::BM;
+    } else if (!kShortTiles<T> || b < plan.full_blocks) {  // full tiles
         t.m0 = (int)((unsigned)b % (unsigned)plan.full) * T::BM;
         t.bh = (int)((unsigned)b / (unsigned)plan.full);
-        t.nc = T::NCWG;
-        return t;
-    }
-    int rows;
-    if (b < plan.full_blocks) {
-        t.bh = b / plan.full;
-        t.m0 = (b - t.bh * plan.full) * T::BM;
-        rows = T::BM;
     } else {
         const int j = b - plan.full_blocks;
         t.bh = j / plan.nshort;
         t.m0 = plan.full * T::BM + (j - t.bh * plan.nshort) * (T::BM - 64);
         rows = T::BM - 64;
     }
-    rows = rows < S - t.m0 ? rows : S - t.m0;
-    t.nc = (rows + 63) / 64;
+    rows = rows < plan.sq - t.m0 ? rows : plan.sq - t.m0;
+    t.nc = kShortTiles<T> ? (rows + 63) / 64 : T::NCWG;  // the other kernels keep every warpgroup
+    t.kvh = (int)((unsigned)t.bh / (unsigned)plan.group);
+    t.nt = unit_kv_tiles(plan, t.m0, rows, T::BN);
     return t;
 }
 
-// The work units of this block: blockIdx.x, blockIdx.x + gridDim.x, ... below plan.units (T::PERSIST),
-// or the one of its own index.
+// Unit index of the i-th unit of block `block` of `grid` persistent blocks: rounds of grid units, odd
+// rounds in reverse with the causal mask (the snake above).
+__host__ __device__ __forceinline__ int unit_index(int block, int grid, int i, int causal) {
+    return i * grid + ((causal & i) ? grid - 1 - block : block);
+}
+// How many units block `block` of `grid` persistent blocks takes (unit_index below plan.units).
+__host__ __device__ __forceinline__ int units_of_block(int block, int grid, const TilePlan& plan) {
+    const int rounds = plan.units / grid, rem = plan.units - rounds * grid;
+    const int pos = (plan.causal & rounds) ? grid - 1 - block : block;  // position in the last, partial round
+    return rounds + (pos < rem ? 1 : 0);
+}
+
+// Whether this block has an i-th unit (T::PERSIST: i < units_of_block; else the one of its own index), asked
+// where needed rather than counted once: neither the producer nor the consumers have a register to spare.
 template <class T>
-__device__ __forceinline__ int block_units(const TilePlan& plan) {
-    if constexpr (!T::PERSIST) return 1;
-    else return (plan.units - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+__device__ __forceinline__ bool has_unit(int i, const TilePlan& plan) {
+    if constexpr (!T::PERSIST) return i == 0;
+    else return unit_index((int)blockIdx.x, (int)gridDim.x, i, plan.causal) < plan.units;
 }
 template <class T>
-__device__ __forceinline__ BlockTile unit_tile(int i, const TilePlan& plan, int S) {
-    return block_tile<T>((int)blockIdx.x + i * (int)gridDim.x, plan, S);
+__device__ __forceinline__ BlockTile unit_tile(int i, const TilePlan& plan) {
+    return block_tile<T>(unit_index((int)blockIdx.x, (int)gridDim.x, i, plan.causal), plan);
 }
 
 // Time of a three-warpgroup block with nc consumer warpgroups running, relative to a full one
@@ -127,24 +159,33 @@ inline double simulate_tile_plan(const TilePlan& plan, int BH, int S, int bm, in
 }
 
 inline TilePlan make_tile_plan(int full, int nshort, int BH) {
-    return TilePlan{full, nshort, full * BH, (full + nshort) * BH};
+    return TilePlan{full, nshort, full * BH, (full + nshort) * BH, BH, 1, 0, 0, 0};
+}
+// The plan with the attention case: B * Hq query heads (plan.units counts them), G = Hq / Hkv, Sq, Skv, mask.
+inline TilePlan with_case(TilePlan p, const AttnShape& a) {
+    p.bh = (int)(a.B * a.Hq);
+    p.group = (int)a.group();
+    p.sq = (int)a.Sq;
+    p.skv = (int)a.Skv;
+    p.causal = a.causal ? 1 : 0;
+    return p;
 }
 
 // The plan for an unsplit grid of BH heads x S rows, blocks of bm rows and ncwg consumer warpgroups, on
 // num_sms SMs.  policy 1: of every split of S into `full` tiles of bm rows and the rest in tiles of
 // bm - 64, the one of least simulated makespan (ties: the fewest blocks); grids of more than
 // kMaxPlanWaves waves of full tiles (whose last wave costs little) and the other kernels keep full
-// tiles.
+// tiles, and so do causal grids (units of many weights, heaviest first: the model's units weigh one).
 constexpr int kMaxPlanWaves = 24;
 inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, bool persistent,
-                                 int policy = SDPA_SM90_TILE_PLAN) {
+                                 int policy = SDPA_SM90_TILE_PLAN, bool causal = false) {
     const int amax = (S + bm - 1) / bm;
     const int bs = bm - 64;
     auto with_full = [&](int a) {
         const int rest = S - a * bm;
         return make_tile_plan(a, rest > 0 ? (rest + bs - 1) / bs : 0, BH);
     };
-    if (ncwg != 3 || policy == 0 || num_sms < 1) return with_full(amax);
+    if (ncwg != 3 || policy == 0 || num_sms < 1 || causal) return with_full(amax);
     if (policy == 2) return with_full(0);
     if ((long long)amax * BH > (long long)kMaxPlanWaves * num_sms) return with_full(amax);
     TilePlan best = with_full(amax);

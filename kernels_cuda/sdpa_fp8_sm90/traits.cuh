@@ -120,7 +120,10 @@ struct Fp16Traits {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NKB;  // [NVB] fp16 V decoded
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVB;  // [NVB] consumers done with fp16 V
     static constexpr int NBARS = BAR_VEMPTY + NVB;
-    static constexpr int SMEM_USED = OFF_BAR + NBARS * 8;
+    // The producer's issuing thread's note of the next work unit (producer.cuh: its K/V head and tile count), in
+    // shared memory rather than two registers of the producer.
+    static constexpr int OFF_NEXT = OFF_BAR + NBARS * 8;
+    static constexpr int SMEM_USED = OFF_NEXT + 8;
     static constexpr int SMEM = SMEM_USED + 1024;       // + slack to align the base to 1024
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;
     static_assert(!SPLIT || (NKB == NCWG && NVB == NCWG), "split: one K/V buffer per consumer warpgroup");

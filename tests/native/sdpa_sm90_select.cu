@@ -1,83 +1,129 @@
 // Host-only check of the Hopper SDPA kernel's configuration choice (sdpa_sm90::select_config in
 // kernels_cuda/sdpa_fp8_sm90/kernel.cuh), run by tests/test_sdpa_sm90_select.py without a GPU.
 // Compiled for a virtual architecture below sm_90 (the kernel bodies are empty there), nothing is
-// launched.  Prints one JSON line per argument set read from stdin ("B H S D num_sms split policy
-// plan bn fp8 q2"; policy / plan / bn / q2 -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by S;
-// fp8: 1 = the fp8 tier's kernel, 0 = the fp16 tier's; q2: SDPA_SM90_FP8_Q2's policy):
+// launched.  Prints one JSON line per argument set read from stdin ("B Hq Hkv Sq Skv D causal num_sms split
+// policy plan bn fp8 q2"; the attention case of ../../kernels_cuda/sdpa_fp8/attn_shape.h; policy / plan / bn /
+// q2 -1 = the build's default; bn: SDPA_SM90_BN_D128's policy, 0 = by Skv; fp8: 1 = the fp8 tier's kernel, 0 =
+// the fp16 tier's; q2: SDPA_SM90_FP8_Q2's policy):
 // the launch configuration select_config gives (with "bn", the keys per K/V tile), or
 // its error, with what the work units of its tile plan cover (block_tile, the kernel's own mapping):
-// "cover" = every row of every head in exactly one unit and the grid one block per unit (persistent:
-// min(units, SMs) blocks, each taking units grid apart), "nc" = units per number of consumer
-// warpgroups with rows.
+// "cover" = every row of every query head in exactly one unit, each unit reading K/V head bh / G and
+// exactly the K/V tiles its rows see (every tile; with the causal mask those up to its last row's diagonal),
+// and the grid one block per unit (persistent: min(units, SMs) blocks, whose unit sequences, unit_index up to
+// units_of_block, take every unit exactly once); "nc" = units per number of consumer warpgroups with rows;
+// "order" = with the causal mask, the units' tile counts never increase with the unit index (heaviest
+// first); "tiles_total" = K/V tiles of all units, "tiles_max_block" = most K/V tiles one block runs (a
+// persistent block: its units' sum; else the largest unit).
 #include <cstdio>
 #include <vector>
 
 #include "../../kernels_cuda/sdpa_fp8_sm90/kernel.cuh"
 
+struct Cover {
+    bool ok = false;
+    bool order = true;        // causal: tile counts non-increasing in the unit index
+    int nc[4] = {0, 0, 0, 0};
+    long long tiles_total = 0, tiles_max_block = 0;
+};
+
 template <class T>
-static void cover(const sdpa_sm90::LaunchInfo& li, int BH, int S, bool* ok, int (&nc)[4]) {
+static void cover(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
+    const int BH = (int)(a.B * a.Hq), S = (int)a.Sq, G = (int)a.group();
     std::vector<unsigned char> seen((size_t)BH * S, 0);
     const int units = (li.plan.full + li.plan.nshort) * BH;
     const int blocks = li.persistent && li.num_sms < units ? li.num_sms : units;  // persistent: units grid apart
-    *ok = li.plan.units == units && li.plan.full_blocks == li.plan.full * BH && li.grid == blocks;
-    for (int b = 0; b < units && *ok; ++b) {
-        const sdpa_sm90::BlockTile t = sdpa_sm90::block_tile<T>(b, li.plan, S);
+    bool ok = li.plan.units == units && li.plan.full_blocks == li.plan.full * BH && li.grid == blocks &&
+              li.plan.bh == BH && li.plan.group == G && li.plan.sq == S && li.plan.skv == (int)a.Skv &&
+              li.plan.causal == (a.causal ? 1 : 0) && (!a.causal || li.plan.nshort == 0);
+    std::vector<int> nt(units, 0);
+    for (int b = 0; b < units && ok; ++b) {
+        const sdpa_sm90::BlockTile t = sdpa_sm90::block_tile<T>(b, li.plan);
         const int rows = b < li.plan.full_blocks ? T::BM : T::BM - 64;
-        if (t.bh < 0 || t.bh >= BH || t.m0 < 0 || t.m0 >= S || t.nc < 1 || t.nc > T::NCWG) { *ok = false; break; }
+        if (t.bh < 0 || t.bh >= BH || t.m0 < 0 || t.m0 >= S || t.nc < 1 || t.nc > T::NCWG) { ok = false; break; }
         const int end = t.m0 + rows < S ? t.m0 + rows : S;
         const int want = sdpa_sm90::kShortTiles<T> ? (end - t.m0 + 63) / 64 : T::NCWG;  // warpgroups that run
-        if (t.nc != want) { *ok = false; break; }
-        ++nc[t.nc];
+        if (t.nc != want) { ok = false; break; }
+        // K/V head: query head h of batch b reads head h / G of the same batch.
+        const int64_t bq = t.bh / a.Hq, hq = t.bh % a.Hq;
+        if (t.kvh != bq * a.Hkv + hq / G) { ok = false; break; }
+        // K/V tiles: up to the last key its last row sees (attn_shape.h keys_of_row), every key it sees inside.
+        const int64_t keys = a.keys_of_row(end - 1);
+        if ((int64_t)t.nt != (keys + li.bn - 1) / li.bn || keys > a.Skv || a.keys_of_row(t.m0) < 1) { ok = false; break; }
+        nt[b] = t.nt;
+        cv->tiles_total += t.nt;
+        if (a.causal && b > 0 && nt[b] > nt[b - 1]) cv->order = false;
+        ++cv->nc[t.nc];
         for (int r = t.m0; r < end; ++r) {
             unsigned char& c = seen[(size_t)t.bh * S + r];
-            if (c) *ok = false;
+            if (c) ok = false;
             c = 1;
         }
     }
     for (unsigned char c : seen)
-        if (!c) *ok = false;
+        if (!c) ok = false;
+    // The blocks' unit sequences (the kernel's unit_index / units_of_block): every unit exactly once.
+    if (ok) {
+        std::vector<unsigned char> taken(units, 0);
+        const int grid = li.grid;
+        for (int blk = 0; blk < grid && ok; ++blk) {
+            const int n = li.persistent ? sdpa_sm90::units_of_block(blk, grid, li.plan) : 1;
+            long long sum = 0;
+            for (int i = 0; i < n; ++i) {
+                const int u = li.persistent ? sdpa_sm90::unit_index(blk, grid, i, li.plan.causal) : blk;
+                if (u < 0 || u >= units || taken[u]) { ok = false; break; }
+                taken[u] = 1;
+                sum += nt[u];
+            }
+            if (li.persistent && sdpa_sm90::unit_index(blk, grid, n, li.plan.causal) < units) ok = false;
+            if (sum > cv->tiles_max_block) cv->tiles_max_block = sum;
+        }
+        for (unsigned char c : taken)
+            if (!c) ok = false;
+    }
+    cv->ok = ok;
 }
 
 // The traits of the configuration select_config chose, by what it reports.
 template <bool FP8>
-static void cover_all(const sdpa_sm90::LaunchInfo& li, int BH, int S, int D, bool* ok, int (&nc)[4]) {
+static void cover_all(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
     using namespace sdpa_sm90;
-    if (D == 64 && li.split == 2) cover<KernelTraits<FP8, 64, kAsync, kAblNone, true>>(li, BH, S, ok, nc);
-    else if (D == 64 && li.ncwg == 3) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>>(li, BH, S, ok, nc);
-    else if (D == 64) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false>>(li, BH, S, ok, nc);
-    else if (li.split == 2 && li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>>(li, BH, S, ok, nc);
-    else if (li.split == 2) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true>>(li, BH, S, ok, nc);
-    else if (li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>>(li, BH, S, ok, nc);
-    else cover<KernelTraits<FP8, 128, kAsync, kAblNone, false>>(li, BH, S, ok, nc);
+    const int D = (int)a.D;
+    if (D == 64 && li.split == 2) cover<KernelTraits<FP8, 64, kAsync, kAblNone, true>>(li, a, cv);
+    else if (D == 64 && li.ncwg == 3) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>>(li, a, cv);
+    else if (D == 64) cover<KernelTraits<FP8, 64, kAsync, kAblNone, false>>(li, a, cv);
+    else if (li.split == 2 && li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>>(li, a, cv);
+    else if (li.split == 2) cover<KernelTraits<FP8, 128, kAsync, kAblNone, true>>(li, a, cv);
+    else if (li.bn == 192) cover<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>>(li, a, cv);
+    else cover<KernelTraits<FP8, 128, kAsync, kAblNone, false>>(li, a, cv);
 }
 
 int main() {
-    long long B, H, S;
-    int D, sms, split, policy, plan, bnpol, fp8, q2pol;
-    while (std::scanf("%lld %lld %lld %d %d %d %d %d %d %d %d", &B, &H, &S, &D, &sms, &split, &policy, &plan, &bnpol, &fp8,
-                      &q2pol) == 11) {
+    long long B, Hq, Hkv, Sq, Skv;
+    int D, causal, sms, split, policy, plan, bnpol, fp8, q2pol;
+    while (std::scanf("%lld %lld %lld %lld %lld %d %d %d %d %d %d %d %d %d", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms,
+                      &split, &policy, &plan, &bnpol, &fp8, &q2pol) == 14) {
         sdpa_sm90::LaunchInfo li;
         const char* err = nullptr;
-        const int BH = (int)(B * H);
+        AttnShape a;
+        a.B = B; a.Hq = Hq; a.Hkv = Hkv; a.Sq = Sq; a.Skv = Skv; a.D = D; a.causal = causal != 0;
         const int pol = policy < 0 ? SDPA_SM90_NCWG3_D64 : policy;
         const int pl = plan < 0 ? SDPA_SM90_TILE_PLAN : plan;
         const int bp = bnpol < 0 ? SDPA_SM90_BN_D128 : bnpol;
         const int q2p = q2pol < 0 ? SDPA_SM90_FP8_Q2 : q2pol;
         const sdpa_sm90::Precision prec = fp8 ? sdpa_sm90::Precision::kFp8 : sdpa_sm90::Precision::kFp16;
-        if (!sdpa_sm90::select_config(prec, BH, (int)S, D, sms, split, 0, &li, &err, pol, pl, bp, q2p)) {
+        if (!sdpa_sm90::select_config(prec, a, sms, split, 0, &li, &err, pol, pl, bp, q2p)) {
             std::printf("{\"error\":\"%s\"}\n", err);
             continue;
         }
-        bool ok = false;
-        int nc[4] = {0, 0, 0, 0};
-        using namespace sdpa_sm90;
-        if (fp8) cover_all<true>(li, BH, (int)S, D, &ok, nc);
-        else cover_all<false>(li, BH, (int)S, D, &ok, nc);
+        Cover cv;
+        if (fp8) cover_all<true>(li, a, &cv);
+        else cover_all<false>(li, a, &cv);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
-                    "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d],\"q_terms\":%d}\n",
+                    "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d],\"q_terms\":%d,"
+                    "\"order\":%s,\"tiles_total\":%lld,\"tiles_max_block\":%lld}\n",
                     sdpa_sm90::kernel_name(li.precision), li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
-                    li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", ok ? "true" : "false", nc[1],
-                    nc[2], nc[3], li.q_terms);
+                    li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", cv.ok ? "true" : "false", cv.nc[1],
+                    cv.nc[2], cv.nc[3], li.q_terms, cv.order ? "true" : "false", cv.tiles_total, cv.tiles_max_block);
     }
     return 0;
 }

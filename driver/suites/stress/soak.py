@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from driver.config import ELEM_BYTES, kernel_flags
-from driver.errors import KernelFailed
+from driver.config import ELEM_BYTES, AttnCase, kernel_flags
+from driver.errors import KernelFailed, TierNotOffered
 from driver.gates import allreduce_property_failures, sdpa_correctness
 from driver.options import RunOptions
 from driver.records import AllreduceLine, ArchivedRecord, DeviceInfo, SdpaLine, StressLine
 from driver.suites import sdpa
-from driver.suites.common import checked_verdict, progress, stress_record
+from driver.suites.common import checked_verdict, not_measured, progress, stress_record
 from driver.thresholds import Thresholds
 from driver.verify import SdpaErrors, allreduce_errors
 from driver.workers import Pool, served
@@ -108,7 +108,7 @@ def sdpa_soak_steps(opts: RunOptions) -> int:
 
 
 def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, sha: str, impl: str,
-              shape_name: str, shape: tuple[int, int, int, int], pool: Pool | None = None,
+              shape_name: str, shape: AttnCase | tuple[int, int, int, int], pool: Pool | None = None,
               precision: str = "fp16") -> ArchivedRecord:
     """Per case (fresh inputs: a seed and an input distribution, the two lists in turn so that every seed and
     every distribution of --distributions is fed): one output launch checked against the float64 reference
@@ -124,19 +124,28 @@ def soak_sdpa(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Threshold
     per_case = -(-opts.iters // first)
     done = 0
     exe = exe_dir / sdpa.VARIANTS[impl]
+    case = AttnCase.of(shape)
     # Every seed and distribution once (>= --iters launches), then new seeds until --minutes have passed.
     while done < first or time.perf_counter() - t0 < opts.soak_minutes * 60:
         seed, dist = soak_case(opts.seeds, opts.distributions, done)
         done += 1
         with tempfile.TemporaryDirectory(prefix="stress-sdpa-") as tmp:
-            files, expected = sdpa.prepare_case(Path(tmp), shape, seed, dist)
+            files, expected = sdpa.prepare_case(Path(tmp), case, seed, dist)
             out = Path(tmp) / "out.npy"
-            args = [*sdpa.file_args(files), "--out", str(out), "--iters", "1", "--warmup", "0",
+            args = [*sdpa.file_args(files), "--out", str(out), *sdpa.case_args(case), "--iters", "1", "--warmup", "0",
                     "--soak", str(per_case), "--streams", str(SDPA_SOAK_STREAMS), "--precision", precision]
             what = f"stress soak sdpa {impl} {precision} {shape_name} {dist} seed {seed}"
             progress(what, step=True)
-            (sl,) = pool.run(served([str(exe)], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+            try:
+                (sl,) = pool.run(served([str(exe)], args), SdpaLine, what=what, timeout_s=opts.timeout_s)
+            except TierNotOffered as exc:  # a kernel that does not serve this case: not measured, with its words
+                if case.square:
+                    raise
+                return not_measured(dev, sha, "soak", sdpa.VARIANTS[impl], f"{shape_name}/{precision}",
+                                    f"the runner does not offer the {precision} tier for {case.words()}: "
+                                    f"{exc.message}")
             sdpa.check_precision(what, precision, sl.precision)
+            sdpa.check_case(what, case, sl)
             if sl.soak_launches != per_case:
                 raise KernelFailed(f"{what}: the runner reports {sl.soak_launches} soak launches, not {per_case}",
                                    "rebuild the SDPA runners (python -m driver build --targets sdpa)")

@@ -1,0 +1,402 @@
+// Split-KV (flash-decoding) SDPA forward for few query rows on E4M3-stored K/V: `decode_sm89` (fp16 tier) and
+// `decode_fp8_sm89` (fp8 tier), sm_89 and newer (mma.sync; cvt and MMA on E4M3).  README.md has the design.
+//
+// Block (b, hkv, split, mblock) (plan.h): WK key groups of WM warps; warp (group, wm) holds the rows
+// 16 wm .. 16 wm + 15 of the block (all query heads of K/V head hkv times all queries: one K/V read serves them
+// all) and runs the online softmax over its group's 32-key tiles of the chunk:
+//   baseline (USE_CP_ASYNC=0): each tile fetched straight from global memory into registers;
+//   cpasync: each group streams its tiles through a ring of kStages shared-memory stages with cp.async, kStages-1
+//            tiles ahead; per tile: wait -> group barrier -> refill the stage read one tile ago -> fetch -> math.
+// Then the block merges its groups' states through shared memory, and either writes O (one chunk) or its partial
+// (O unnormalized, m, l in fp32) to the workspace; the last block of a (b, hkv, mblock) to finish (an atomic
+// counter, reset by that block) merges the chunks' partials in chunk order and writes O.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../sdpa_fp8/attn_shape.h"
+#include "plan.h"
+#include "ptx.cuh"
+#include "tier_ops.cuh"
+#include "tile_load.cuh"
+
+#ifndef USE_CP_ASYNC
+#define USE_CP_ASYNC 0
+#endif
+
+namespace sdpa_decode {
+
+constexpr bool kAsync = USE_CP_ASYNC != 0;
+
+enum class Tier { kFp16 = 0, kFp8 = 1 };
+// The names the runner's JSON line carries (driver/records.py SdpaLine.kernel).
+inline const char* kernel_name(Tier t) { return t == Tier::kFp8 ? "decode_fp8_sm89" : "decode_sm89"; }
+
+struct Params {
+    const __half* q;
+    const uint8_t* k;
+    const uint8_t* v;
+    __half* o;
+    float* part_o;   // [B*Hkv*mblocks][nsplit][rows_per_block][D]
+    float* part_ml;  // [B*Hkv*mblocks][nsplit][rows_per_block][2]: m, l
+    int* counters;   // [B*Hkv*mblocks], zero between launches
+    int64_t Sq, Skv, rows, mblocks, nsplit, chunk_tiles, tiles;
+    float score_scale;  // k_scale * log2(e) / sqrt(D)
+    float v_scale;
+    int causal;
+};
+
+template <int D, int WM, bool FP8>
+struct Traits {
+    static constexpr int WK = WM == 4 ? 2 : 4;  // plan.h groups_for_warps
+    static constexpr int TG = 32 * WM;          // threads per key group
+    static constexpr int NT = TG * WK;          // threads per block
+    static constexpr int MB = kRowsPerWarp * WM;
+    using Geo = TileGeom<D>;
+    static constexpr int kRing = kAsync ? WK * Geo::kStages * Geo::kStageBytes : 0;
+    static constexpr int kPitch = D + 8;  // merge buffer row (floats): column tile j, column n at 8 j + n
+    static constexpr int kMerge = WK * MB * kPitch * 4 + 2 * WK * MB * 4;
+    static constexpr int kFinal = 2 * kMaxSplitRows * 4;
+    static constexpr int kSmemA = kRing > kMerge ? kRing : kMerge;
+    static constexpr int kSmem = kSmemA > kFinal ? kSmemA : kFinal;
+    static constexpr int kMinBlocks = blocks_per_sm_for_warps(WM);
+    static_assert(WK + 1 <= 16, "named barriers 1..WK");
+};
+
+template <int D, int WM, bool FP8>
+__device__ __forceinline__ void decode_block(const Params& p) {
+    using T = Traits<D, WM, FP8>;
+    using Geo = TileGeom<D>;
+    using Ops = std::conditional_t<FP8, Fp8Ops<D>, Fp16Ops<D>>;
+    constexpr int WK = T::WK, MB = T::MB, NT = T::NT;
+    extern __shared__ __align__(128) uint8_t dec_smem[];
+    uint8_t* smem = dec_smem;
+    __shared__ int s_last;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // warp-uniform by construction; the shuffle tells ptxas so
+    const int grp = __shfl_sync(0xffffffffu, warp / WM, 0), wm = __shfl_sync(0xffffffffu, warp % WM, 0);
+    const int g = lane >> 2, t = lane & 3;
+    int64_t bi = blockIdx.x;
+    const int64_t mblk = bi % p.mblocks;
+    bi /= p.mblocks;
+    const int64_t split = bi % p.nsplit;
+    const int64_t bh = bi / p.nsplit;  // b * Hkv + hkv
+    const int64_t m0 = mblk * MB;
+    const int rows_valid = (int)(p.rows - m0 < MB ? p.rows - m0 : MB);
+    const TileRange range =
+        split_tiles(p.tiles, p.chunk_tiles, split, rows_key_limit(p.Sq, p.Skv, p.causal != 0, m0, rows_valid));
+    const int n_my = (int)group_tile_count(range, grp, WK);
+
+    // The warp's rows g and g+8, each with the keys it sees.
+    const int64_t r0 = m0 + 16 * wm + g;
+    int lim[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        const int64_t r = r0 + 8 * rr;
+        lim[rr] = (int)(p.causal && r < p.rows ? r % p.Sq + 1 + p.Skv - p.Sq : p.Skv);
+    }
+    // Q after the first K/V loads are on their way (both variants), so that their latencies overlap.
+    Ops ops;
+    auto init_q = [&] {
+        QRegs<D> qr;
+        load_q<D>(qr, p.q + bh * p.rows * D, r0, p.rows, t);
+        ops.init(qr, p.score_scale);
+    };
+
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float m[2] = {kNegInf, kNegInf};
+    float L[4] = {0.f, 0.f, 0.f, 0.f};
+    float O[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
+
+    const uint64_t pol = kv_l2_policy();
+    const uint8_t* kb = p.k + bh * p.Skv * D;
+    const uint8_t* vb = p.v + bh * p.Skv * D;
+    auto tile_key0 = [&](int it) { return (int)((range.begin + grp + (int64_t)it * WK) * kTileKeys); };
+
+    if constexpr (kAsync) {
+        uint8_t* ring = smem + grp * Geo::kStages * Geo::kStageBytes;
+        const int gtid = tid - grp * T::TG;
+        auto issue = [&](int it) {
+            const int key0 = tile_key0(it);
+            const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
+            issue_stage<D, T::TG>(ring + (it % Geo::kStages) * Geo::kStageBytes, kb + (int64_t)key0 * D,
+                                  vb + (int64_t)key0 * D, valid, gtid, pol);
+        };
+#pragma unroll
+        for (int s = 0; s < Geo::kStages - 1; ++s) {
+            if (s < n_my) issue(s);
+            cp_async_commit();
+        }
+        init_q();
+#pragma unroll 1
+        for (int it = 0; it < n_my; ++it) {
+            cp_async_wait<Geo::kStages - 2>();  // this thread's copies of tile `it` have landed
+            group_barrier<T::TG, 0, WK>(grp);    // ... and every group thread's; all are done reading tile it-1
+            if (it + Geo::kStages - 1 < n_my) issue(it + Geo::kStages - 1);  // into tile it-1's stage
+            cp_async_commit();
+            const uint8_t* stage = ring + (it % Geo::kStages) * Geo::kStageBytes;
+            KRegs<D> kr;
+            fetch_k_stage<D>(kr, stage, g, t);
+            float S[4][4];
+            ops.qk(S, kr);
+            softmax_tile<D>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
+            VRegs<D> vr;
+            fetch_v_stage<D>(vr, stage, g, t);
+            ops.pv(O, L, S, vr);
+        }
+    } else {
+        KRegs<D> kr;
+        VRegs<D> vr;
+        auto fetch = [&](int it) {
+            const int key0 = tile_key0(it);
+            const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
+            fetch_k_global<D>(kr, kb + (int64_t)key0 * D, valid, g, t, pol);
+            fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t, pol);
+        };
+        if (n_my > 0) fetch(0);
+        init_q();
+#pragma unroll 1
+        for (int it = 0; it < n_my; ++it) {
+            if (it > 0) fetch(it);
+            float S[4][4];
+            ops.qk(S, kr);
+            softmax_tile<D>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
+            ops.pv(O, L, S, vr);
+        }
+    }
+
+    // ---------------------------------------------------------------- the block's groups merged
+    __syncthreads();  // every group is done with its ring: the merge buffer aliases it
+    float* mo = reinterpret_cast<float*>(smem);  // [WK][MB][kPitch]
+    float* mm = mo + WK * MB * T::kPitch;        // [WK][MB]
+    float* ml = mm + WK * MB;                    // [WK][MB]
+    {
+        const int rl = 16 * wm + g;
+        float* row0 = mo + (grp * MB + rl) * T::kPitch + 2 * t;
+        float* row1 = row0 + 8 * T::kPitch;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(O[j][0], O[j][1]);
+            *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(O[j][2], O[j][3]);
+        }
+        if (t == 0) {
+            mm[grp * MB + rl] = m[0];
+            mm[grp * MB + rl + 8] = m[1];
+            ml[grp * MB + rl] = L[0];
+            ml[grp * MB + rl + 8] = L[2];
+        }
+    }
+    __syncthreads();
+
+    constexpr int kQuads = D / 4;  // items: (row, 4 channels); channel (D/8) n + j sits at 8 j + n
+    const bool single = p.nsplit == 1;
+    const int64_t grp_idx = bh * p.mblocks + mblk;
+    const int64_t pidx = grp_idx * p.nsplit + split;
+    __half* out = p.o + (bh * p.rows + m0) * D;
+    for (int item = tid; item < rows_valid * kQuads; item += NT) {
+        const int row = item / kQuads, d0 = (item % kQuads) * 4, n = d0 / (D / 8), j0 = d0 % (D / 8);
+        float mx = kNegInf;
+#pragma unroll
+        for (int w = 0; w < WK; ++w) mx = fmaxf(mx, mm[w * MB + row]);
+        float o[4] = {0.f, 0.f, 0.f, 0.f}, l = 0.f;
+#pragma unroll
+        for (int w = 0; w < WK; ++w) {
+            const float mw = mm[w * MB + row];
+            const float wt = mw == kNegInf ? 0.f : fast_exp2(mw - mx);
+            l += wt * ml[w * MB + row];
+            const float* src = mo + (w * MB + row) * T::kPitch + n;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) o[c] += wt * src[8 * (j0 + c)];
+        }
+        if (single) {
+            const float f = p.v_scale / l;
+            *reinterpret_cast<uint2*>(out + (int64_t)row * D + d0) =
+                make_uint2(pack_half2(o[0] * f, o[1] * f), pack_half2(o[2] * f, o[3] * f));
+        } else {
+            *reinterpret_cast<float4*>(p.part_o + (pidx * MB + row) * D + d0) = make_float4(o[0], o[1], o[2], o[3]);
+            if (d0 == 0) *reinterpret_cast<float2*>(p.part_ml + (pidx * MB + row) * 2) = make_float2(mx, l);
+        }
+    }
+    if (single) return;
+
+    // ---------------------------------------------------------------- the chunks merged by the last block
+    __threadfence();  // this thread's partial is visible device-wide before the block is counted
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(p.counters + grp_idx, 1) == (int)p.nsplit - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const int ns = (int)p.nsplit;
+    float* fm = reinterpret_cast<float*>(smem);  // [ns][MB]: m, then the chunk's weight
+    float* fl = fm + ns * MB;                    // [ns][MB]: l
+    const int64_t pbase = grp_idx * p.nsplit;
+    for (int i = tid; i < ns * rows_valid; i += NT) {
+        const int s = i / rows_valid, row = i % rows_valid;
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(p.part_ml + ((pbase + s) * MB + row) * 2));
+        fm[s * MB + row] = v.x;
+        fl[s * MB + row] = v.y;
+    }
+    __syncthreads();
+    for (int row = tid; row < rows_valid; row += NT) {
+        float mx = kNegInf;
+        for (int s = 0; s < ns; ++s) mx = fmaxf(mx, fm[s * MB + row]);
+        float l = 0.f;
+        for (int s = 0; s < ns; ++s) {
+            const float ms = fm[s * MB + row];
+            l += (ms == kNegInf ? 0.f : fast_exp2(ms - mx)) * fl[s * MB + row];
+        }
+        const float f = p.v_scale / l;
+        for (int s = 0; s < ns; ++s) {
+            const float ms = fm[s * MB + row];
+            fm[s * MB + row] = (ms == kNegInf ? 0.f : fast_exp2(ms - mx)) * f;
+        }
+    }
+    __syncthreads();
+    for (int item = tid; item < rows_valid * kQuads; item += NT) {
+        const int row = item / kQuads, d0 = (item % kQuads) * 4;
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 16
+        for (int s = 0; s < ns; ++s) {
+            const float wt = fm[s * MB + row];
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(p.part_o + ((pbase + s) * MB + row) * D + d0));
+            o[0] += wt * x.x;
+            o[1] += wt * x.y;
+            o[2] += wt * x.z;
+            o[3] += wt * x.w;
+        }
+        *reinterpret_cast<uint2*>(out + (int64_t)row * D + d0) =
+            make_uint2(pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+    }
+    if (tid == 0) p.counters[grp_idx] = 0;  // for the next launch on this workspace
+}
+
+// The two tiers' entry points (their PTX names tell the build's gates the tiers apart: thresholds.toml).
+template <int D, int WM>
+__global__ void __launch_bounds__(Traits<D, WM, false>::NT, Traits<D, WM, false>::kMinBlocks)
+    sdpa_decode_fp16_kernel(const Params p) {
+    decode_block<D, WM, false>(p);
+}
+template <int D, int WM>
+__global__ void __launch_bounds__(Traits<D, WM, true>::NT, Traits<D, WM, true>::kMinBlocks)
+    sdpa_decode_fp8_kernel(const Params p) {
+    decode_block<D, WM, true>(p);
+}
+
+// ------------------------------------------------------------------------------------------------ host side
+struct LaunchInfo {
+    Plan plan;
+    Tier tier = Tier::kFp16;
+    int D = 0;
+    const void* func = nullptr;
+    int grid = 0, block = 0, smem = 0;
+    int blocks_per_sm = 1;  // the plan's wave per SM: the launch bounds' blocks per SM
+};
+
+template <int D, int WM>
+const void* kernel_for(Tier tier, int* smem) {
+    if (tier == Tier::kFp8) {
+        *smem = Traits<D, WM, true>::kSmem;
+        return reinterpret_cast<const void*>(&sdpa_decode_fp8_kernel<D, WM>);
+    }
+    *smem = Traits<D, WM, false>::kSmem;
+    return reinterpret_cast<const void*>(&sdpa_decode_fp16_kernel<D, WM>);
+}
+
+template <int D>
+const void* kernel_for_d(Tier tier, int wm, int* smem) {
+    return wm == 1 ? kernel_for<D, 1>(tier, smem) : wm == 2 ? kernel_for<D, 2>(tier, smem) : kernel_for<D, 4>(tier, smem);
+}
+
+// The launch for a case on num_sms SMs (split_override: plan.h), or false with the reason.  The plan's wave is
+// num_sms times the blocks per SM the kernel's launch bounds declare (plan.h blocks_per_sm_for_warps: 2 blocks of
+// 128 threads, 1 of 256), not what the CUDA runtime reports for this build: the baseline and cpasync builds differ in registers
+// and shared memory, and a plan that followed them would cut the keys differently and break the bit-identical A/B
+// (it did at head dim 64, experiments/2026-11-28-sdpa-decode run 2; at head dim 128 the runtime gives the declared
+// counts in both builds).
+inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_override, LaunchInfo* li, const char** why) {
+    if (s.D != 64 && s.D != 128) {
+        *why = "the decode kernel supports head dims 64 and 128";
+        return false;
+    }
+    if (s.B < 1 || s.Hkv < 1 || s.Hq % s.Hkv != 0 || s.Sq < 1 || s.Skv < 1 || (s.causal && s.Sq > s.Skv)) {
+        *why = "the decode kernel needs B, Hkv, Sq, Skv >= 1, Hq a multiple of Hkv, and Sq <= Skv with the causal mask";
+        return false;
+    }
+    const int wm = warps_for_rows(s.group() * s.Sq);
+    li->tier = tier;
+    li->D = (int)s.D;
+    li->func = s.D == 64 ? kernel_for_d<64>(tier, wm, &li->smem) : kernel_for_d<128>(tier, wm, &li->smem);
+    li->blocks_per_sm = blocks_per_sm_for_warps(wm);
+    li->plan = plan_decode(s, num_sms, li->blocks_per_sm, split_override);
+    if (li->plan.blocks > INT32_MAX) {
+        *why = "the decode kernel's grid is too large for this case (more than 2^31 - 1 blocks)";
+        return false;
+    }
+    li->grid = (int)li->plan.blocks;
+    li->block = li->plan.threads;
+    return true;
+}
+
+// The chunks' partials and the counters of one stream's launches (launches in flight at once on different streams
+// need one each).  Counters are zeroed here and by every launch's last blocks after.
+struct Workspace {
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    int* counters = nullptr;
+};
+
+inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {
+    *ws = Workspace{};
+    const Plan& p = li.plan;
+    if (p.nsplit <= 1) return cudaSuccess;
+    const size_t groups = (size_t)(p.blocks / p.nsplit);
+    const size_t slots = (size_t)p.blocks * (size_t)p.rows_per_block;
+    cudaError_t e = cudaMalloc(&ws->part_o, slots * (size_t)li.D * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc(&ws->part_ml, slots * 2 * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc(&ws->counters, groups * sizeof(int));
+    if (e == cudaSuccess) e = cudaMemset(ws->counters, 0, groups * sizeof(int));
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the zeros land before any launch on another stream
+    return e;
+}
+
+inline void workspace_free(Workspace* ws) {
+    cudaFree(ws->part_o);
+    cudaFree(ws->part_ml);
+    cudaFree(ws->counters);
+    *ws = Workspace{};
+}
+
+inline cudaError_t launch(const LaunchInfo& li, const Workspace& ws, const AttnShape& s, const __half* q,
+                          const uint8_t* k, const uint8_t* v, __half* o, float k_scale, float v_scale,
+                          cudaStream_t stream) {
+    Params p;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.part_o = ws.part_o;
+    p.part_ml = ws.part_ml;
+    p.counters = ws.counters;
+    p.Sq = s.Sq;
+    p.Skv = s.Skv;
+    p.rows = li.plan.rows;
+    p.mblocks = li.plan.mblocks;
+    p.nsplit = li.plan.nsplit;
+    p.chunk_tiles = li.plan.chunk_tiles;
+    p.tiles = li.plan.tiles;
+    p.score_scale = (float)((double)k_scale * 1.4426950408889634 / std::sqrt((double)s.D));
+    p.v_scale = v_scale;
+    p.causal = s.causal ? 1 : 0;
+    void* args[] = {&p};
+    return cudaLaunchKernel(li.func, dim3((unsigned)li.grid), dim3((unsigned)li.block), args, (size_t)li.smem, stream);
+}
+
+}  // namespace sdpa_decode

@@ -1,0 +1,84 @@
+"""The split-KV decode kernel (kernels_cuda/sdpa_decode/) on the GPU: both tiers, both variants, against the float64
+reference with the head groups and the bottom-right mask, within the tier's bounds, baseline and cpasync bit for
+bit; what --kernel auto picks for decode-shaped cases; a soak on several streams (one workspace each)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from driver import thresholds
+from driver.config import PRECISIONS
+from driver.gates import sdpa_correctness
+from driver.records import SdpaLine
+from driver.suites import sdpa
+from tests.gpu.conftest import serve_lines
+
+GATES = thresholds.load().sdpa
+DECODE = {"fp16": "decode_sm89", "fp8": "decode_fp8_sm89"}
+# (q_shape, kv_shape, causal): one warp per key group (G * Sq <= 16), two (32 rows), four (64), more row blocks
+# (128 rows), a partial last tile, a single key, head dims 64 and 128; the mask where it cuts tiles.
+CASES = [
+    ((2, 8, 1, 128), (2, 2, 1000, 128), False),
+    ((1, 32, 4, 64), (1, 8, 4096, 64), True),
+    ((2, 32, 1, 128), (2, 1, 777, 128), True),
+    ((1, 16, 16, 128), (1, 4, 300, 128), True),
+    ((1, 4, 32, 64), (1, 1, 100, 64), True),
+    ((3, 6, 1, 64), (3, 3, 1, 64), False),
+]
+_CASES: dict = {}
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    def get(case, seed=0):
+        key = (case, seed)
+        if key not in _CASES:
+            folder = tmp_path_factory.mktemp("sdpa-decode-case")
+            _CASES[key] = sdpa.prepare_case(folder, case, seed)
+        return _CASES[key]
+    return get
+
+
+def run(exe_dir, workers, tmp_path, files, impl, precision, causal, *extra):
+    out = tmp_path / f"out_{impl}_{precision}.npy"
+    cmd = [str(exe_dir / sdpa.VARIANTS[impl]), *sdpa.file_args(files), "--out", str(out), "--iters", "2", "--warmup",
+           "1", "--precision", precision, *(["--causal"] if causal else []), *extra]
+    (line,) = serve_lines(workers, cmd, SdpaLine, what=f"{impl} {precision}", timeout_s=120)
+    return line, np.load(out)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
+def test_decode_kernel_matches_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case, precision):
+    files, expected = cases(case)
+    got = {}
+    for impl in sdpa.VARIANTS:
+        line, out = run(exe_dir, workers, tmp_path, files, impl, precision, case[2], "--kernel", DECODE[precision])
+        assert line.kernel == DECODE[precision] and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
+        m = sdpa.tier_errors(out, expected, GATES, precision, "normal", impl)
+        verdict = sdpa_correctness(m, GATES, precision, "normal")
+        assert verdict.passed, (verdict.reasons, m)
+        got[impl] = out
+    assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_auto_takes_the_decode_kernel_for_few_rows(exe_dir, workers, tmp_path, cases, precision):
+    """G * Sq <= 64, not square MHA: --kernel auto runs the decode kernel of the tier (on sm_89 builds too, where
+    it is the fp8 tier's only kernel)."""
+    case = CASES[1]
+    files, _ = cases(case)
+    line, _ = run(exe_dir, workers, tmp_path, files, "cpasync", precision, case[2])
+    assert line.kernel == DECODE[precision]
+
+
+@pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
+def test_soak_on_four_streams_is_bitwise_stable(exe_dir, workers, tmp_path, cases, impl):
+    """Launches in flight on four streams at once, each stream with its own chunk workspace and counters, every
+    output bit-identical to the checked one."""
+    case = CASES[1]
+    files, _ = cases(case)
+    line, _ = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "decode_sm89", "--soak", "100",
+                  "--streams", "4")
+    assert line.soak_launches == 100 and line.soak_mismatched_elements == 0
