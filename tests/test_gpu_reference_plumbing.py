@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from driver import config
 from driver.reference import sdpa as ref
 from driver.suites import sdpa
 
@@ -40,10 +41,14 @@ for line in sys.stdin:
 '''
 
 
-def _gpu_ref(tmp_path: Path, body: str, monkeypatch) -> sdpa.GpuReference:
+def _gpu_ref(tmp_path: Path, body: str, monkeypatch, *, small_on_cpu: bool = False) -> sdpa.GpuReference:
+    """The stand-in as the GPU worker; the tests' small case goes to it too unless `small_on_cpu`."""
     script = tmp_path / "stand_in.py"
     script.write_text(body)
     monkeypatch.setattr(sdpa.GpuReference, "SERVER", (sys.executable, str(script)))
+    if not small_on_cpu:
+        monkeypatch.setattr(sdpa, "CPU_INPUTS_MAX_VALUES", 0)
+        monkeypatch.setattr(sdpa, "CPU_REFERENCE_MAX_FLOP", 0)
     return sdpa.GpuReference(timeout_s=60)
 
 
@@ -71,6 +76,32 @@ def test_inputs_and_reference_come_from_the_worker(tmp_path, monkeypatch):
     finally:
         cases.close()
         gpu.close()
+
+
+def test_small_cases_are_made_on_the_cpu_whatever_the_worker_does(tmp_path, monkeypatch):
+    """Below CPU_INPUTS_MAX_VALUES and CPU_REFERENCE_MAX_FLOP the case never reaches the worker: its inputs and its
+    reference are numpy's (no MARK), even while something is timed. The bench's first and third shapes are such."""
+    log = tmp_path / "asked.txt"
+    gpu = _gpu_ref(tmp_path, f"open({str(log)!r}, 'a').write('started\\n')\nMARK = 1.0\n" + STAND_IN, monkeypatch,
+                   small_on_cpu=True)
+    gpu.start()
+    gpu.pool.wait_ready(30)
+    gpu.quiet.acquire()  # a timing section is running: the CPU's work goes on
+    cases = _cases(tmp_path, gpu)
+    try:
+        got = cases.refs[("small", 0, "normal")].result(timeout=60)
+        files, _folder = cases.inputs[("small", 0, "normal")].result()
+        want = ref.make_inputs((1, 2, 64, 64), 0, "normal")
+        np.testing.assert_array_equal(np.load(files["q"]), want[0])
+        np.testing.assert_array_equal(got, ref.reference(*want))
+    finally:
+        gpu.quiet.release()
+        cases.close()
+        gpu.close()
+    assert log.read_text() == "started\n"  # started (with the suite), never asked
+    on_cpu = {name: sdpa.on_cpu(sdpa.AttnCase.of(config.SDPA_SHAPES[name])) for name in config.BENCH_SDPA_SHAPES}
+    assert [name for name, (inp, refr) in on_cpu.items() if inp or refr] == ["mission", "odd"]
+    assert on_cpu["mission"] == on_cpu["odd"] == (True, True)
 
 
 def test_a_worker_that_fails_leaves_inputs_and_references_to_the_cpu(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from driver import thresholds
+from driver import thresholds, verify
 from driver.errors import KernelFailed
 from driver.gates import allreduce_correctness, ratio_verdict, sdpa_correctness
 from driver.parse import parse_lines
@@ -109,6 +109,39 @@ def test_sdpa_error_values():
     m = sdpa_errors(out, ref, bad_err=0.06)
     assert m.max_abs_err is None and m.bad_frac == pytest.approx(0.5) and m.rel_l2 is None
     assert not math.isnan(m.bad_frac)
+
+
+def _whole_array_errors(out: np.ndarray, expected: np.ndarray, bad_err: float) -> dict:
+    """The metrics by whole-array numpy, their definitions written out (what sdpa_errors computed before it went
+    block by block)."""
+    got = out.astype(np.float64)
+    finite = np.isfinite(got)
+    err = np.where(finite, np.abs(got - expected), np.inf)
+    nonfinite = int(got.size - np.count_nonzero(finite))
+    clean = not nonfinite
+    return {"max_abs_err": float(err.max()) if clean else None, "bad_elements": int(np.count_nonzero(err > bad_err)),
+            "rel_l2": float(np.linalg.norm(got - expected) / np.linalg.norm(expected)) if clean else None,
+            "max_abs_rel": float(err.max() / np.abs(expected).max()) if clean else None, "nonfinite": nonfinite}
+
+
+@pytest.mark.parametrize("elements", [1, 1000, verify.ERROR_BLOCK_ELEMS, verify.ERROR_BLOCK_ELEMS + 1,
+                                      3 * verify.ERROR_BLOCK_ELEMS + 77])
+def test_sdpa_errors_block_by_block_are_the_whole_array_metrics(elements):
+    """Counts and maxima exact whatever the blocks; rel_l2 to float64 rounding (the norms' sums in another order)."""
+    rng = np.random.default_rng(elements)
+    expected = rng.standard_normal((1, 1, elements, 1)) * 3.0
+    out = (expected + rng.standard_normal(expected.shape) * 0.02).astype(np.float16)
+    for special in (None, np.nan, np.inf):
+        o = out.copy()
+        if special is not None:
+            o.flat[rng.integers(elements)] = special
+        got = sdpa_errors(o, expected, bad_err=0.03).model_dump()
+        want = _whole_array_errors(o, expected, 0.03)
+        rel, want_rel = got.pop("rel_l2"), want.pop("rel_l2")
+        assert {k: got[k] for k in want} == want
+        assert got["bad_frac"] == want["bad_elements"] / elements and got["elements"] == elements
+        assert (rel is None) == (want_rel is None) and (rel is None or rel == pytest.approx(want_rel, rel=1e-13))
+    assert verify.abs_max(expected) == float(np.abs(expected).max()) and verify.abs_max(np.zeros(0)) == 0.0
 
 
 def test_sdpa_errors_refuse_a_wrong_shape_or_dtype():

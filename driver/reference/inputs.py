@@ -507,8 +507,8 @@ def write_files(be: Backend, folder, q_shape, kv_shape, seed: int, distribution:
     """The case's four .npy files in `folder` (q, k, v, scales [k_scale, v_scale] float32); (files, scales)."""
     target, files, maps = to_files(folder, q_shape, kv_shape)
     make(be, q_shape, kv_shape, seed, distribution, target, workers)
-    for m in maps:
-        m.flush()
+    # No flush (msync): a shared mapping's writes are in the page cache, which every reader of the file reads; a
+    # flush would only wait for the disk (these files live for one shape, then go).
     del maps, target.q, target.k, target.v
     np.save(files["scales"], np.array([target.k_scale, target.v_scale], dtype=np.float32))
     return files, (target.k_scale, target.v_scale)

@@ -41,9 +41,10 @@ _KV_ELEMS = 1 << 27  # decoded K (and V) elements per block of heads (1 GiB of f
 
 
 def reference(torch, q: np.ndarray, k_u8: np.ndarray, v_u8: np.ndarray, k_scale: float, v_scale: float,
-              device: str = "cuda", *, causal: bool = False) -> np.ndarray:
+              device: str = "cuda", *, causal: bool = False, into: np.ndarray | None = None) -> np.ndarray:
     """softmax(Q K^T / sqrt(D) + mask) V in float64 on `device` (sdpa.reference's function: GQA head groups, the
-    bottom-right causal mask); [B, Hq, Sq, D] float64 on the host. The (batch, K/V head) groups go in blocks whose
+    bottom-right causal mask); [B, Hq, Sq, D] float64 on the host, copied straight into `into` where given (a
+    writable float64 array of that shape, e.g. the mapped output file). The (batch, K/V head) groups go in blocks whose
     scores (`_BLOCK_ELEMS`) and decoded K/V (`_KV_ELEMS`) stay bounded, rows in blocks where one group's scores
     alone would pass the bound; a causal block multiplies only the keys its last row sees."""
     (B, Hq, Sq, D), (_, Hkv, Skv, _) = inputs.check_shapes(q.shape, k_u8.shape, causal)
@@ -81,7 +82,11 @@ def reference(torch, q: np.ndarray, k_u8: np.ndarray, v_u8: np.ndarray, k_scale:
             o /= s.sum(dim=2, keepdim=True)
             out[h0:h1, r0:r1] = o
         del k64, v64
-    return out.reshape(B, Hq, Sq, D).cpu().numpy()
+    out = out.reshape(B, Hq, Sq, D)
+    if into is None:
+        return out.cpu().numpy()
+    torch.from_numpy(into).copy_(out)
+    return into
 
 
 def load_case(q: str, k: str, v: str, scales: str, causal: bool) -> sdpa_io.SdpaCase:
@@ -174,16 +179,35 @@ def main(argv: list[str] | None = None) -> None:
         sdpa_io.fail(str(exc), sdpa_io.EXIT_BAD_INPUT)
     torch = sdpa_io.import_torch()
     t0 = time.perf_counter()
+    # Written as it comes off the GPU into the mapped .npy file (no host array between, no second copy by np.save);
+    # not flushed: the driver reads it from the page cache, then removes it.
+    target = np.lib.format.open_memmap(ns.out, mode="w+", dtype=np.float64, shape=case.q.shape)
     try:
-        ref = reference(torch, case.q, case.k_u8, case.v_u8, case.k_scale, case.v_scale, causal=ns.causal)
+        reference(torch, case.q, case.k_u8, case.v_u8, case.k_scale, case.v_scale, causal=ns.causal, into=target)
     except RuntimeError as exc:  # CUDA out of memory and friends: one line, the peers' CUDA-error code
         sdpa_io.fail(f"reference on the GPU: {' '.join(str(exc).split())[:300]}", sdpa_io.EXIT_CUDA_ERROR)
     finally:
+        del target
         torch.cuda.empty_cache()  # a served worker keeps no GPU memory between cases: the kernels timed next need it
-    np.save(ns.out, ref)
     print(json.dumps({"reference": ns.out, "shape": list(case.q.shape),
                       "seconds": round(time.perf_counter() - t0, 4)}), flush=True)
 
 
+def warm() -> None:
+    """The worker's start-up, before it says it is ready (beside the runners' start-ups, which take longer): CUDA,
+    then one small case's inputs and reference, so that the kernels and the cuBLAS handle they need are loaded here
+    and not in the first case the suite waits for."""
+    serving.warm_torch()
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    shape = (1, 1, 64, 64)
+    made = inputs.make(inputs.TorchBackend(torch, "cuda"), shape, shape, 0, "normal", inputs.in_memory(shape, shape))
+    reference(torch, made.q.reshape(shape), made.k.reshape(shape), made.v.reshape(shape), made.k_scale, made.v_scale)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
 if __name__ == "__main__":
-    serving.entry(main)
+    serving.entry(main, warm=warm)

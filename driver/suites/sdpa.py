@@ -9,6 +9,8 @@ records carry hbm_frac, over the device's copy bandwidth measured at the start o
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import os
 import shutil
 import sys
@@ -52,7 +54,7 @@ from driver.suites.common import (
     telemetry_flags,
 )
 from driver.thresholds import SdpaGates, Thresholds
-from driver.verify import SdpaErrors, sdpa_errors
+from driver.verify import SdpaErrors, abs_max, sdpa_errors
 from driver.workers import Pool, Served, served
 
 TARGETS = "sdpa"
@@ -335,15 +337,30 @@ class GpuReference:
 # Input files made ahead of the shape being checked, at most (bytes): the shapes after it wait for it to be released.
 # The shape being checked is always made whole, whatever its size (each of its cases is needed).
 INPUTS_AHEAD_BYTES = 16 << 30
+# Cases this small are made on the CPU even where the GPU worker runs: numpy makes their inputs in 0.08-0.19 s on one
+# core and their reference in 0.02-0.05 s on two (mission, odd; 2026-11-28, a 2-core EPYC VM), less than the worker's
+# start-up (4 s) and round trips, so the first shape's checks never wait for the worker, and the worker starts on the
+# next shape at once. Decided by size alone, so a case's reference is computed the same way in every run (the GPU's
+# and numpy's differ in summation order, by a few float64 ulps); a broken worker sends everything to the CPU.
+CPU_INPUTS_MAX_VALUES = 1 << 22  # Q, K and V elements
+CPU_REFERENCE_MAX_FLOP = 1 << 32  # 4 B Hq Sq Skv D: the two matrix products of the reference
+
+
+def on_cpu(case: AttnCase) -> tuple[bool, bool]:
+    """Whether the case's (inputs, reference) are made on the CPU whatever the GPU worker does."""
+    values = math.prod(case.q_shape) + 2 * math.prod(case.kv_shape)
+    flop = 4 * math.prod(case.q_shape) * case.kv_shape[2]
+    return values <= CPU_INPUTS_MAX_VALUES, flop <= CPU_REFERENCE_MAX_FLOP
 
 
 class Cases:
     """Every (shape, seed, distribution)'s inputs and float64 reference, made on background threads in the
     order the shapes run (the timed `normal` inputs first), so the references of the next shape are computed
     while the GPU works on this one (on the GPU when `gpu` is given, between timings; else numpy on half the
-    cores). Each is made once per run, for ours and every peer in every tier: a reference is never computed
-    twice for the same inputs. Inputs live as files only (never as arrays held here); those of shapes after the
-    current one are made while they fit in INPUTS_AHEAD_BYTES. `release` drops a finished shape's files.
+    cores; cases as small as `on_cpu` says by numpy in any case). Each is made once per run, for ours and every
+    peer in every tier: a reference is never computed twice for the same inputs. Inputs live as files only (never
+    as arrays held here); those of shapes after the current one are made while they fit in INPUTS_AHEAD_BYTES.
+    `release` drops a finished shape's files.
     A shape is a square (B, H, S, D) or anything AttnCase.of takes (Q and K/V shapes, causal)."""
 
     def __init__(self, folder: Path, shapes: list[tuple[str, object]], seeds: tuple[int, ...],
@@ -356,7 +373,6 @@ class Cases:
         self.input_pool = ThreadPoolExecutor(2, thread_name_prefix="sdpa-inputs")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="sdpa-reference")
         self.ref_threads = max(1, (os.cpu_count() or 2) // 2)
-        self.cases = {name: AttnCase.of(shape) for name, shape in shapes}
         self.order = [name for name, _ in shapes]  # shapes not yet released, in the order they run
         self.ahead = threading.Condition()
         self.made_bytes = 0  # input files made or being made, of shapes not yet released
@@ -387,7 +403,8 @@ class Cases:
             self.reserved[key] = case.input_bytes
         folder = self.folder_of(name, seed, dist)
         folder.mkdir(parents=True, exist_ok=True)
-        files = self.gpu.make_inputs(folder, case, seed, dist, self._priority(key, 0)) if self.gpu else None
+        gpu = self.gpu if self.gpu and not on_cpu(case)[0] else None
+        files = gpu.make_inputs(folder, case, seed, dist, self._priority(key, 0)) if gpu else None
         if files is None:
             start = time.perf_counter()
             files = _write_numpy(folder, case, seed, dist)
@@ -397,8 +414,10 @@ class Cases:
     def _reference(self, key: CaseKey) -> np.ndarray:
         start = time.perf_counter()
         files, folder = self.inputs[key].result()
-        causal = self.cases[key[0]].causal
-        out = self.gpu.compute(files, folder / "reference.npy", causal, self._priority(key, 1)) if self.gpu else None
+        case = self.cases[key[0]]
+        gpu = self.gpu if self.gpu and not on_cpu(case)[1] else None
+        causal = case.causal
+        out = gpu.compute(files, folder / "reference.npy", causal, self._priority(key, 1)) if gpu else None
         if out is None:
             out = cpu_reference(files, causal, workers=self.ref_threads)
         phases.add("reference (background)", time.perf_counter() - start)
@@ -527,17 +546,22 @@ def _run_shape(
     def out_of(impl: str, tier: str, dist: str, seed: int) -> Path:
         return cases.folder_of(shape_name, seed, dist) / f"out_{impl}_{tier}.npy"
 
+    taken = itertools.count()
+
     def check_later(impl: str, tier: str, dist: str, seed: int) -> None:
-        """The output is read now (the next case overwrites it), its error computed on a thread."""
+        """The output is moved aside now (the next case writes a new one), read and compared on a thread."""
         what = f"sdpa {shape_name} {dist} seed {seed} {impl} {tier} output"
+        path = out_of(impl, tier, dist, seed)
+        kept = path.with_name(f"{path.stem}.{next(taken)}.npy")
         try:
-            out = np.load(out_of(impl, tier, dist, seed))
-        except (OSError, ValueError, EOFError) as exc:
+            os.replace(path, kept)
+        except OSError as exc:
             if impl in VARIANTS:
                 raise KernelFailed(f"{what} cannot be read: {exc}") from None
             fut = _failed(f"{what}: {exc}")
         else:
-            fut = checker.submit(_errors, out, cases.refs[(shape_name, seed, dist)], gates.sdpa, tier, dist, what)
+            fut = checker.submit(_file_errors, kept, impl in VARIANTS, cases.refs[(shape_name, seed, dist)],
+                                 gates.sdpa, tier, dist, what)
         pending.setdefault((impl, tier, dist, seed), []).append(fut)
 
     def dropped(impl: str) -> bool:
@@ -747,12 +771,23 @@ def tier_errors(out: np.ndarray, ref_out: np.ndarray, gates: SdpaGates, precisio
                 what: str) -> SdpaErrors:
     """One output's error against its float64 reference, `bad_err` the tier's for this distribution at the
     reference's scale: the suite's checks and the stress soak measure it the same way."""
-    bad_err = gates.bad_err_for(precision, distribution, float(np.abs(ref_out).max()) if ref_out.size else 0.0)
+    bad_err = gates.bad_err_for(precision, distribution, abs_max(ref_out))
     return sdpa_errors(out, ref_out, bad_err=bad_err, what=what)
 
 
-def _errors(out: np.ndarray, expected: Future, gates: SdpaGates, precision: str, distribution: str,
-            what: str) -> SdpaErrors:
+def _file_errors(path: Path, ours: bool, expected: Future, gates: SdpaGates, precision: str, distribution: str,
+                 what: str) -> SdpaErrors:
+    """The error of the output in `path` (read, then removed), on a checker thread: the reading of the outputs
+    (27 of 67 MB each at (4,32,4096,64)) overlaps the checks, instead of following them one by one. An unreadable
+    output of ours is malformed output (KernelFailed); a peer's, an OSError (its output is then not checked)."""
+    try:
+        out = np.load(path)
+    except (OSError, ValueError, EOFError) as exc:
+        if ours:
+            raise KernelFailed(f"{what} cannot be read: {exc}") from None
+        raise OSError(f"{what}: {exc}") from None
+    finally:
+        path.unlink(missing_ok=True)
     return tier_errors(out, expected.result(), gates, precision, distribution, what)
 
 
