@@ -8,6 +8,7 @@ measures anything.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def _speed(g: SpeedGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ..
 
     def why(impl: str) -> list[str]:
         names = (impl, "*", *((tier_skip(g.precision),) if g.precision and not peers.is_peer(impl) else ()))
-        return list(dict.fromkeys(s.reason for s in skipped if s.suite == g.suite and s.impl in names))
+        return _skips(skipped, g.suite, names, g.config if g.suite == "sdpa" else None)
 
     tier = f", {g.precision} tier" if g.precision else ""
     missing = [f"{g.impl} not timed at {g.config} ({g.timing}{tier})", *why(g.impl)] if subject is None else []
@@ -156,8 +157,21 @@ def _best(timed: Timed, impl: str, config: str, mode: str, tier: str | None) -> 
     return min(mine, key=lambda r: r.measurement.p50_us, default=None)
 
 
-def _skip_reasons(skipped: list[Skip], names: tuple[str, ...]) -> list[str]:
-    return list(dict.fromkeys(s.reason for s in skipped if s.suite == "sdpa" and s.impl in names))
+# A skip that one case caused (a peer dropped at that case: "decode_b8_32k cold: kernel failed: ...") is said at
+# that case's gates only, not at every gate of the peer.
+_CASE_SKIP = re.compile(r"^(?P<case>\S+) (?:cold|hot): ")
+
+
+def _skips(skipped: list[Skip], suite: str, names, case: str | None = None) -> list[str]:
+    """The reasons of the skips of these impls (names) in a suite, without those a case other than `case` caused."""
+    def about(reason: str) -> bool:
+        m = _CASE_SKIP.match(reason)
+        return case is None or m is None or m["case"] == case
+    return list(dict.fromkeys(s.reason for s in skipped if s.suite == suite and s.impl in names and about(s.reason)))
+
+
+def _skip_reasons(skipped: list[Skip], names: tuple[str, ...], case: str | None = None) -> list[str]:
+    return _skips(skipped, "sdpa", names, case)
 
 
 # ---------------------------------------------------------------- memory-bound cases: hbm_frac
@@ -200,7 +214,7 @@ def _hbm(g: HbmGate, timed: Timed, skipped: list[Skip], modes: tuple[str, ...],
     subject = _best(timed, g.impl, g.config, g.timing, g.precision)
     if subject is None:
         reasons = [f"{g.impl} not timed at {g.config} ({g.timing}, {g.precision} tier)",
-                   *_skip_reasons(skipped, (g.impl, "*", tier_skip(g.precision)))]
+                   *_skip_reasons(skipped, (g.impl, "*", tier_skip(g.precision)), g.config)]
         return GateResult(gate=g.gate, kind="speed", status="not_measured", reasons=reasons), None
     if subject.hbm_frac is None:
         reasons = [f"{subject.impl} at {g.config} has no hbm_frac: the copy bandwidth was not measured in this run",
@@ -399,7 +413,7 @@ def _accuracy(g: AccuracyGate, records: list[ArchivedRecord], skipped: list[Skip
         names |= {g.peer} if peer_rel is None else set()
         reasons = [f"ours not checked in the {g.precision} tier on {where}"] if not mine else []
         reasons += [f"{g.peer} not checked on {where}", *peer_why] if peer_rel is None else []
-        reasons += list(dict.fromkeys(s.reason for s in skipped if s.suite == "sdpa" and s.impl in names))
+        reasons += _skips(skipped, "sdpa", names, g.shape)
         return GateResult(gate=g.gate, kind="correctness", status="not_measured", reasons=reasons)
     reasons, failed = [], False
     for impl, recs in sorted(mine.items()):

@@ -97,7 +97,8 @@ def test_write_readme_replaces_only_between_the_markers(tmp_path):
 
 def test_every_archived_gate_reason_is_understood():
     """A change to how the gate stage words its reasons must show up here, not as rows silently missing."""
-    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED, limits._UNTRUSTED, limits._NOTE)
+    patterns = (limits._RATIO, limits._ZERO, limits._MISSING, limits._UNTIMED, limits._UNTRUSTED, limits._NOTE,
+                limits._OTHER_GATE)
     for folder in REPO_RUNS:
         for r in _loaded(folder).records:
             for reason in (r.performance.reasons if r.performance else []):

@@ -573,3 +573,17 @@ def test_a_run_measures_the_copy_once_and_every_memory_bound_case_divides_by_it(
     none = sdpa.run(opts.model_copy(update={"shapes": (("prefill", prefill),)}), sm90, dev, LIMITS, "0" * 40)
     assert none.ceilings_gbps == {} and not prefill.memory_bound
     assert all(r.hbm_frac is None for r in none.records) and any(r.round_p50_us for r in none.records)
+
+
+def test_a_skip_one_case_caused_is_said_at_that_cases_gates_only():
+    """A peer dropped at one case (its skip reason starts with that case and mode) is not a reason at another case's
+    gate; a skip of the whole peer is said everywhere."""
+    from driver import gates
+    from driver.records import Skip
+
+    skipped = [Skip(suite="sdpa", impl="cudnn_fp8", reason="decode_b8_32k cold: kernel failed: refused"),
+               Skip(suite="sdpa", impl="cudnn_fp8", reason="chunk_sq512_8k cold: kernel failed: refused too"),
+               Skip(suite="sdpa", impl="cudnn_fp8", reason="optional here: cuDNN may refuse such a case")]
+    at_chunk = gates._skip_reasons(skipped, ("cudnn_fp8",), "chunk_sq512_8k")
+    assert at_chunk == ["chunk_sq512_8k cold: kernel failed: refused too", "optional here: cuDNN may refuse such a case"]
+    assert len(gates._skip_reasons(skipped, ("cudnn_fp8",))) == 3
