@@ -22,7 +22,11 @@ namespace sdpa_decode {
 
 using sdpa_half_ops::decode4_e4m3;
 using sdpa_half_ops::fast_exp2;
+using sdpa_half_ops::group_barrier;
+using sdpa_half_ops::named_barrier;
+using sdpa_half_ops::pack_e4m3x4;
 using sdpa_half_ops::pack_half2;
+using sdpa_half_ops::prmt;
 
 // C (16x8 f32) += A (16x16 f16, row) * B (16x8 f16, col)
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -36,26 +40,6 @@ __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], 
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Bytes of {b, a} (a = bytes 0-3, b = 4-7) picked by the selector's nibbles (result byte 0 = nibble 0).
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
-
-// Four floats -> four E4M3 codes (round to nearest even, saturating to +-448), a in byte 0.
-// cvt.rn.satfinite.e4m3x2.f32 d, x, y puts x in the upper byte of d and y in the lower.
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    uint32_t r;
-    asm("{\n\t.reg .b16 lo, hi;\n\t"
-        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
-        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
-        "mov.b32 %0, {lo, hi};\n\t}\n"
-        : "=r"(r)
-        : "f"(a), "f"(b), "f"(c), "f"(d));
-    return r;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -109,25 +93,6 @@ __device__ __forceinline__ uint2 ldg8_kv(const void* p, uint64_t policy) {
     (void)policy;
     return __ldg(reinterpret_cast<const uint2*>(p));
 #endif
-}
-
-// bar.sync ID, NTHREADS: a barrier of whole warps, with __syncthreads' memory ordering among them.
-template <int ID, int NTHREADS>
-__device__ __forceinline__ void named_barrier() {
-    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
-    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
-}
-
-// Barrier of key group `grp` (id 1 + grp), with a compile-time id per group: a register id makes ptxas reserve
-// all 16 barriers.  The branch is warp-uniform (a group is whole warps).
-template <int NT, int I, int N>
-__device__ __forceinline__ void group_barrier(int grp) {
-    if constexpr (I == N - 1) {
-        named_barrier<1 + I, NT>();
-    } else {
-        if (grp == I) named_barrier<1 + I, NT>();
-        else group_barrier<NT, I + 1, N>(grp);
-    }
 }
 
 }  // namespace sdpa_decode

@@ -98,13 +98,8 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif
 
-// Named barrier for `nthreads` threads (whole warps) of the block; id 0 is __syncthreads.
-// Same memory ordering as __syncthreads among the participating threads.
-template <int ID, int NTHREADS>
-__device__ __forceinline__ void named_barrier() {
-    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
-    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
-}
+using sdpa_half_ops::group_barrier;
+using sdpa_half_ops::named_barrier;
 
 __device__ __forceinline__ int read_tid_x() {
     int x;
@@ -178,25 +173,13 @@ struct Cfg {
     static constexpr int MIN_BLOCKS = (512 / T) > 0 ? (512 / T) : 1;  // caps registers at 128
 };
 
-// bar.sync 1+g for group g, with a compile-time barrier id (a register id makes ptxas
-// reserve all 16 barriers): a chain of warp-uniform branches.
-template <int NT, int I, int N>
-__device__ __forceinline__ void group_barrier_dispatch(int grp) {
-    if constexpr (I == N - 1) {
-        named_barrier<1 + I, NT>();
-    } else {
-        if (grp == I) named_barrier<1 + I, NT>();
-        else group_barrier_dispatch<NT, I + 1, N>(grp);
-    }
-}
-
 // Barrier among the threads of one KV group (the whole block when there is one group).
 template <class C>
 __device__ __forceinline__ void group_sync(int grp) {
     if constexpr (C::NSPLIT == 1) {
         __syncthreads();
     } else {
-        group_barrier_dispatch<C::TG, 0, C::NSPLIT>(grp);
+        group_barrier<C::TG, 0, C::NSPLIT>(grp);
     }
 }
 

@@ -173,12 +173,8 @@ enum NamedBarrier : int {
     kBarConsumerWg2 = 8,  // consumer warpgroup 2's 128 threads
 };
 
-// bar.sync among `nthreads` threads (whole warps); id 0 is __syncthreads.
-template <int ID, int NTHREADS>
-__device__ __forceinline__ void named_barrier() {
-    static_assert(ID > 0 && ID < 16 && NTHREADS % 32 == 0, "named barrier");
-    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(NTHREADS) : "memory");
-}
+// bar.sync among NTHREADS threads (whole warps); id 0 is __syncthreads (../sdpa_fp8/half_ops.cuh).
+using sdpa_half_ops::named_barrier;
 
 // bar.arrive: counts toward the barrier's NTHREADS without waiting for it.
 template <int ID, int NTHREADS>
@@ -193,24 +189,8 @@ using sdpa_half_ops::pack_half2;
 // Four E4M3 codes -> two half2 words, exact (../sdpa_fp8/half_ops.cuh, shared with the mma.sync kernel).
 __device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) { sdpa_half_ops::decode4_e4m3(x, lo, hi); }
 
-// Four floats -> four E4M3 codes (a in the lowest byte), round to nearest even, saturating to
-// +-448 (cvt's first source goes to the upper byte of each pair).
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-    uint32_t r;
-    asm("{\n\t.reg .b16 lo, hi;\n\t"
-        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
-        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
-        "mov.b32 %0, {lo, hi};\n\t}\n"
-        : "=r"(r)
-        : "f"(a), "f"(b), "f"(c), "f"(d));
-    return r;
-}
-
-// Byte permute: bytes of {b, a} (a = bytes 0-3, b = 4-7) picked by the selector's nibbles.
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
+// Four floats -> four E4M3 codes, and the byte permute (../sdpa_fp8/half_ops.cuh, shared with the decode kernel).
+using sdpa_half_ops::pack_e4m3x4;
+using sdpa_half_ops::prmt;
 
 }  // namespace sdpa_sm90
