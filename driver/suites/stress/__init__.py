@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from driver import device, phases
-from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_SHAPES, SUPPORTED_NGPUS, kernel_flags
+from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_CASES, SUPPORTED_NGPUS, kernel_flags
 from driver.gates import tier_skip
 from driver.options import RunOptions
 from driver.records import DeviceInfo, Skip
@@ -128,13 +128,14 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             inputs: dict[str, dict[str, Path]] = {}
             for name in SANITIZED_SHAPES if "sdpa" in opts.stress_parts else ():
                 (Path(tmp) / name).mkdir()
-                inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_SHAPES[name], 0)
+                inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_CASES[name], 0)
             for tool in SANITIZER_TOOLS:
                 for shape_name, files in inputs.items():  # empty unless the sdpa part runs
                     for tier in tiers:
                         for impl, exe_name in sdpa.VARIANTS.items():
                             cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
-                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier]
+                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier,
+                                   *sdpa.case_args(SDPA_CASES[shape_name])]
                             result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
                                                            git_sha))
                 for kernel in soak_kernels(opts) if "allreduce" in opts.stress_parts else ():
