@@ -2,8 +2,8 @@
 // timing method's L2 flush (a memset that leaves L2 full of dirty lines, which the reads must write back)?
 // The floor under the decode kernel's time at B 1 (experiments/2026-11-29-sdpa-decode-floor/README.md).
 //
-// Kernels: `empty` (no memory), `read` (every byte of an N-byte buffer once, 16-byte loads, grid-stride over 4
-// blocks of 256 threads per SM; plain, or with the L2 evict_first policy the decode kernel uses).
+// Kernels: `empty` (no memory), `read` (every byte of an N-byte buffer once, 16-byte loads, 8 in flight per thread,
+// grid-stride over 4 blocks of 256 threads per SM; plain, or with the L2 evict_first policy the decode kernel uses).
 // Timing: `dirty` = bench_timing::time_cold as the runners time (memset flush of max(2 x L2, 64 MiB) before each
 // launch, outside its events); `clean` = the same, then a read of another buffer of that size before the events
 // (L2 holds clean lines: nothing to write back); `hot` = bench_timing::time_hot (CUDA graph of 20 launches).
@@ -29,20 +29,33 @@ void check(cudaError_t e, const char* what) {
 
 __global__ void empty_kernel() {}
 
+// Each thread keeps kUnroll 16-byte loads in flight (a block's tile is 256 x kUnroll x 16 bytes), grid-stride over
+// the tiles: enough bytes in flight to keep HBM busy (a first version with one load in flight per thread, run 1,
+// read at 2.8-3.6 TB/s and was a floor of that code, not of the memory).
+constexpr int kUnroll = 8;
 template <bool EVICT_FIRST>
 __global__ void read_kernel(const uint4* __restrict__ p, size_t n16, unsigned* sink) {
     uint64_t pol = 0;
     if (EVICT_FIRST) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     unsigned acc = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
-        uint4 v;
-        if (EVICT_FIRST)
-            asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p + i), "l"(pol));
-        else
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p + i));
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    const size_t tile = (size_t)blockDim.x * kUnroll;
+    for (size_t t0 = blockIdx.x * tile; t0 < n16; t0 += (size_t)gridDim.x * tile) {
+        uint4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const size_t i = t0 + (size_t)u * blockDim.x + threadIdx.x;
+            if (i >= n16) {
+                v[u] = make_uint4(0, 0, 0, 0);
+            } else if (EVICT_FIRST) {
+                asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                             : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p + i), "l"(pol));
+            } else {
+                asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p + i));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     if (acc == 0x9E3779B9u) *sink = acc;  // never (the buffer is zeros): keeps the loads
 }
@@ -60,7 +73,7 @@ int main(int argc, char** argv) {
     int sms = 0;
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attr");
     const size_t flush = bench_timing::l2_flush_bytes(0, check);
-    const size_t max_bytes = size_t(512) << 20;
+    const size_t max_bytes = size_t(2048) << 20;
     uint4* buf = nullptr;
     uint4* clean = nullptr;
     unsigned* sink = nullptr;
@@ -71,7 +84,7 @@ int main(int argc, char** argv) {
     check(cudaMemset(clean, 0, flush), "memset");
     cudaStream_t st;
     check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-    const int grid = 4 * sms;
+    const int grid = 4 * sms;  // 4 blocks of 256 threads per SM, 8 loads of 16 B each in flight: 16 MiB on 132 SMs
 
     struct Case {
         std::string kernel;
@@ -79,7 +92,7 @@ int main(int argc, char** argv) {
         int policy;  // 0 plain, 1 evict_first
     };
     std::vector<Case> cases = {{"empty", 0, 0}};
-    for (size_t mb : {8, 64, 256, 512})
+    for (size_t mb : {8, 64, 256, 512, 2048})
         for (int pol : {0, 1}) cases.push_back({"read", mb << 20, pol});
 
     for (const Case& c : cases) {
