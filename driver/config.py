@@ -253,6 +253,17 @@ SANITIZER_CASES: dict[str, AttnCase] = {
     "san_gqa_causal_d128": AttnCase((1, 8, 300, 128), (1, 2, 700, 128), causal=True),
     "san_gqa_d64": AttnCase((2, 6, 200, 64), (2, 3, 450, 64)),
 }
+# SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
+# heuristic picks for them (head dim 64); unsplit3_d64, unsplit_d128 and unsplit_wide_d128 the Hopper
+# kernel's unsplit configurations (three consumer warpgroups at head dim 64, two at 128 with 128- and
+# 192-key tiles) over two K/V tiles with a tail; split_odd_d128 the split configuration over five K/V tiles
+# (the merge after warpgroup 0's last tile); `large` is left out because racecheck takes minutes
+# over its blocks.
+# Since 2026-11-29 also the inference kernels' paths (config.SANITIZER_CASES: the decode kernel split and with 64
+# rows, the Hopper kernels with grouped heads, Sq != Skv and the mask). Names of SDPA_CASES; `stress
+# --sanitizer-shapes` runs others.
+SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128", "short_d128",
+                    "short_split_d128", "split_odd_d128", *SANITIZER_CASES)
 # Every named case: the square shapes above, then the inference presets.
 SDPA_CASES: dict[str, AttnCase] = {**{n: AttnCase.of(d) for n, d in SDPA_SHAPES.items()}, **DECODE_CASES,
                                    **CHUNKED_PREFILL_CASES, **CAUSAL_PREFILL_CASES, **SANITIZER_CASES}
