@@ -244,11 +244,13 @@ CAUSAL_TWINS: dict[str, str] = {f"{n}_causal": n for n in ("large", "heads32", "
 CAUSAL_PREFILL_CASES: dict[str, AttnCase] = {
     name: AttnCase(SDPA_SHAPES[twin], SDPA_SHAPES[twin], causal=True) for name, twin in CAUSAL_TWINS.items()}
 # The inference kernels' paths at sizes the sanitizers get through (stress; on 132-SM H100/H200): the decode kernel
-# with its chunks merged by the last block (2 x 2 K/V heads, 94 key tiles: 11 chunks), with 64 rows a K/V head
-# (four warps a key group) at head dim 64 under the mask; the Hopper kernels with grouped heads, Sq != Skv and the
-# mask (head dim 128, G 4) and without it (head dim 64, G 2, tails in Sq and Skv).
+# with its chunks merged by the last block (2 x 2 K/V heads, 94 key tiles: 11 chunks; one warp a key group), with 32
+# rows a K/V head (MQA: two warps a key group) and with 64 rows (four warps) at head dim 64 under the mask; the
+# Hopper kernels with grouped heads, Sq != Skv and the mask (head dim 128, G 4) and without it (head dim 64, G 2,
+# tails in Sq and Skv).
 SANITIZER_CASES: dict[str, AttnCase] = {
     "san_decode_split": AttnCase((2, 8, 1, 128), (2, 2, 3000, 128)),
+    "san_decode_rows32": AttnCase((1, 32, 1, 128), (1, 1, 2000, 128)),
     "san_decode_rows64_d64": AttnCase((1, 8, 16, 64), (1, 2, 1000, 64), causal=True),
     "san_gqa_causal_d128": AttnCase((1, 8, 300, 128), (1, 2, 700, 128), causal=True),
     "san_gqa_d64": AttnCase((2, 6, 200, 64), (2, 3, 450, 64)),

@@ -157,6 +157,7 @@ def test_the_sanitizer_cases_take_the_paths_they_are_named_for(plan):
     by_name = dict(zip(SANITIZER_CASES, plan(rows), strict=True))
     split = by_name["san_decode_split"]
     assert split["decode_shaped"] and split["nsplit"] > 1 and split["wm"] == 1
+    assert by_name["san_decode_rows32"]["wm"] == 2 and by_name["san_decode_rows32"]["nsplit"] > 1
     wide = by_name["san_decode_rows64_d64"]
     assert wide["decode_shaped"] and wide["wm"] == 4 and wide["mblocks"] == 1 and wide["nsplit"] > 1
     assert not by_name["san_gqa_causal_d128"]["decode_shaped"] and not by_name["san_gqa_d64"]["decode_shaped"]
