@@ -164,6 +164,8 @@ def test_the_fp16_output_floor_is_the_rounding_of_subnormal_outputs():
     bound = gates.bound("fp16", "tiny")
     rel, worst = bound.at_scale(e.ref_rms, e.ref_amax)
     assert rel == pytest.approx(2 * math.hypot(bound.max_rel_l2 / 2, e_sub))
+    assert worst == pytest.approx(bound.max_abs_rel + thresholds.FP16_SUBNORMAL_HALF_SPACING / e.ref_amax)
+    assert e.max_abs_rel < worst
     assert e.rel_l2 < bound.max_rel_l2 * 1.2 < rel  # past the entry's own number, inside the bound at this scale
     assert sdpa_correctness(e, gates, "fp16", "tiny").passed
     normal = sdpa_errors(rng.standard_normal(1 << 12).astype(np.float16), rng.standard_normal(1 << 12), bad_err=9.0)
