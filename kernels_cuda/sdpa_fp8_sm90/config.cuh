@@ -185,6 +185,13 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 // consumers 224).  nvcc 13.0, cpasync: at 48 / 224 the producer spilled 32-48 bytes, at 64 / 216 the consumers
 // 1024-1280 and every wgmma was serialized; 24 / 240 (cuDNN's split) spilled 336-412 bytes in the producer's V
 // transpose, which would need ldmatrix / stmatrix to fit there.
+// The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
+// 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
+// exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.
+#ifndef SDPA_SM90_BN256_LOOP
+#define SDPA_SM90_BN256_LOOP 0
+#endif
+static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90_BN256_LOOP: 0 or 1");
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
 #define SDPA_SM90_BN256_PRODUCER_REGS 56
 #endif

@@ -235,6 +235,85 @@ __device__ __forceinline__ void consumer_loop256(ConsumerState<T>& st, uint8_t* 
     if constexpr (!kPingPong) consumer_wg_barrier<T::NCWG>(cw);
 }
 
+// SDPA_SM90_BN256_LOOP=1: the 256-key loop with P V issued by this warpgroup right after its softmax, in two halves
+// of 128 keys, so that the first half runs on the tensor core while the exponentials of the second are taken:
+// per tile t, in the turn: issue S_t = Q K_t^T; pass the turn; wait for it, release K_t; mask; row maxima; l and O
+// rescaled (P V of t - 1 is done); exponentials of keys 0..127, pack, issue their P V; exponentials of keys
+// 128..255, pack, issue their P V; wait for both (P is dead before the next S), release V_t.  The same arithmetic
+// as consumer_loop256 (OnlineSoftmax::max_rows and exp_chunks are step_rows in two parts).
+template <class T, int NC, class NextTakesTurns>
+__device__ __forceinline__ void consumer_loop256_split(ConsumerState<T>& st, uint32_t bars, int cw, int lim0, int ntiles,
+                                                       Ring<T::NKB>& kr, Ring<T::NVB>& vr, uint64_t qd, uint64_t kd0,
+                                                       uint64_t vd0, uint64_t od, bool pass_first,
+                                                       NextTakesTurns next_takes_turns, const float (&sc)[2]) {
+    static_assert(kLeanLoop<T> && !T::SPLIT && T::ABL == kAblNone && T::Q_SMEM && T::ROWSUM && T::ONES_SEP,
+                  "256-key tiles: unsplit, no ablation, row sums from the ones block");
+    const int ctid = threadIdx.x % 128;
+    const int lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    auto kdesc = [&] { return kd0 + (uint64_t)(kr.i * (T::K_TILE >> 4)); };
+    auto vdesc = [&] { return vd0 + (uint64_t)(vr.i * (T::VB_BYTES >> 4)); };
+    constexpr bool kPingPong = T::PINGPONG && NC > 1;
+    auto wait_turn = [&] {
+        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+    };
+    auto pass_turn = [&] {
+        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+    };
+    constexpr int kPoly = SDPA_SM90_EXP2_POLY_D128;
+    float s[T::BN / 2];
+    uint32_t p[T::P_KSTEPS][4];
+    float rs[4] = {0.f, 0.f, 0.f, 0.f};
+    float alpha[2], off[2];
+    if (cw == NC - 1 && pass_first) pass_turn();
+    for (int t = 0; t < ntiles; ++t) {
+        fence_regs(st.o);
+        fence_regs(rs);
+        wait_turn();
+        mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+        wgmma_fence();
+        issue_qk256<T>(s, qd, kdesc());
+        wgmma_commit();
+        // The last tile's turn goes on to the next unit only if it takes turns (every turn passed is taken).
+        if (t + 1 < ntiles || cw != NC - 1 || next_takes_turns()) pass_turn();
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+        kr.advance(1);
+        const int n0 = t * T::BN;
+        if (n0 + T::BN > lim0) {
+            if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+            else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
+        }
+        st.sm.max_rows(s, sc, kPExp2Bias, alpha, off);
+        if (t > 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) st.sm.l[r] = (st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1])) * alpha[r];
+            rescale_o<T::D>(st.o, alpha);
+        }
+        OnlineSoftmax<T::BN>::template exp_chunks<0, 16, kPoly>(s, sc, off);
+        pack_p_e4m3_steps<T::BN, 0, 4>(s, p);
+        mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+        wgmma_fence();
+        issue_pv256_half<T, 0>(st.o, rs, p, vdesc(), od);
+        wgmma_commit();
+        OnlineSoftmax<T::BN>::template exp_chunks<16, 32, kPoly>(s, sc, off);
+        pack_p_e4m3_steps<T::BN, 4, 8>(s, p);
+        wgmma_fence();
+        issue_pv256_half<T, 1>(st.o, rs, p, vdesc(), od);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        fence_regs(rs);
+        fence_regs(p);
+        if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+        vr.advance(1);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.sm.l[r] += rs[2 * r] + rs[2 * r + 1];
+    if constexpr (!kPingPong) consumer_wg_barrier<T::NCWG>(cw);
+}
+
 // One work unit of a consumer warpgroup.  NC: the consumer warpgroups that run in this unit (T::NCWG, or
 // fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
 // the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
@@ -344,8 +423,12 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     }
 
     if constexpr (kLeanLoop<T>) {
-        consumer_loop256<T, NC>(st, smem, bars, cw, lim0, ntiles, kr, vr, qd, kd0, vd0, od, pass_first, next_takes_turns,
-                                sc);
+        if constexpr (SDPA_SM90_BN256_LOOP == 1)
+            consumer_loop256_split<T, NC>(st, bars, cw, lim0, ntiles, kr, vr, qd, kd0, vd0, od, pass_first,
+                                          next_takes_turns, sc);
+        else
+            consumer_loop256<T, NC>(st, smem, bars, cw, lim0, ntiles, kr, vr, qd, kd0, vd0, od, pass_first,
+                                    next_takes_turns, sc);
     } else {
         float s[T::BN / 2];
         uint32_t p[T::P_KSTEPS][4];

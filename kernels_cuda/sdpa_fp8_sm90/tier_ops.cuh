@@ -248,6 +248,18 @@ __device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], float (&rs)[4
     }
 }
 
+// BN 256, SDPA_SM90_BN256_LOOP=1: half H of O += P V (keys 128 H .. 128 H + 127: k-steps 4 H .. 4 H + 3) and of the
+// row sums (the first half starts them).
+template <class T, int H>
+__device__ __forceinline__ void issue_pv256_half(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 32][4],
+                                                 uint64_t vd, uint64_t od) {
+    static_assert(T::LEAN && T::ONES_SEP && (H == 0 || H == 1), "256-key tiles, the ones block");
+#pragma unroll
+    for (int kk = 4 * H; kk < 4 * H + 4; ++kk) RsE4m3<T::D>::run(o, p[kk], vt_step<T>(vd, kk, 0), 1);
+#pragma unroll
+    for (int kk = 4 * H; kk < 4 * H + 4; ++kk) wgmma::rs_e4m3_m64n8k32(rs, p[kk], od, kk > 0);
+}
+
 // ------------------------------------------------------------------------------ by tier
 // qa / qd: the fp8 tier's Q fragments (or, 192-key tiles, Q's E4M3 descriptor); the fp16 tier's Q descriptor
 // in qd.  kd, vd: the K and V buffers' descriptors.  rs: the fp8 tier's row sums (ROWSUM).
