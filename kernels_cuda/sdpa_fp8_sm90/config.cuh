@@ -175,16 +175,16 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // rule of 0).  Its consumer loop never holds the probabilities of one tile and the scores of the next in registers
 // at once (S 128 + O 64 + P 32 would leave nothing of 224 for the rest), so it has no P V in flight during its own
 // softmax (the other warpgroup's is); one build carries it beside the 128- and 192-key kernels
-// (experiments/2026-11-29-sdpa-fp8-bn256 measured it).
+// (experiments/2026-11-29-sdpa-fp8-bn256: correct at every case checked there, 1x H200; not yet timed).
 #ifndef SDPA_SM90_BN_D128
 #define SDPA_SM90_BN_D128 0
 #endif
 static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192 || SDPA_SM90_BN_D128 == 256,
               "SDPA_SM90_BN_D128: 0 (by S), 128, 192 or 256");
 // The 256-key kernel's producer registers (the consumers take (3 * 168 - this) / 2, rounded down to 8): 56 (default;
-// consumers 224).  nvcc 13.0, cpasync: at 48 / 224 the producer spilled 32-48 bytes, at 64 / 216 the consumers
-// 1024-1280 and every wgmma was serialized; 24 / 240 (cuDNN's split) spilled 336-412 bytes in the producer's V
-// transpose, which would need ldmatrix / stmatrix to fit there.
+// consumers 224).  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
+// 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
+// there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
 // The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
 // 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
 // exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.
