@@ -142,6 +142,9 @@ def _run_options(ns: argparse.Namespace, folded: list[str] | None = None) -> Run
         ngpus=_once(config.parse_ngpus(ngpus), "--ngpus", notes) if ngpus else None,
         shapes=_once(config.parse_shapes(getattr(ns, "shapes", ",".join(config.BENCH_SDPA_SHAPES))), "--shapes",
                      notes, key=lambda s: s[1], show=lambda s: s[0]),
+        sanitizer_shapes=_once(config.parse_shapes(ns.sanitizer_shapes), "--sanitizer-shapes", notes,
+                               key=lambda s: s[1], show=lambda s: s[0])
+        if getattr(ns, "sanitizer_shapes", None) is not None else None,
         seeds=_once(config.parse_seeds(getattr(ns, "seeds", "0")), "--seeds", notes),
         precisions=precisions,
         q_terms=q_terms,
@@ -446,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "stress runs auto, the release default (docs/SDPA.md)")
         if name == "stress":
             s.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer runs")
+            s.add_argument("--sanitizer-shapes", default=None,
+                           help="the SDPA cases every sanitizer runs, as --shapes takes them (default: "
+                                f"{','.join(config.SANITIZED_SHAPES)}: every kernel configuration at sizes racecheck "
+                                "gets through; docs/STRESS.md)")
             s.add_argument("--no-profile", action="store_true",
                            help="skip the profile stage (Nsight Compute bank conflicts, prefetch/compute overlap)")
             s.add_argument("--minutes", default="0", help="soak each config for at least this many minutes "

@@ -243,9 +243,32 @@ CHUNKED_PREFILL_CASES: dict[str, AttnCase] = {
 CAUSAL_TWINS: dict[str, str] = {f"{n}_causal": n for n in ("large", "heads32", "batch8", "large_d128", "long_d128")}
 CAUSAL_PREFILL_CASES: dict[str, AttnCase] = {
     name: AttnCase(SDPA_SHAPES[twin], SDPA_SHAPES[twin], causal=True) for name, twin in CAUSAL_TWINS.items()}
+# The inference kernels' paths at sizes the sanitizers get through (stress; on 132-SM H100/H200): the decode kernel
+# with its chunks merged by the last block (2 x 2 K/V heads, 94 key tiles: 11 chunks; one warp a key group), with 32
+# rows a K/V head (MQA: two warps a key group) and with 64 rows (four warps) at head dim 64 under the mask; the
+# Hopper kernels with grouped heads, Sq != Skv and the mask (head dim 128, G 4) and without it (head dim 64, G 2,
+# tails in Sq and Skv).
+SANITIZER_CASES: dict[str, AttnCase] = {
+    "san_decode_split": AttnCase((2, 8, 1, 128), (2, 2, 3000, 128)),
+    "san_decode_rows32": AttnCase((1, 32, 1, 128), (1, 1, 2000, 128)),
+    "san_decode_rows64_d64": AttnCase((1, 8, 16, 64), (1, 2, 1000, 64), causal=True),
+    "san_gqa_causal_d128": AttnCase((1, 8, 300, 128), (1, 2, 700, 128), causal=True),
+    "san_gqa_d64": AttnCase((2, 6, 200, 64), (2, 3, 450, 64)),
+}
+# SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
+# heuristic picks for them (head dim 64); unsplit3_d64, unsplit_d128 and unsplit_wide_d128 the Hopper
+# kernel's unsplit configurations (three consumer warpgroups at head dim 64, two at 128 with 128- and
+# 192-key tiles) over two K/V tiles with a tail; split_odd_d128 the split configuration over five K/V tiles
+# (the merge after warpgroup 0's last tile); `large` is left out because racecheck takes minutes
+# over its blocks.
+# Since 2026-11-29 also the inference kernels' paths (config.SANITIZER_CASES: the decode kernel split and with 64
+# rows, the Hopper kernels with grouped heads, Sq != Skv and the mask). Names of SDPA_CASES; `stress
+# --sanitizer-shapes` runs others.
+SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128", "short_d128",
+                    "short_split_d128", "split_odd_d128", *SANITIZER_CASES)
 # Every named case: the square shapes above, then the inference presets.
 SDPA_CASES: dict[str, AttnCase] = {**{n: AttnCase.of(d) for n, d in SDPA_SHAPES.items()}, **DECODE_CASES,
-                                   **CHUNKED_PREFILL_CASES, **CAUSAL_PREFILL_CASES}
+                                   **CHUNKED_PREFILL_CASES, **CAUSAL_PREFILL_CASES, **SANITIZER_CASES}
 # Names that stand for several cases in --shapes, in this order. causal_prefill takes each causal case's twin
 # before it, so that its [[sdpa.causal_ratio]] gates have both sides in the run.
 SDPA_CASE_GROUPS: dict[str, tuple[str, ...]] = {

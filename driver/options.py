@@ -27,6 +27,8 @@ class RunOptions(Record):
     # SDPA cases (--shapes): the name runs call each by, and the case (config.AttnCase). A (B, H, S, D) given in
     # place of a case is its square case.
     shapes: tuple[tuple[str, AttnCase], ...] = tuple((n, SDPA_CASES[n]) for n in BENCH_SDPA_SHAPES)
+    # stress: the SDPA cases every sanitizer runs (--sanitizer-shapes); None: config.SANITIZED_SHAPES
+    sanitizer_shapes: tuple[tuple[str, AttnCase], ...] | None = None
     seeds: tuple[int, ...] = BENCH_SDPA_SEEDS
     precisions: tuple[Precision, ...] = DEFAULT_PRECISIONS  # SDPA precision tiers (--precision)
     distributions: tuple[str, ...] = BENCH_SDPA_DISTRIBUTIONS  # SDPA input distributions checked (--distributions)
@@ -52,7 +54,7 @@ class RunOptions(Record):
     soak_minutes: float = Field(default=0.0, ge=0)  # stress: soak each config at least this long (besides iters)
     strict: bool = False  # --strict: a speed gate marked known that passed (XPASS) fails the run (exit 8)
 
-    @field_validator("shapes", mode="before")
+    @field_validator("shapes", "sanitizer_shapes", mode="before")
     @classmethod
     def _cases(cls, value: object) -> object:
         if isinstance(value, tuple | list):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -160,6 +161,12 @@ class SdpaCausalRatio(_SdpaShapes):
         return SDPA_PEER_PRECISION.get(self.peer, "fp16")
 
 
+# fp16's subnormals (magnitudes below 2^-14) have the fixed spacing 2^-24: a rounding there errs by at most half of it,
+# with rms spacing / sqrt(12) for values spread over the interval (SdpaBound.at_scale).
+FP16_SUBNORMAL_HALF_SPACING = 2.0**-25
+FP16_SUBNORMAL_RMS = 2.0**-24 / math.sqrt(12.0)
+
+
 class SdpaBound(Record):
     """The error a precision tier may have on some input distributions, relative to the output's scale and
     derived from the tier's arithmetic (thresholds.toml says how, beside each entry). Holds without a peer."""
@@ -171,6 +178,21 @@ class SdpaBound(Record):
     logit_std: PositiveFloat | None = None
     max_rel_l2: PositiveFloat  # ||out - ref||_2 / ||ref||_2
     max_abs_rel: PositiveFloat  # max|out - ref| / max|ref|
+
+    def at_scale(self, ref_rms: float | None, ref_amax: float | None) -> tuple[float, float]:
+        """(max_rel_l2, max_abs_rel) for an output of this rms and largest magnitude: the entry's bounds with the fp16
+        output's absolute rounding floor added (thresholds.toml, above [[sdpa.bounds]]). Where an output element
+        is below fp16's smallest normal (2^-14) it is stored with the absolute spacing 2^-24, so its rounding error
+        has rms 2^-24 / sqrt(12) and at most 2^-25, whatever its value: relative to the output's rms that is
+        E_sub = FP16_SUBNORMAL_RMS / ref_rms, added in quadrature to the entry's E (rel_l2 = 2 E:
+        2 sqrt(E^2 + E_sub^2)), and 2^-25 / max|ref| added to max_abs_rel. Outputs of normal scale (rms above
+        ~1e-5) are unchanged by more than a percent."""
+        rel, worst = self.max_rel_l2, self.max_abs_rel
+        if ref_rms:
+            rel = 2.0 * math.hypot(rel / 2.0, FP16_SUBNORMAL_RMS / ref_rms)
+        if ref_amax:
+            worst += FP16_SUBNORMAL_HALF_SPACING / ref_amax
+        return rel, worst
 
 
 class SdpaAccuracy(Record):

@@ -32,6 +32,10 @@ class SdpaErrors(Record):
     max_abs_rel: NonNegativeFloat | None = None
     nonfinite: NonNegativeInt  # output elements that are NaN or infinite
     elements: NonNegativeInt
+    # The reference's rms and largest magnitude (the scales rel_l2 and max_abs_rel divide by): the tiers' bounds add
+    # the fp16 output's absolute rounding floor relative to them (thresholds.SdpaBound.at_scale)
+    ref_rms: NonNegativeFloat | None = None
+    ref_amax: NonNegativeFloat | None = None
 
     @classmethod
     def worst(cls, runs: list[SdpaErrors]) -> SdpaErrors:
@@ -39,11 +43,15 @@ class SdpaErrors(Record):
         def top(values: list[float | None]) -> float | None:
             return None if None in values else max(values)  # type: ignore[type-var]
 
+        def low(values: list[float | None]) -> float | None:  # the smallest scale: the loosest bound of the runs
+            return None if None in values else min(values)  # type: ignore[type-var]
+
         return cls(max_abs_err=top([r.max_abs_err for r in runs]), bad_elements=max(r.bad_elements for r in runs),
                    bad_frac=max(r.bad_frac for r in runs),
                    rel_l2=top([r.rel_l2 for r in runs]), max_abs_rel=top([r.max_abs_rel for r in runs]),
                    nonfinite=max(r.nonfinite for r in runs),
-                   elements=max(r.elements for r in runs))
+                   elements=max(r.elements for r in runs),
+                   ref_rms=low([r.ref_rms for r in runs]), ref_amax=low([r.ref_amax for r in runs]))
 
 
 # Elements per block of the SDPA error pass: the float64 temporaries of one block (256 KiB each) stay in a core's L2,
@@ -107,7 +115,7 @@ def sdpa_errors(out: np.ndarray, expected: np.ndarray, *, bad_err: float, what: 
     ref_amax = float(np.max(amax)) if amax else 0.0
     max_rel = top / ref_amax if ref_amax > 0 else (0.0 if top == 0 else None)
     return SdpaErrors(max_abs_err=top, bad_elements=bad, bad_frac=bad_frac, rel_l2=rel, max_abs_rel=max_rel,
-                      nonfinite=0, elements=size)
+                      nonfinite=0, elements=size, ref_rms=denom / math.sqrt(size) if size else 0.0, ref_amax=ref_amax)
 
 
 class AllreduceErrors(Record):

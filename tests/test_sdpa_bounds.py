@@ -145,3 +145,29 @@ def test_a_missing_bound_is_refused(tmp_path):
     bad.write_text(text[:start] + text[text.index("[[sdpa.bounds]]", start + 1):])
     with pytest.raises(ConfigError, match="0 entries for precision 'fp8' on distribution 'tiny'"):
         thresholds.load(bad)
+
+
+def test_the_fp16_output_floor_is_the_rounding_of_subnormal_outputs():
+    """At tiny output scales the fp16 storage of O errs by the fixed subnormal spacing, not by rho u16 of O: an exact
+    output of rms 2.8e-5 (decode over 128K keys of V with std 0.01) rounded to fp16 alone scores rel_l2 at the
+    floor's E_sub (1.72e-8 / rms), and the bound at that scale (SdpaBound.at_scale) holds it with the tier's own E
+    on top; at normal scales the floor moves nothing measurable; a real error at tiny scale still fails."""
+    from driver.gates import sdpa_correctness
+
+    rng = np.random.default_rng(0)
+    exact = rng.standard_normal(1 << 18) * 2.8e-5
+    stored = exact.astype(np.float16)
+    e = sdpa_errors(stored, exact, bad_err=1.0)
+    e_sub = thresholds.FP16_SUBNORMAL_RMS / e.ref_rms
+    assert e.rel_l2 == pytest.approx(e_sub, rel=0.05)  # the rounding alone is the floor
+    gates = thresholds.load().sdpa
+    bound = gates.bound("fp16", "tiny")
+    rel, worst = bound.at_scale(e.ref_rms, e.ref_amax)
+    assert rel == pytest.approx(2 * math.hypot(bound.max_rel_l2 / 2, e_sub))
+    assert e.rel_l2 < bound.max_rel_l2 * 1.2 < rel  # past the entry's own number, inside the bound at this scale
+    assert sdpa_correctness(e, gates, "fp16", "tiny").passed
+    normal = sdpa_errors(rng.standard_normal(1 << 12).astype(np.float16), rng.standard_normal(1 << 12), bad_err=9.0)
+    assert bound.at_scale(normal.ref_rms, normal.ref_amax)[0] == pytest.approx(bound.max_rel_l2, rel=1e-6)
+    wrong = sdpa_errors((exact * 1.002).astype(np.float16), exact, bad_err=1.0)  # 2e-3 off everywhere
+    verdict = sdpa_correctness(wrong, gates, "fp16", "tiny")
+    assert not verdict.passed and "subnormal floor" in verdict.reasons[0]

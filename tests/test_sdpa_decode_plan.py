@@ -142,3 +142,22 @@ def test_causal_rows_skip_the_keys_they_do_not_see(plan):
 def test_decode_shaped(plan, shape, decode):
     (r,) = plan([(*shape, H200_SMS, 1, 0)])
     assert r["decode_shaped"] == decode
+
+
+def test_the_sanitizer_cases_take_the_paths_they_are_named_for(plan):
+    """config.SANITIZER_CASES (stress runs every sanitizer on them): on 132 SMs the decode kernel's split case merges
+    several chunks, its 64-row case runs four warps a key group, and the two Hopper cases are not decode-shaped
+    (`--kernel auto` takes the wgmma kernels there)."""
+    from driver.config import SANITIZER_CASES
+
+    rows = []
+    for c in SANITIZER_CASES.values():
+        (b, hq, sq, d), (_, hkv, skv, _) = c.q_shape, c.kv_shape
+        rows.append((b, hq, hkv, sq, skv, d, int(c.causal), H200_SMS, 1, 0))
+    by_name = dict(zip(SANITIZER_CASES, plan(rows), strict=True))
+    split = by_name["san_decode_split"]
+    assert split["decode_shaped"] and split["nsplit"] > 1 and split["wm"] == 1
+    assert by_name["san_decode_rows32"]["wm"] == 2 and by_name["san_decode_rows32"]["nsplit"] > 1
+    wide = by_name["san_decode_rows64_d64"]
+    assert wide["decode_shaped"] and wide["wm"] == 4 and wide["mblocks"] == 1 and wide["nsplit"] > 1
+    assert not by_name["san_gqa_causal_d128"]["decode_shaped"] and not by_name["san_gqa_d64"]["decode_shaped"]

@@ -136,3 +136,37 @@ def test_cudnn_gates_are_optional_only_where_cudnn_fp8_cannot_run():
     for kind in ("1xA100-SXM4-80GB", "1xL40S", "1xL4", "2xA10", "1xGeForce"):
         assert "needs sm_90" in limits.optional_reason(gate, kind), kind
     assert limits.optional_reason("sdpa/speed/best-vs-torch_sdpa/cold/mission", "1xL40S") is None
+
+
+def test_mapped_kv_load_the_same_values(tmp_path):
+    """`mmap_kv` (the torch peer's): K and V mapped, not read, and the same values as a plain load."""
+    files = _files(tmp_path / "in", (1, 4, 9, 64))
+    paths = tuple(str(files[n]) for n in ("q", "k", "v", "scales"))
+    plain, mapped = sdpa_io.load_case(*paths), sdpa_io.load_case(*paths, mmap_kv=True)
+    assert isinstance(mapped.k_u8, np.memmap) and not isinstance(mapped.q, np.memmap)
+    np.testing.assert_array_equal(plain.k_u8, mapped.k_u8)
+    np.testing.assert_array_equal(plain.v_u8, mapped.v_u8)
+
+
+def test_memo_drops_the_oldest_entries_to_fit_its_bytes(tmp_path, monkeypatch):
+    """A served peer keeps what it made per input set until the declared bytes would pass the budget: the
+    oldest go first, before the new one is made; a rewritten file is made again."""
+    monkeypatch.setattr(sdpa_io, "_MEMO", {})
+    monkeypatch.setattr(sdpa_io, "_MEMO_BYTES", 100)
+    made: list[str] = []
+    files = {}
+    for name in "abc":
+        files[name] = tmp_path / name
+        files[name].write_bytes(name.encode())
+
+    def get(name: str, nbytes: int) -> object:
+        return sdpa_io.memo("x", (str(files[name]),), lambda: made.append(name) or name, nbytes)
+
+    assert get("a", 60) == "a" and get("a", 60) == "a" and made == ["a"]
+    assert get("b", 30) == "b" and made == ["a", "b"]  # 90 <= 100: both kept
+    assert get("c", 30) == "c" and made == ["a", "b", "c"]  # 120 > 100: a dropped first
+    assert get("b", 30) == "b" and made == ["a", "b", "c"]
+    assert get("a", 60) == "a" and made == ["a", "b", "c", "a"]  # made again: b dropped, then c
+    files["a"].write_bytes(b"aa")  # rewritten: another key
+    get("a", 60)
+    assert made[-1] == "a" and len(made) == 5

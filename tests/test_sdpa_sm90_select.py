@@ -392,8 +392,7 @@ def test_bad_q_terms_policy_is_an_error(fp8):
 def test_sanitizer_shapes_reach_the_two_term_kernels(fp8):
     """The stress sanitizers run the fp8 tier's two-term kernels at both head dims, split and unsplit, on 132 SMs
     (H100 / H200 SXM): small (unsplit) and mission (split) at head dim 64, short_d128 and short_split_d128 at 128."""
-    from driver.config import SDPA_SHAPES
-    from driver.suites.stress.sanitizer import SANITIZED_SHAPES
+    from driver.config import SANITIZED_SHAPES, SDPA_SHAPES
     names = ("small", "mission", "short_d128", "short_split_d128")
     assert set(names) <= set(SANITIZED_SHAPES)
     got = fp8([(SDPA_SHAPES[n], 132, 0, -1) for n in names])
@@ -403,8 +402,7 @@ def test_sanitizer_shapes_reach_the_two_term_kernels(fp8):
 def test_the_odd_split_sanitizer_shape_splits_over_an_odd_count_of_tiles(fp8):
     """split_odd_d128 runs the split configuration in both tiers on 132 SMs with five 128-key tiles, so warpgroup 0
     takes the last one and warpgroup 1 merges after it (the case racecheck flagged before the wait in consumer)."""
-    from driver.config import SDPA_SHAPES
-    from driver.suites.stress.sanitizer import SANITIZED_SHAPES
+    from driver.config import SANITIZED_SHAPES, SDPA_SHAPES
     assert "split_odd_d128" in SANITIZED_SHAPES
     case = [(SDPA_SHAPES["split_odd_d128"], 132, 0, -1)]
     for tier in (True, False):

@@ -177,3 +177,40 @@ def test_the_progress_plan_is_every_soak_process_soak_case_and_sanitizer_run(mon
     assert len(lines) == total > 0
     assert lines[0].split("] [")[1].startswith(f"1/{total}]")
     assert lines[-1].split("] [")[1].startswith(f"{total}/{total}, ETA 0 s]")
+
+
+def test_sanitizers_run_the_cases_named_with_their_mask(monkeypatch, tmp_path):
+    """The default list is config.SANITIZED_SHAPES, its inference cases with their `--causal`; `--sanitizer-shapes`
+    names others, as --shapes takes them (a name or the syntax)."""
+    from types import SimpleNamespace
+
+    from driver import config
+    from driver.cli import _run_options, build_parser
+    from driver.records import DeviceInfo, GpuInfo
+    from driver.suites import stress
+    from driver.thresholds import load
+
+    seen: dict[str, list[str]] = {}
+
+    def fake_sanitize(opts, tool, cmd, kernel, cfg, dev, sha):
+        seen[cfg.split("/")[0]] = cmd
+        return SimpleNamespace(kernel=kernel)
+
+    monkeypatch.setattr(stress, "sanitize", fake_sanitize)
+    monkeypatch.setattr(stress.sdpa, "write_inputs", lambda folder, shape, seed: {})
+    monkeypatch.setattr(stress.sdpa, "file_args", lambda files: [])
+    dev = DeviceInfo(driver_version="580.159.04", gpus=[GpuInfo(index=0, name="NVIDIA H200", memory_mib=143771)])
+
+    def sanitized(*argv: str) -> dict[str, list[str]]:
+        seen.clear()
+        opts = _run_options(build_parser().parse_args(["stress", "--suite", "sdpa", "--no-profile", *argv]))
+        stress.run(opts.model_copy(update={"stress_parts": ("sanitizers", "sdpa"), "shapes": ()}), tmp_path, dev,
+                   load(), "0" * 40)
+        return dict(seen)
+
+    default = sanitized()
+    assert list(default) == list(config.SANITIZED_SHAPES)
+    assert "--causal" in default["san_gqa_causal_d128"] and "--causal" not in default["san_gqa_d64"]
+    named = sanitized("--sanitizer-shapes", "san_decode_split,1x4x3x64:1x2x90x64:causal")
+    assert list(named) == ["san_decode_split", "1x4x3x64:1x2x90x64:causal"]
+    assert "--causal" in named["1x4x3x64:1x2x90x64:causal"] and "--causal" not in named["san_decode_split"]

@@ -21,11 +21,8 @@ import importlib
 import importlib.metadata
 import importlib.util
 
-import numpy as np
-
 from driver.peers import sdpa_io, serving
 from driver.peers.sdpa_io import EXIT_CUDA_ERROR, fail
-from driver.reference.sdpa import decode_e4m3_sim
 
 IMPL = "flash_attn"
 # (module, distribution, label), most recent first; FA4's function lives in a submodule.
@@ -71,17 +68,13 @@ def load():
 
 
 def main(argv: list[str] | None = None) -> None:
-    ns, case = sdpa_io.args_and_case("flash_sdpa", argv)
+    ns, case = sdpa_io.args_and_case("flash_sdpa", argv, mmap_kv=True)
     torch = sdpa_io.import_torch()
     flash_attn_func, version = load()
     dev = torch.device("cuda", 0)
     # [B, H, S, D] -> [B, S, H, D], contiguous, once
     q = torch.from_numpy(case.q).to(dev).transpose(1, 2).contiguous()
-    k16, v16 = sdpa_io.memo("kv fp16", (ns.k, ns.v, ns.scales), lambda: (
-        (decode_e4m3_sim(case.k_u8) * case.k_scale).astype(np.float16),
-        (decode_e4m3_sim(case.v_u8) * case.v_scale).astype(np.float16)))
-    k, v = torch.from_numpy(k16).to(dev), torch.from_numpy(v16).to(dev)
-    k, v = (t.transpose(1, 2).contiguous() for t in (k, v))
+    k, v = (t.transpose(1, 2).contiguous() for t in sdpa_io.kv_fp16_on_gpu(torch, ns, case, dev))
 
     def attend():
         out = flash_attn_func(q, k, v, causal=case.causal)

@@ -87,20 +87,21 @@ class SdpaCase:
         return self.shape, self.kv_shape, self.causal
 
 
-def _load(path: str, what: str) -> np.ndarray:
+def _load(path: str, what: str, mmap: bool = False) -> np.ndarray:
     file = Path(path)
     if not file.is_file():
         raise BadInput(f"{what} input file {path} does not exist")
     try:
-        return np.load(file, allow_pickle=False)
+        return np.load(file, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError, EOFError) as exc:
         raise BadInput(f"{what} input file {path} is not a .npy array: {exc}") from None
 
 
-def load_case(q: str, k: str, v: str, scales: str, causal: bool = False) -> SdpaCase:
+def load_case(q: str, k: str, v: str, scales: str, causal: bool = False, mmap_kv: bool = False) -> SdpaCase:
     """The four input files, read and checked (the runners' checks, attn_shape.h): one clear BadInput for the
-    first thing wrong."""
-    arrays = {name: _load(path, name.upper() if name != "scales" else "scales")
+    first thing wrong. `mmap_kv`: K and V mapped read-only, not read, until a peer touches them (a peer whose K/V
+    are memoized on the GPU, `kv_fp16_on_gpu`, never reads them again for the same files)."""
+    arrays = {name: _load(path, name.upper() if name != "scales" else "scales", mmap_kv and name in ("k", "v"))
               for name, path in (("q", q), ("k", k), ("v", v), ("scales", scales))}
     qa, ka, va, sa = arrays["q"], arrays["k"], arrays["v"], arrays["scales"]
     if qa.ndim != 4:
@@ -131,13 +132,14 @@ def load_case(q: str, k: str, v: str, scales: str, causal: bool = False) -> Sdpa
     return SdpaCase(q=qa, k_u8=ka, v_u8=va, k_scale=float(sa[0]), v_scale=float(sa[1]), causal=causal)
 
 
-def args_and_case(prog: str, argv: list[str] | None = None) -> tuple[argparse.Namespace, SdpaCase]:
-    """The command line and the inputs, or one error line and exit 2."""
+def args_and_case(prog: str, argv: list[str] | None = None,
+                  mmap_kv: bool = False) -> tuple[argparse.Namespace, SdpaCase]:
+    """The command line and the inputs, or one error line and exit 2 (`mmap_kv`: load_case's)."""
     ns = parser(prog).parse_args(argv)
     if ns.iters < 1 or ns.warmup < 0 or ns.batch < 1:
         fail("--iters and --batch must be >= 1, --warmup >= 0", EXIT_BAD_INPUT)
     try:
-        return ns, load_case(ns.q, ns.k, ns.v, ns.scales, ns.causal)
+        return ns, load_case(ns.q, ns.k, ns.v, ns.scales, ns.causal, mmap_kv)
     except BadInput as exc:
         fail(str(exc), EXIT_BAD_INPUT)
 
@@ -171,20 +173,53 @@ def time_mode(torch, fn: Callable[[], object], ns: argparse.Namespace) -> tuple[
         fail(f"hot timing: {exc}", EXIT_CUDA_ERROR)
 
 
-_MEMO: dict[tuple, object] = {}
+_MEMO: dict[tuple, tuple[object, int]] = {}
 _MEMO_ENTRIES = 8  # a served peer sees a shape's timed seed once per round and mode: keep a few
+# What the memo holds at most, by the sizes its callers declare: fp16 K/V on the GPU are 8.6 GB at decode with
+# B 64, Skv 32K, next to our runners' and the reference's memory on the same GPU.
+_MEMO_BYTES = 12 << 30
 
 
-def memo(what: str, files: tuple[str, ...], make: Callable[[], object]) -> object:
+def memo(what: str, files: tuple[str, ...], make: Callable[[], object], nbytes: int = 0) -> object:
     """`make()`, computed once per content of `files` in this process: a served peer (long-lived worker)
     asked for the same inputs in every round quantizes or decodes them once. Keyed by each file's path,
-    size and modification time, so a rewritten input is computed again."""
+    size and modification time, so a rewritten input is computed again. `nbytes`: what the value holds (GPU or
+    host memory); the oldest entries are dropped before a new one is made until it fits `_MEMO_BYTES` (one entry
+    larger than that is still made, alone)."""
     key = (what, *((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files))
     if key not in _MEMO:
-        if len(_MEMO) >= _MEMO_ENTRIES:
+        while _MEMO and (len(_MEMO) >= _MEMO_ENTRIES or sum(n for _v, n in _MEMO.values()) + nbytes > _MEMO_BYTES):
             _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = make()
-    return _MEMO[key]
+        _MEMO[key] = (make(), nbytes)
+    return _MEMO[key][0]
+
+
+# E4M3 codes decoded on the GPU a slice at a time (int64 indices: 512 MiB a slice).
+_DECODE_SLICE = 1 << 26
+
+
+def decode_fp16_on_gpu(torch, codes: np.ndarray, scale: float, dev) -> object:
+    """uint8 E4M3 codes -> fp16 values x scale, on the GPU: a lookup in the 256 values `(decode(code) * scale)`
+    rounded to fp16 once, in float64 as `reference.sdpa.decode_e4m3_sim(codes) * scale` rounds each element, so
+    the result is the same bits as that CPU decode (tests/test_sdpa_peers.py), at any size."""
+    from driver.reference.sdpa import decode_e4m3_sim
+
+    table = torch.from_numpy((decode_e4m3_sim(np.arange(256, dtype=np.uint8)) * scale).astype(np.float16)).to(dev)
+    flat = codes.reshape(-1)
+    out = torch.empty(flat.size, dtype=torch.float16, device=dev)
+    for start in range(0, flat.size, _DECODE_SLICE):
+        part = torch.from_numpy(np.array(flat[start:start + _DECODE_SLICE])).to(dev)
+        out[start:start + part.numel()] = table[part.long()]
+    return out.view(*codes.shape)
+
+
+def kv_fp16_on_gpu(torch, ns: argparse.Namespace, case: SdpaCase, dev) -> tuple[object, object]:
+    """K and V as the fp16-operand peers take them (decoded, scaled, rounded to fp16), on the GPU, made once per
+    content of the input files in this worker (`memo`)."""
+    nbytes = 2 * 2 * int(np.prod(case.kv_shape))
+    return memo("kv fp16 on the GPU", (ns.k, ns.v, ns.scales), lambda: (
+        decode_fp16_on_gpu(torch, case.k_u8, case.k_scale, dev),
+        decode_fp16_on_gpu(torch, case.v_u8, case.v_scale, dev)), nbytes)  # type: ignore[return-value]
 
 
 def write_out(path: str | None, out: np.ndarray) -> None:

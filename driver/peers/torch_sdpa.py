@@ -2,8 +2,9 @@
 
 Reads the same .npy inputs as our runners (checked by driver/peers/sdpa_io.py: a missing file,
 shapes that disagree, S = 0 or an unsupported head dim is one `error:` line and exit 2), decodes
-K/V with exactly the kernels' simulated-E4M3 decode, times it in the mode asked for (`--timing`,
-see driver/peers/torch_timing.py; the same two modes as our runners):
+K/V with exactly the kernels' simulated-E4M3 decode (on the GPU, once per input set:
+sdpa_io.kv_fp16_on_gpu), times it in the mode asked for (`--timing`, see
+driver/peers/torch_timing.py; the same two modes as our runners):
   cold: each launch alone by its own event pair, queued behind a spin kernel, an L2
     flush (a write of max(2 x L2, 64 MiB)) before each, outside the timed interval;
   hot: `--batch` launches captured in a CUDA graph and replayed, replay time / batch.
@@ -22,10 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
 from driver.peers import sdpa_io, serving
-from driver.reference.sdpa import decode_e4m3_sim
 
 IMPL = "torch_sdpa"
 
@@ -66,16 +64,13 @@ def torch_call(hq: int, hkv: int, sq: int, skv: int, causal: bool) -> TorchCall:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ns, case = sdpa_io.args_and_case("torch_sdpa", argv)
+    ns, case = sdpa_io.args_and_case("torch_sdpa", argv, mmap_kv=True)
     torch = sdpa_io.import_torch()
     import torch.nn.functional as F
 
     dev = torch.device("cuda", 0)
     q = torch.from_numpy(case.q).to(dev)
-    k16, v16 = sdpa_io.memo("kv fp16", (ns.k, ns.v, ns.scales), lambda: (
-        (decode_e4m3_sim(case.k_u8) * case.k_scale).astype(np.float16),
-        (decode_e4m3_sim(case.v_u8) * case.v_scale).astype(np.float16)))
-    k, v = torch.from_numpy(k16).to(dev), torch.from_numpy(v16).to(dev)
+    k, v = sdpa_io.kv_fp16_on_gpu(torch, ns, case, dev)
 
     (_b, hq, sq, _d), (_, hkv, skv, _) = case.shape, case.kv_shape
     call = torch_call(hq, hkv, sq, skv, case.causal)

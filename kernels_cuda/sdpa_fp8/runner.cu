@@ -70,9 +70,14 @@
 // "error: " line (also on stderr), JSON-escaped, "" when RC is 0.  After RC 2 the worker goes on
 // with the next case (that case's device buffers and stream freed), as after RC 5; after RC 3 or 4 it exits with
 // that code (a CUDA error may have broken the context).  EOF on stdin: exit 0.
+// A worker keeps the last case's inputs on the GPU: a case whose four input files are the same files, unchanged
+// (path, device, inode, size, modification time, and the first and last 64 KiB of each), reuses them without reading
+// the files again (InputCache below); the checks of the case's arguments and shapes run either way.
 #include <cuda_runtime.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -189,6 +194,61 @@ ScopeExit<F> scope_exit(F f) {
     return ScopeExit<F>{f};
 }
 
+// One input file as the worker saw it: a file rewritten in place, replaced, or touched differs in one of these.
+struct FileId {
+    std::string path;
+    unsigned long long dev = 0, ino = 0, size = 0;
+    long long mtime_ns = 0;
+    std::string ends;  // the first and last 64 KiB
+    bool operator==(const FileId& o) const {
+        return path == o.path && dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ends == o.ends;
+    }
+};
+
+bool file_id(const std::string& path, FileId* id) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return false;
+    id->path = path;
+    id->dev = (unsigned long long)st.st_dev;
+    id->ino = (unsigned long long)st.st_ino;
+    id->size = (unsigned long long)st.st_size;
+    id->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    constexpr size_t kEnd = 64 << 10;
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return false;
+    id->ends.assign(id->size < 2 * kEnd ? (size_t)id->size : 2 * kEnd, '\0');
+    size_t got;
+    if (id->size < 2 * kEnd) {
+        got = std::fread(&id->ends[0], 1, id->ends.size(), f);
+    } else {
+        got = std::fread(&id->ends[0], 1, kEnd, f);
+        if (std::fseek(f, -(long)kEnd, SEEK_END) == 0) got += std::fread(&id->ends[kEnd], 1, kEnd, f);
+    }
+    std::fclose(f);
+    return got == id->ends.size();
+}
+
+// --serve: the last case's inputs on the GPU, owned here (not by the case), so that the driver's requests for one
+// input set (the check of each tier, then every timing mode and round) read and copy them once.  Filled only after
+// a case's inputs passed every check and landed on the GPU; the previous entry is freed before a new one is made.
+struct InputCache {
+    std::array<FileId, 4> ids;  // q, k, v, scales
+    npy::Array q, k, v, sc;     // q, k, v: descr and shape only (the data is on the GPU); sc whole
+    __half* dq = nullptr;
+    uint8_t* dk = nullptr;
+    uint8_t* dv = nullptr;
+    bool valid = false;
+    void release() {
+        cudaFree(dq);
+        cudaFree(dk);
+        cudaFree(dv);
+        dq = nullptr;
+        dk = dv = nullptr;
+        valid = false;
+    }
+};
+InputCache g_inputs;
+
 bool parse_int(const char* s, long* out) {
     if (!s || !*s) return false;
     char* end = nullptr;
@@ -291,10 +351,27 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // ---------------------------------------------------------------- inputs
     npy::Array q, k, v, sc;
     std::string err;
-    if (!(err = npy::load(q_path, &q)).empty()) die(EXIT_BAD_INPUT, err);
-    if (!(err = npy::load(k_path, &k)).empty()) die(EXIT_BAD_INPUT, err);
-    if (!(err = npy::load(v_path, &v)).empty()) die(EXIT_BAD_INPUT, err);
-    if (!(err = npy::load(s_path, &sc)).empty()) die(EXIT_BAD_INPUT, err);
+    // --serve: the same four files, unchanged, as the last case's: their inputs are on the GPU already.
+    // The files' identities are taken before they are read: a file that changes after this is read again next time.
+    std::array<FileId, 4> ids;
+    bool known = false, cached = false;
+    if (g_serve) {
+        const std::string* paths[4] = {&q_path, &k_path, &v_path, &s_path};
+        known = true;
+        for (int i = 0; i < 4 && known; ++i) known = file_id(*paths[i], &ids[i]);
+        cached = known && g_inputs.valid && ids == g_inputs.ids;
+    }
+    if (cached) {
+        q = g_inputs.q;
+        k = g_inputs.k;
+        v = g_inputs.v;
+        sc = g_inputs.sc;
+    } else {
+        if (!(err = npy::load(q_path, &q)).empty()) die(EXIT_BAD_INPUT, err);
+        if (!(err = npy::load(k_path, &k)).empty()) die(EXIT_BAD_INPUT, err);
+        if (!(err = npy::load(v_path, &v)).empty()) die(EXIT_BAD_INPUT, err);
+        if (!(err = npy::load(s_path, &sc)).empty()) die(EXIT_BAD_INPUT, err);
+    }
     if (q.descr != "<f2") die(EXIT_BAD_INPUT, "q must be float16 ('<f2'), got '" + q.descr + "'");
     if (k.descr != "|u1" && k.descr != "<u1" && k.descr != "u1") die(EXIT_BAD_INPUT, "k must be uint8, got '" + k.descr + "'");
     if (v.descr != "|u1" && v.descr != "<u1" && v.descr != "u1") die(EXIT_BAD_INPUT, "v must be uint8, got '" + v.descr + "'");
@@ -332,7 +409,8 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         die(EXIT_BAD_INPUT, "scales must be finite and > 0");
 
     // Q must be finite: a NaN or Inf would spread through its rows' softmax (fp16: exponent bits all ones).
-    {
+    // (Cached inputs passed this check when they were read.)
+    if (!cached) {
         const uint16_t* qb = reinterpret_cast<const uint16_t*>(q.data.data());
         const size_t nq = (size_t)q.count();
         for (size_t i = 0; i < nq; ++i)
@@ -482,20 +560,47 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     cudaStream_t st = nullptr;
     // A bad --out (exit 2, after these are allocated) must not leak them into the worker's next case.
     // CUDA errors end the process, so the soak and timing resources need no guard.
+    bool inputs_owned = true;  // false: g_inputs owns dq, dk, dv (--serve)
     auto free_case = scope_exit([&] {
         if (st) cudaStreamDestroy(st);
-        cudaFree(dq);
-        cudaFree(dk);
-        cudaFree(dv);
+        if (inputs_owned) {
+            cudaFree(dq);
+            cudaFree(dk);
+            cudaFree(dv);
+        }
         cudaFree(dout);
     });
-    CK(cudaMalloc(&dq, n * sizeof(__half)));
-    CK(cudaMalloc(&dk, nkv));
-    CK(cudaMalloc(&dv, nkv));
+    if (cached) {
+        dq = g_inputs.dq;
+        dk = g_inputs.dk;
+        dv = g_inputs.dv;
+        inputs_owned = false;
+    } else {
+        if (g_serve) g_inputs.release();  // the last case's inputs leave the GPU before this case's arrive
+        CK(cudaMalloc(&dq, n * sizeof(__half)));
+        CK(cudaMalloc(&dk, nkv));
+        CK(cudaMalloc(&dv, nkv));
+        CK(cudaMemcpy(dq, q.data.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dk, k.data.data(), nkv, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dv, v.data.data(), nkv, cudaMemcpyHostToDevice));
+        if (known) {  // --serve, and all four files' identities taken before they were read
+            g_inputs.ids = ids;
+            g_inputs.q = npy::Array{q.descr, q.shape, {}};
+            g_inputs.k = npy::Array{k.descr, k.shape, {}};
+            g_inputs.v = npy::Array{v.descr, v.shape, {}};
+            g_inputs.sc = sc;
+            g_inputs.dq = dq;
+            g_inputs.dk = dk;
+            g_inputs.dv = dv;
+            g_inputs.valid = true;
+            inputs_owned = false;
+        }
+        // the host copies are not needed past here
+        std::vector<unsigned char>().swap(q.data);
+        std::vector<unsigned char>().swap(k.data);
+        std::vector<unsigned char>().swap(v.data);
+    }
     CK(cudaMalloc(&dout, n * sizeof(__half)));
-    CK(cudaMemcpy(dq, q.data.data(), n * sizeof(__half), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dk, k.data.data(), nkv, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv, v.data.data(), nkv, cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xFF, n * sizeof(__half)));  // poison: NaN fp16 anywhere not written
     // The copies and the poison above run on the legacy default stream, which the non-blocking stream `st`
     // below does not wait for: cudaMemset returns before it is done, and a pageable cudaMemcpy returns once
@@ -594,9 +699,11 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             ? bench_timing::time_cold(timed_launch, st, iters, spin, bench_timing::l2_flush_bytes(0, check_cuda), check_cuda)
             : bench_timing::time_hot(timed_launch, st, iters, warmup, batch, spin, check_cuda);
     CK(cudaStreamDestroy(st));
-    CK(cudaFree(dq));
-    CK(cudaFree(dk));
-    CK(cudaFree(dv));
+    if (inputs_owned) {
+        CK(cudaFree(dq));
+        CK(cudaFree(dk));
+        CK(cudaFree(dv));
+    }
     CK(cudaFree(dout));
     free_case.armed = false;
 

@@ -263,3 +263,42 @@ def test_fp8_q_terms_two_where_the_kernel_has_one_is_exit_2(exe_dir, tmp_path):
         launch([*base, "--precision", "fp8", "--q-terms", "2"], what="--q-terms 2 at 192-key tiles", timeout_s=60)
     with pytest.raises(ConfigError, match="applies to the fp8 tier only"):
         launch([*base, "--q-terms", "2"], what="--q-terms with the fp16 tier", timeout_s=60)
+
+
+def test_a_served_runner_reuses_inputs_only_while_the_files_are_unchanged(exe_dir, tmp_path, cases):
+    """The --serve worker keeps the last case's inputs on the GPU (runner.cu InputCache): the same files again give
+    the same bits; the same paths rewritten with another seed's inputs (same shapes) give that seed's output, right
+    against its own reference, not the cached one's."""
+    import shutil
+
+    shape = (1, 4, 300, 64)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    files0, expected0 = cases(shape, 0)
+    files1, expected1 = cases(shape, 1)
+    paths = {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+    exe = str(exe_dir / sdpa.VARIANTS["cpasync"])
+
+    def run(name: str) -> np.ndarray:
+        out = tmp_path / f"{name}.npy"
+        cmd = [exe, *sdpa.file_args(paths), "--out", str(out), "--iters", "2", "--warmup", "0"]
+        serve_lines(_POOL[0], cmd, SdpaLine, what=f"served {name}", timeout_s=120)
+        return np.load(out)
+
+    def errors(got, expected):
+        return sdpa.tier_errors(got, expected, GATES, "fp16", "normal", "cpasync")
+
+    for n, path in paths.items():
+        shutil.copy(files0[n], path)
+    a, b = run("first"), run("again")
+    np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert sdpa_correctness(errors(a, expected0), GATES, "fp16", "normal").passed
+    for n in ("q", "k"):  # two of the four files rewritten in place, sizes unchanged
+        paths[n].write_bytes(files1[n].read_bytes())
+    c = run("rewritten")
+    # q and k of seed 1 with v and scales of seed 0: neither reference; the output must differ from the cached run
+    assert not np.array_equal(c.view(np.uint16), a.view(np.uint16))
+    for n in ("v", "scales"):
+        paths[n].write_bytes(files1[n].read_bytes())
+    d = run("seed1")
+    assert sdpa_correctness(errors(d, expected1), GATES, "fp16", "normal").passed

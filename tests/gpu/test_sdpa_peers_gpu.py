@@ -47,3 +47,23 @@ def test_cudnn_fp8_at_the_mission_shape(why_not, tmp_path, mode):
     errs = sdpa_errors(np.load(out), expected, bad_err=thresholds.load().sdpa.bad_err)
     assert errs.max_abs_err is not None and errs.max_abs_err < thresholds.load().sdpa.max_abs_err
     assert 0 < errs.rel_l2 < 0.1  # E4M3 Q, P and O: about 4.5% on an H100, against fp16's 0.05%
+
+
+def test_the_gpu_decode_of_the_fp16_peers_is_the_cpu_decode_bit_for_bit(monkeypatch):
+    """sdpa_io.decode_fp16_on_gpu (the torch and FlashAttention peers' K/V) against the float64 CPU decode rounded
+    to fp16 (what the peers did on the CPU before 2026-11-29): every code, two scales, across slice boundaries."""
+    import torch
+
+    from driver.peers import sdpa_io
+    from driver.reference.sdpa import decode_e4m3_sim
+
+    monkeypatch.setattr(sdpa_io, "_DECODE_SLICE", 1000)
+    rng = np.random.default_rng(0)
+    codes = np.concatenate([np.arange(256, dtype=np.uint8), rng.integers(0, 256, 4 * 2 * 513 * 4 - 256,
+                                                                         dtype=np.uint8)]).reshape(4, 2, 513, 4)
+    dev = torch.device("cuda", 0)
+    for scale in (1.0, float(np.float32(3.7 / 448))):
+        want = (decode_e4m3_sim(codes) * scale).astype(np.float16)
+        got = sdpa_io.decode_fp16_on_gpu(torch, codes, scale, dev).cpu().numpy()
+        assert got.shape == codes.shape
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))

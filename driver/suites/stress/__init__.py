@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from driver import device, phases
-from driver.config import ALLREDUCE_KERNEL_NAMES, SDPA_SHAPES, SUPPORTED_NGPUS, kernel_flags
+from driver.config import ALLREDUCE_KERNEL_NAMES, SANITIZED_SHAPES, SDPA_CASES, SUPPORTED_NGPUS, AttnCase, kernel_flags
 from driver.gates import tier_skip
 from driver.options import RunOptions
 from driver.records import DeviceInfo, Skip
@@ -42,7 +42,7 @@ from driver.suites import sdpa
 from driver.suites.allreduce import EXE
 from driver.suites.common import SuiteResult, not_measured, plan
 from driver.suites.stress import profile
-from driver.suites.stress.sanitizer import SANITIZED_SHAPES, SANITIZER_TOOLS, sanitize
+from driver.suites.stress.sanitizer import SANITIZER_TOOLS, sanitize
 from driver.suites.stress.soak import MIXED_CONFIGS, allreduce_soak_steps, sdpa_soak_steps, soak_allreduce, soak_sdpa
 from driver.suites.stress.watchdog import allreduce_hang, sdpa_hang
 from driver.thresholds import Thresholds
@@ -73,6 +73,13 @@ def soak_kernels(opts: RunOptions) -> tuple[str, ...]:
     return tuple(k for k in ALLREDUCE_KERNEL_NAMES if k == opts.kernel or k.startswith(f"{opts.kernel}_s"))
 
 
+def sanitizer_cases(opts: RunOptions) -> tuple[tuple[str, AttnCase], ...]:
+    """The SDPA cases every sanitizer runs: --sanitizer-shapes, else SANITIZED_SHAPES."""
+    if opts.sanitizer_shapes is not None:
+        return opts.sanitizer_shapes
+    return tuple((name, SDPA_CASES[name]) for name in SANITIZED_SHAPES)
+
+
 def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, ...]) -> int:
     """The soak and sanitizer steps this run takes at least (each a line of progress, for done / total and
     the ETA): every allreduce soak process and SDPA soak case, every sanitizer run. --minutes only adds
@@ -84,7 +91,7 @@ def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, .
     if "sdpa" in opts.stress_parts:
         steps += len(tiers) * len(sdpa.VARIANTS) * len(opts.shapes) * sdpa_soak_steps(opts)
     if "sanitizers" in opts.stress_parts:
-        per_tool = len(SANITIZED_SHAPES) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
+        per_tool = len(sanitizer_cases(opts)) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
         per_tool += len(soak_kernels(opts)) * len(counts) if "allreduce" in opts.stress_parts else 0
         steps += len(SANITIZER_TOOLS) * per_tool
     return steps
@@ -126,15 +133,17 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
     if "sanitizers" in opts.stress_parts:
         with tempfile.TemporaryDirectory(prefix="stress-san-") as tmp, phases.timed("sanitizers"):
             inputs: dict[str, dict[str, Path]] = {}
-            for name in SANITIZED_SHAPES if "sdpa" in opts.stress_parts else ():
+            cases = dict(sanitizer_cases(opts))
+            for name, case in cases.items() if "sdpa" in opts.stress_parts else ():
                 (Path(tmp) / name).mkdir()
-                inputs[name] = sdpa.write_inputs(Path(tmp) / name, SDPA_SHAPES[name], 0)
+                inputs[name] = sdpa.write_inputs(Path(tmp) / name, case, 0)
             for tool in SANITIZER_TOOLS:
                 for shape_name, files in inputs.items():  # empty unless the sdpa part runs
                     for tier in tiers:
                         for impl, exe_name in sdpa.VARIANTS.items():
                             cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
-                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier]
+                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier,
+                                   *sdpa.case_args(cases[shape_name])]
                             result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
                                                            git_sha))
                 for kernel in soak_kernels(opts) if "allreduce" in opts.stress_parts else ():

@@ -13,14 +13,6 @@ from driver.records import ArchivedRecord, DeviceInfo, StressLine, Verdict
 from driver.suites.common import checked_verdict, not_measured, progress, stress_record
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-# SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
-# heuristic picks for them (head dim 64); unsplit3_d64, unsplit_d128 and unsplit_wide_d128 the Hopper
-# kernel's unsplit configurations (three consumer warpgroups at head dim 64, two at 128 with 128- and
-# 192-key tiles) over two K/V tiles with a tail; split_odd_d128 the split configuration over five K/V tiles
-# (the merge after warpgroup 0's last tile); `large` is left out because racecheck takes minutes
-# over its blocks.
-SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128", "short_d128",
-                    "short_split_d128", "split_odd_d128")
 
 
 # "ERROR SUMMARY: 3 errors" (memcheck, synccheck, initcheck) and "RACECHECK SUMMARY: 0 hazards
