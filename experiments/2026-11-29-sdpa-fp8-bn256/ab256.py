@@ -13,8 +13,8 @@ Runners (cpasync unless said), built on the same sources side by side, in bin/ (
   new_base   new built with USE_CP_ASYNC=0 (the baseline variant: outputs equal bit for bit)
 
 1. correctness: every runner at CHECK against float64 (torch on the GPU): rel_l2, max_abs_rel (worst element over
-   max |ref|), max_abs; new against new_base bit for bit; cuDNN FP8 (driver/peers/cudnn_sdpa.py, in this process)
-   the same way at every case it runs.
+   max |ref|), max_abs; new against new_base bit for bit; cuDNN FP8 (driver/peers/cudnn_sdpa.py as a --serve
+   worker, as the driver runs it) the same way at every case it runs.
 2. timing: cold (the runners' --timing cold: L2 flushed, one event pair per launch; the peer's time_cold the same
    way), --iters 50, p50, runners and cuDNN alternating, ROUNDS rounds.
 3. Nsight Compute (clocks not locked) on one launch of old and new at (1,16,8192,128): instructions per opcode
@@ -30,8 +30,6 @@ and V decoded exactly, the bottom-right causal mask where asked.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import lzma
 import math
@@ -167,36 +165,47 @@ def run_runner(exe, files, causal: bool, extra: list[str], out=None, timeout: fl
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-_CUDNN = None
+class CudnnWorker:
+    """cuDNN FP8 (driver/peers/cudnn_sdpa.py) as the driver runs it: one `python3 -m driver.peers.cudnn_sdpa --serve`
+    worker (the bundle's driver on PYTHONPATH), a case per line of tab-separated arguments, its result line and then
+    its end line ({"worker_end": true, "rc": ..., "error": ...}).  torch and cuDNN are loaded once."""
+
+    def __init__(self) -> None:
+        self.err = open(TMP / "cudnn_worker.err", "w")  # noqa: SIM115 - the worker's whole life
+        self.p = subprocess.Popen([sys.executable, "-m", "driver.peers.cudnn_sdpa", "--serve"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=self.err, text=True, bufsize=1)
+        first = self.p.stdout.readline()
+        self.ready = first.startswith("{") and json.loads(first).get("worker_ready", False)
+
+    def run(self, argv: list[str]) -> dict:
+        if not self.ready or self.p.poll() is not None:
+            return {"rc": "no worker", "stderr": (TMP / "cudnn_worker.err").read_text()[-400:]}
+        self.p.stdin.write("\t".join(argv) + "\n")
+        self.p.stdin.flush()
+        result = None
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                return {"rc": "worker ended", "stderr": (TMP / "cudnn_worker.err").read_text()[-400:]}
+            if not line.startswith("{"):
+                continue
+            d = json.loads(line)
+            if d.get("worker_end"):
+                if d.get("rc"):
+                    return {"rc": d["rc"], "stderr": d.get("error", "")}
+                return result or {"rc": "no line"}
+            result = d
 
 
-def cudnn_peer():
-    global _CUDNN
-    if _CUDNN is None:
-        try:
-            from driver.peers import cudnn_sdpa  # the bundle's driver (PYTHONPATH)
-            _CUDNN = cudnn_sdpa
-        except Exception as exc:  # noqa: BLE001
-            _CUDNN = f"import failed: {type(exc).__name__}: {exc}"
-    return _CUDNN
+_CUDNN: CudnnWorker | None = None
 
 
 def run_cudnn(files, causal: bool, extra: list[str], out=None) -> dict:
-    peer = cudnn_peer()
-    if isinstance(peer, str):
-        return {"rc": "import", "stderr": peer}
+    global _CUDNN
+    if _CUDNN is None:
+        _CUDNN = CudnnWorker()
     argv = [*io_args(files), *extra] + (["--causal"] if causal else []) + (["--out", str(out)] if out else [])
-    buf, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-            peer.main(argv)
-    except SystemExit as e:
-        if e.code not in (0, None):
-            return {"rc": e.code, "stderr": err.getvalue().strip()[-400:]}
-    except Exception as exc:  # noqa: BLE001
-        return {"rc": "raised", "stderr": f"{type(exc).__name__}: {exc}"}
-    lines = [ln for ln in buf.getvalue().splitlines() if ln.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"rc": "no line", "stderr": err.getvalue()[-400:]}
+    return _CUDNN.run(argv)
 
 
 def p50(line: dict) -> float | None:

@@ -5,7 +5,7 @@ set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")"
 python3 -c "import tarfile; tarfile.open('pb.tar.xz').extractall('/tmp/ab256')"
-export PYTHONPATH="/tmp/ab256/pb:/tmp/ab256/pb/site/py312"
+export PYTHONPATH="/tmp/ab256/pb:/tmp/ab256/pb/site/py312" PYTHONSAFEPATH=1
 nvidia-smi -L
 timeout "${AB_TIMEOUT:-285}" python3 ab256.py "$@" 2>&1 | tee "$OUT/log.txt"
 echo "rc=${PIPESTATUS[0]}"
