@@ -79,15 +79,18 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     # with 128-key tiles, no ablation; fp16 tier: (head dim 64, 128) x 2 block configurations x 3 ablation
     # modes; both tiers in every sm_90 build (the tier is chosen at run time), none in others.  Since 2026-11-28
     # each configuration without ablation twice: sdpa_fp8_sm90_kernel<Traits, CAUSAL> without and with the causal
-    # mask (kernels_cuda/sdpa_fp8_sm90/tile_plan.cuh CaseTraits): 4 more fp16 entries, 11 more fp8 ones
+    # mask (kernels_cuda/sdpa_fp8_sm90/tile_plan.cuh CaseTraits): 4 more fp16 entries, 11 more fp8 ones.  Since
+    # 2026-11-29 the fp8 tier's 256-key kernel at head dim 128 (SDPA_SM90_BN_D128=256: unsplit, no ablation), without
+    # and with the mask
     on90 = arch == "sm_90"
     causal = [k for k in hopper if "ELb1EEEvNS_8TileMaps" in k.name]
     assert len(causal) + len([k for k in hopper if "ELb0EEEvNS_8TileMaps" in k.name]) == len(hopper)
     assert all(re.search(r"Traits3?ILi\d+ELb[01]ELi0E", k.name) for k in causal)  # no ablation with the mask
     fp16 = [k for k in hopper if "INS_10Fp16TraitsI" in k.name]
     assert len(fp16) == (12 + 4 if on90 else 0)
-    assert len(hopper) - len(fp16) == (25 + 11 if on90 else 0)
-    assert len(causal) == (4 + 11 if on90 else 0)
+    assert len(hopper) - len(fp16) == (26 + 12 if on90 else 0)
+    assert len(causal) == (4 + 12 if on90 else 0)
+    assert len([k for k in hopper if "Li256ELb0EEE" in k.name]) == (1 + 1 if on90 else 0)
     assert len([k for k in hopper if "Fp8Traits3ILi64E" in k.name]) == (3 + 1 if on90 else 0)
     assert len([k for k in hopper if "Li192ELb0EEE" in k.name]) == (6 + 2 if on90 else 0)
     q2 = [k for k in hopper if "Li128ELb1EEE" in k.name]  # Fp8Traits<D, ASYNC, ABL, SPLIT, 128, Q2 = true>

@@ -281,9 +281,61 @@ def test_head_dim_128_tile_width(fp8, tmp_path_factory):
     assert len(set(funcs.values())) == len(funcs) == 4
     d64 = fp8([((1, 16, s, 64), 132, 0, 1) for s in sizes], 1, 192)
     assert {r["bn"] for r in d64} == {128}
-    assert fp8([((1, 1, 1, 128), 132, 0, 1)], 0, 100) == [{"error": "SDPA_SM90_BN_D128 must be 0, 128 or 192"}]
+    assert fp8([((1, 1, 1, 128), 132, 0, 1)], 0, 100) == [{"error": "SDPA_SM90_BN_D128 must be 0, 128, 192 or 256"}]
     run = _compile(tmp_path_factory, "fp8_bn192", "SDPA_SM90_BN_D128=192")
     assert {r["bn"] for r in run([(s, 132, 0, 1) for s in shapes])} == {192}
+
+
+def expected_bn256(shape, sms: int, split_override: int, ablate: int = 0) -> dict:
+    """SDPA_SM90_BN_D128=256 restated: the 256-key kernel (two consumer warpgroups, 128 rows per unit) at head dim
+    128 unless the launch would split on 256-key tiles (forced, or at least two of them and an unsplit grid of at
+    most half the SMs) or runs an ablation: those take the rule of policy 0."""
+    b, h, s, d = shape
+    split256 = split_override == 2 or (split_override == 0 and _cdiv(s, 256) >= 2 and 2 * _cdiv(s, 128) * b * h <= sms)
+    if d != 128 or split256 or ablate:
+        return expected(shape, sms, split_override, 1, bn_policy=0)
+    return {"units": _cdiv(s, 128) * b * h, "block": 384, "bm": 128, "bn": 256, "split": 1, "ncwg": 2}
+
+
+def test_head_dim_128_256_key_tiles(fp8, tmp_path_factory):
+    """SDPA_SM90_BN_D128=256 (off by default: policy 0's rule never takes 256): the 256-key kernel at every
+    head-dim-128 case it serves, with or without the mask, one Q term, its work units covering every row once; a
+    launch that would split on 256-key tiles, or an ablation, takes policy 0's choice; head dim 64 and the fp16 tier
+    keep 128; the 256-key kernels (with and without the mask) are entry points of their own."""
+    sizes = [1, 17, 77, 128, 129, 256, 257, 333, 1000, 2048, 4096, 8192, 16384]
+    shapes = [(b, h, s, 128) for s in sizes for (b, h) in ((1, 16), (2, 32), (7, 3), (1, 4))]
+    cases = [(sh, sms, split, 1) for sh in shapes for sms in (132, 66) for split in (0, 1, 2)]
+    got = fp8(cases, 1, 256)
+    assert [_pick(r) for r in got] == [expected_bn256(*c[:3]) for c in cases]
+    assert all(r["cover"] for r in got)
+    assert all(r["q_terms"] == 1 for r in got if r["bn"] == 256)
+    assert {r["bn"] for r in got} == {128, 192, 256}
+    # on 132 SMs: (7,3,333,128) (63 blocks, two 256-key tiles) splits, on policy 0's 192-key tiles; (1,4,17,128) has
+    # one tile and does not split
+    listed = [(1, 16, 8192, 128), (1, 16, 16384, 128), (2, 32, 4096, 128), (4, 16, 4096, 128), (2, 16, 2048, 128),
+              (7, 3, 333, 128), (1, 4, 17, 128)]
+    got = fp8([(s, 132, 0, 1) for s in listed], 1, 256)
+    assert [(r["bn"], r["split"]) for r in got] == [(256, 1)] * 5 + [(192, 2), (256, 1)]
+    # ablations and the fp16 tier: policy 0's choice; head dim 64: 128
+    abl = [(sh, 132, 1, 1) for sh in shapes]
+    assert [_pick(r) for r in fp8(abl, 1, 256, ablate=2)] == [expected_bn256(*c[:3], ablate=2) for c in abl]
+    assert {r["bn"] for r in fp8(cases, 1, 256, fp8=False)} == {128}
+    assert {r["bn"] for r in fp8([((1, 16, s, 64), 132, 0, 1) for s in sizes], 1, 256)} == {128}
+    # with the mask (and grouped heads): the 256-key kernel of the mask, covering exactly the tiles its rows see
+    causal = [(1, 16, 16, 8192, 8192, 128, 1), (2, 16, 16, 2048, 2048, 128, 1), (1, 32, 8, 512, 8192, 128, 1),
+              (3, 12, 4, 129, 129, 128, 1), (1, 16, 4, 1000, 3000, 128, 0)]
+    cg = fp8([(c, 132, 1, 1) for c in causal], 1, 256)
+    assert [r["bn"] for r in cg] == [256] * 5 and all(r["cover"] for r in cg)
+    for shape, r in zip(causal, cg):
+        b, hq, _, sq, skv, _, c = shape
+        rows_last = [min((t + 1) * 128, sq) - 1 for t in range(_cdiv(sq, 128))]
+        assert r["tiles_total"] == b * hq * sum(_tiles_of_row(i, sq, skv, bool(c), 256) for i in rows_last), shape
+    funcs = {(r["bn"], c[6]): r["func"] for c, r in zip(causal, cg)}
+    assert len(set(funcs.values())) == 2
+    assert not set(funcs.values()) & {r["func"] for r in fp8(cases, 1, 0) + fp8(cases, 1, 192)}
+    # the define sets the default
+    run = _compile(tmp_path_factory, "fp8_bn256", "SDPA_SM90_BN_D128=256")
+    assert {r["bn"] for r in run([((1, 16, 8192, 128), 132, 0, 1), ((2, 32, 4096, 128), 132, 0, 1)])} == {256}
 
 
 def expected_q_terms(shape, sms: int, split_override: int, policy: int, q2_policy: int, fp8: bool = True) -> int:

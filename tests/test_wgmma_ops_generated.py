@@ -35,6 +35,9 @@ def test_the_fp8_wrappers_are_the_ones_the_kernel_calls():
     """Every wrapper the kernel calls is generated; no E4M3 wrapper is generated that nothing calls."""
     gen = _generator()
     assert _called("rs_e4m3") == set(gen.RS_E4M3_N) and _called("ss_e4m3") == set(gen.SS_E4M3_N)
+    text = "".join(f.read_text() for f in sorted(FOLDER.glob("*.cu*")) if f.name != "wgmma_ops.cuh")
+    zero = {int(n) for n in re.findall(r"\bwgmma::ss_e4m3_m64n(\d+)k\d+_zero\b", text)}
+    assert zero == set(gen.SS_E4M3_ZERO_N) and zero <= set(gen.SS_E4M3_N)
     assert _called("ss") <= set(gen.SS_N) and _called("rs") <= set(gen.RS_N)
 
 

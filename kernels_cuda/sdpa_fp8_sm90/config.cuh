@@ -170,11 +170,31 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
 // keys 0..127 with the 128-byte swizzle, keys 128..191 with the 64-byte swizzle.  But S is padded to
 // a multiple of the tile: 2048 keys are 11 tiles of 192 (2112 keys), 16 of 128.
+// 256 (since 2026-11-29; off by default, not in the rule of 0): the 256-key kernel (fp8_traits.cuh Fp8TraitsN BN 256,
+// mainloop.cuh consumer_loop256) at every head-dim-128 shape it serves (unsplit, no ablation; the others take the
+// rule of 0).  Its consumer loop never holds the probabilities of one tile and the scores of the next in registers
+// at once (S 128 + O 64 + P 32 would leave nothing of 224 for the rest), so it has no P V in flight during its own
+// softmax (the other warpgroup's is); one build carries it beside the 128- and 192-key kernels
+// (experiments/2026-11-29-sdpa-fp8-bn256: correct at every case checked there, 1x H200; not yet timed).
 #ifndef SDPA_SM90_BN_D128
 #define SDPA_SM90_BN_D128 0
 #endif
-static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192,
-              "SDPA_SM90_BN_D128: 0 (by S), 128 or 192");
+static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192 || SDPA_SM90_BN_D128 == 256,
+              "SDPA_SM90_BN_D128: 0 (by S), 128, 192 or 256");
+// The 256-key kernel's producer registers (the consumers take (3 * 168 - this) / 2, rounded down to 8): 56 (default;
+// consumers 224).  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
+// 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
+// there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
+// The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
+// 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
+// exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.
+#ifndef SDPA_SM90_BN256_LOOP
+#define SDPA_SM90_BN256_LOOP 0
+#endif
+static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90_BN256_LOOP: 0 or 1");
+#ifndef SDPA_SM90_BN256_PRODUCER_REGS
+#define SDPA_SM90_BN256_PRODUCER_REGS 56
+#endif
 
 // ---- both tiers (fp8_traits.cuh, traits.cuh, kernel.cuh; the fp16 tier since 2026-11-26, measured there on
 // 2026-11-27: experiments/2026-11-27-sdpa-fp16-persistent, 1x H100, outputs bit-identical; one unit per block is

@@ -34,6 +34,7 @@ __host__ __device__ constexpr int vt_key_perm(int L) { return 8 * ((L >> 1) & 1)
 template <class T>
 __host__ __device__ __forceinline__ constexpr uint32_t vt_chunk(int d, int G) {
     if (T::VT_P1_KEYS == 0 || G < 8) return (uint32_t)(d * 128 + ((G ^ (d & 7)) << 4));
+    if (T::VT_P1_KEYS == 128) return (uint32_t)(T::VT_P1_OFF + d * 128 + (((G - 8) ^ (d & 7)) << 4));  // BN 256
     return (uint32_t)(T::VT_P1_OFF + d * 64 + (((G - 8) ^ ((d >> 1) & 3)) << 4));
 }
 
@@ -137,6 +138,46 @@ __device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict_
     if constexpr (T::VT_ITEMS == 3) vt_fast_store<T>(w[0], vt, a, 2);
 }
 
+// BN 256 (head dim 128, V from a shared-memory stage): the V^T bytes of transpose_v_tile with VT_FAST's addressing
+// (the 32 lanes of a warp share one 16-key group, no pair swap), four items (G = warp + 4 it: items 0 and 1 in V^T's
+// panel 0, 2 and 3 in panel 1), one item's 16 words at a time in a loop not unrolled, so that the producer's 56
+// registers hold it (unrolled, or with the offsets taken from ptid per tile, the producer spilled 16-96 bytes).
+struct VtAddr256 {
+    uint32_t ld;     // byte offset of item 0's first key row + 4 dq in the V stage
+    uint32_t st[4];  // byte offset in V^T of store s of item 0
+};
+template <class T>
+__device__ __forceinline__ VtAddr256 vt_addr256(int ptid) {
+    static_assert(T::D == 128 && T::BN == 256 && T::VT_ITEMS == 4 && T::VT_P1_KEYS == 128, "256-key tiles, head dim 128");
+    VtAddr256 a{};
+    const int dq = ptid & 31, G = ptid >> 5;
+    a.ld = (uint32_t)(16 * G * T::D + 4 * dq);
+    const int rot = (dq >> 1) & 3;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) a.st[s] = vt_chunk<T>(4 * dq + ((s + rot) & 3), G);
+    return a;
+}
+template <class T>
+__device__ __forceinline__ void transpose_v_tile256(const uint8_t* __restrict__ src, uint8_t* vt, const VtAddr256& a,
+                                                    int ptid) {
+    const uint32_t rot = (uint32_t)(ptid >> 1) & 3u;  // (dq / 2) % 4: store s writes byte (s + rot) % 4 of each word
+#pragma unroll 1
+    for (int it = 0; it < 4; ++it) {
+        uint32_t w[16];
+        const uint8_t* ld = src + a.ld + it * (64 * T::D);  // item it: G + 4 it, 64 it keys on
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(ld + vt_key_perm(i) * T::D);
+        // item 1 (G + 4 = G ^ 4) flips bit 6 of the chunk offset; items 2, 3 are items 0, 1 in panel 1
+        uint8_t* st = vt + ((it >> 1) ? T::VT_P1_OFF : 0);
+        const uint32_t flip = (uint32_t)(it & 1) << 6;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const uint32_t dd = ((uint32_t)s + rot) & 3u;
+            *reinterpret_cast<uint4*>(st + (a.st[s] ^ flip)) = vt_gather(w, dd | ((dd + 4u) << 4));
+        }
+    }
+}
+
 // Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
 template <class T>
 __device__ __forceinline__ uint32_t k_chunk(int r, int c) {
@@ -152,7 +193,7 @@ __device__ __forceinline__ void load_k_tile_global(const uint8_t* __restrict__ g
     constexpr int BATCH = 4;
     static_assert(T::K_CHUNKS_PER_THREAD % BATCH == 0, "batches");
     // BN 192 (12 chunks per thread): one batch at a time, so that the producer's 72 registers hold it.
-#pragma unroll(T::BN == 192 ? 1 : T::K_CHUNKS_PER_THREAD / BATCH)
+#pragma unroll(T::BN >= 192 ? 1 : T::K_CHUNKS_PER_THREAD / BATCH)
     for (int i0 = 0; i0 < T::K_CHUNKS_PER_THREAD; i0 += BATCH) {
         uint4 w[BATCH];
 #pragma unroll
@@ -184,6 +225,16 @@ __device__ __forceinline__ void load_v_tile_global(const uint8_t* __restrict__ g
     }
 #pragma unroll
     for (int i = 0; i < N; ++i) reinterpret_cast<uint4*>(vst)[ptid + 128 * i] = w[i];
+}
+
+// ONES_SEP (BN 256): the ones block, 8 rows of 128 bytes, E4M3 1.0 in row 0, 0 below; one chunk per producer
+// thread of the first 64.
+template <class T>
+__device__ __forceinline__ void ones_block(uint8_t* ones, int ptid) {
+    if (ptid < 64) {
+        const uint32_t w = ptid < 8 ? 0x38383838u : 0u;
+        *reinterpret_cast<uint4*>(ones + 16 * ptid) = make_uint4(w, w, w, w);
+    }
 }
 
 // ROWSUM: rows D .. D+7 of one V^T panel of rows of RB bytes (panel 0: 128; panel 1, BN 192: 64) in

@@ -44,7 +44,8 @@ __host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_w
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_, int BN_, bool Q2_ = false>
 struct Fp8TraitsN {
     static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
-    static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2), "keys per tile: 128, or 192 at head dim 128");
+    static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2) || (BN_ == 256 && D_ == 128 && NCWG_ == 2 && !SPLIT_ && ABL_ == kAblNone),
+                  "keys per tile: 128, or 192 at head dim 128, or 256 at head dim 128 unsplit without ablation");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
     // Q K^T with Q as two E4M3 terms, hi + lo (SDPA_SM90_FP8_Q2, config.cuh; tier_ops.cuh load_q_e4m3):
     // Q's fragments in registers twice over, so two consumer warpgroups, 128-key tiles (Q in registers), and
@@ -63,15 +64,22 @@ struct Fp8TraitsN {
     static constexpr int PANELS = D / 64;   // Q (fp16) 64-column panels
     // Several work units per block (SDPA_SM90_PERSISTENT): unsplit, no ablation.
     static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
-    static constexpr int NQ = PERSIST ? 2 : 1;  // Q buffers
+    // 256-key tiles (SDPA_SM90_BN_D128=256): the consumer loop of mainloop.cuh that never holds P of one tile and S
+    // of the next at once; one Q buffer, the row sums' ones rows once per block (ONES_SEP), no scratch (shared memory).
+    static constexpr bool LEAN = BN_ == 256;
+    static constexpr int NQ = PERSIST && !LEAN ? 2 : 1;  // Q buffers
     // setmaxnreg moves registers within what the block got at launch: 65536 / THREADS per thread,
     // rounded down to 8 (168 with 384 threads, 128 with 512).  BN 192: the cpasync producer keeps 72
     // (its transpose of three items), the consumers 216; the baseline producer (K in batches of four
     // chunks, V transposed from global memory) fits in 56, and its consumers take 224: with 216 the
     // persistent loop's unit counter spilled (they also load Q).
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    static constexpr int PRODUCER_REGS = NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
-    static constexpr int CONSUMER_REGS = NCWG == 3 ? 152 : BN == 192 && !ASYNC ? 224 : 216;
+    // BN 256: the producer at SDPA_SM90_BN256_PRODUCER_REGS (56: its transpose one item of 16 words at a time), the
+    // consumers at the rest (224: S 128 + O 64 at the softmax; P 32 + O 64 while P V runs).
+    static constexpr int PRODUCER_REGS = LEAN ? SDPA_SM90_BN256_PRODUCER_REGS
+                                         : NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
+    static constexpr int CONSUMER_REGS = LEAN ? (LAUNCH_REGS * 3 - PRODUCER_REGS) / 2 / 8 * 8
+                                         : NCWG == 3 ? 152 : BN == 192 && !ASYNC ? 224 : 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
@@ -79,7 +87,7 @@ struct Fp8TraitsN {
     static constexpr int NS = D == 64 ? 4 : BN == 128 ? 3 : 2;
     // BN 192: Q K^T takes Q's E4M3 codes from shared memory (each consumer warpgroup writes its 64
     // rows over its own 8 KiB of the fp16 Q tile once it has read them), not from 16 registers.
-    static constexpr bool Q_SMEM = BN == 192;
+    static constexpr bool Q_SMEM = BN == 192 || LEAN;
     static_assert(!Q_SMEM || (D == 128 && NCWG == 2), "Q in shared memory as E4M3: head dim 128, two consumer warpgroups");
     static constexpr int NVT = 2;             // transposed V buffers [D][BN]
     // The names the shared main loop reads (traits.cuh has the fp16 tier's): the consumers' K ring is the
@@ -94,8 +102,11 @@ struct Fp8TraitsN {
     static constexpr bool ROWSUM = SDPA_SM90_ROWSUM_MMA != 0;
     // V^T [D (+ 8)][BN], keys permuted: panel 0 = keys 0..127 in rows of 128 bytes (128-byte swizzle);
     // BN 192: panel 1 = keys 128..191 in rows of 64 bytes (64-byte swizzle), after panel 0.
-    static constexpr int VT_ROWS = D + (ROWSUM ? 8 : 0);
-    static constexpr int VT_P1_KEYS = BN - 128;        // 0 or 64
+    // BN 256: panel 1 = keys 128..255 in rows of 128 bytes (128-byte swizzle); the ones rows are not in V^T but in
+    // one 1 KiB block of their own (OFF_ONES: row 0 E4M3 1.0, rows 1..7 zero, read by every k-step).
+    static constexpr bool ONES_SEP = ROWSUM && LEAN;
+    static constexpr int VT_ROWS = D + (ROWSUM && !ONES_SEP ? 8 : 0);
+    static constexpr int VT_P1_KEYS = BN - 128;        // 0, 64 or 128
     static constexpr int VT_P1_OFF = VT_ROWS * 128;    // panel 1's offset in a buffer
     static constexpr int VT_BYTES = (VT_ROWS * BN + 1023) / 1024 * 1024;  // a buffer, padded to the 1024-byte atom
     static constexpr uint32_t K_SWIZZLE = D == 64 ? kSwizzle64B : kSwizzle128B;
@@ -115,7 +126,10 @@ struct Fp8TraitsN {
     static constexpr int OFF_KRAW = OFF_K, OFF_VRAW = OFF_V, U8_TILE = K_TILE;
     static_assert(K_TILE == V_TILE, "one stage size");
     static constexpr int OFF_SCRATCH = OFF_VT + NVT * VT_BYTES;
-    static constexpr int OFF_BAR = OFF_SCRATCH + 128 * NCWG * 4;
+    // (keep_above_wait's stores; the 256-key loop waits for nothing during its softmax and has none)
+    static constexpr int SCRATCH_BYTES = LEAN ? 0 : 128 * NCWG * 4;
+    static constexpr int OFF_ONES = OFF_SCRATCH + SCRATCH_BYTES, ONES_BYTES = ONES_SEP ? 1024 : 0;
+    static constexpr int OFF_BAR = OFF_ONES + ONES_BYTES;
     // The split configuration's merge goes through the K stages (free once both warpgroups are done).
     static constexpr int OFF_MERGE = OFF_K;
     static_assert((D / 2 + 4) * 128 * 4 <= NS * K_TILE, "merge space");
@@ -140,8 +154,10 @@ struct Fp8TraitsN {
     static_assert(D == 64 || D == 128, "head dim");
     static_assert(OFF_K % 1024 == 0 && K_TILE % 1024 == 0 && OFF_VT % 1024 == 0 && VT_BYTES % 1024 == 0,
                   "swizzle atoms");
-    static_assert(VT_P1_KEYS == 0 || (VT_P1_KEYS == 64 && VT_P1_OFF % 512 == 0 && (VT_P1_OFF + D * 64) % 512 == 0),
-                  "V^T panel 1: 64 keys, 512-byte atoms");
+    static_assert(VT_P1_KEYS == 0 || (VT_P1_KEYS == 64 && VT_P1_OFF % 512 == 0 && (VT_P1_OFF + D * 64) % 512 == 0) ||
+                      (VT_P1_KEYS == 128 && VT_P1_OFF % 1024 == 0),
+                  "V^T panel 1: 64 keys, 512-byte atoms, or 128 keys, 1024-byte atoms");
+    static_assert(!ONES_SEP || OFF_ONES % 1024 == 0, "the ones block: one 1024-byte swizzle atom");
     static_assert(BN % 32 == 0 && BN <= 256, "k-steps of 32 keys, one TMA box");
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
     // V transpose: items of 16 keys x 4 dims, (BN / 16) * (D / 4) per tile over 128 threads.

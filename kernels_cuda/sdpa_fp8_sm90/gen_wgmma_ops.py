@@ -8,13 +8,16 @@ wrappers are generated rather than typed: `python3 kernels_cuda/sdpa_fp8_sm90/ge
   rs_e4m3_m64n{N}k32: D(64xN f32) (+)= A(64x32 e4m3, registers) * B(32xN e4m3, smem, K-major)
                       (FP8 operands: K-major only, no transpose immediates)
   ss_e4m3_m64n{N}k32: D(64xN f32) (+)= A(64x32 e4m3, smem, K-major) * B(32xN e4m3, smem, K-major)
+  ss_e4m3_m64n{N}k32_zero: D(64xN f32) = A * B as above, D written only ("=f": its old values are not an input,
+                      so the registers of D are free before the call; the 256-key loop's first k-step)
 """
 
 from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (8, 64, 128)  # 8: P 1, the fp16 tier's row sums (SDPA_SM90_FP16_ROWSUM_MMA)
-SS_E4M3_N = (192,)
+SS_E4M3_N = (192, 256)  # 256: the 256-key tiles' Q K^T (SDPA_SM90_BN_D128=256)
+SS_E4M3_ZERO_N = (256,)  # its first k-step, D write-only
 RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192-key tiles take Q from shared memory (SS_E4M3_N)
 
 
@@ -75,6 +78,21 @@ def ss_e4m3(n: int) -> str:
     return _ss(f"ss_e4m3_m64n{n}k32", n, f"m64n{n}k32.f32.e4m3.e4m3", "1, 1")  # FP8: no transpose immediates
 
 
+def ss_e4m3_zero(n: int) -> str:
+    """scale-d false (D = A B) with D as outputs only: nothing before the call keeps D's registers alive."""
+    nd = n // 2
+    outs_w = ", ".join(f'"=f"(d[{i}])' for i in range(nd))
+    return f'''__device__ __forceinline__ void ss_e4m3_m64n{n}k32_zero(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "
+        "{{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1;\\n}}\\n"
+        : {outs_w}
+        : "l"(desc_a), "l"(desc_b), "r"(0));
+}}
+'''
+
+
 def render() -> str:
     """The text of wgmma_ops.cuh."""
     body = [
@@ -104,6 +122,8 @@ def render() -> str:
         "// FP8, A and B from shared memory, both K-major: S = Q K^T with Q's E4M3 codes in shared memory",
         "// (192-key tiles at head dim 128, SDPA_SM90_BN_D128, where the registers hold no Q fragments).",
         *[ss_e4m3(n) for n in SS_E4M3_N],
+        "// FP8, the same with D written only (scale-d false): the first k-step of a 256-key tile's Q K^T.",
+        *[ss_e4m3_zero(n) for n in SS_E4M3_ZERO_N],
         "}  // namespace wgmma",
         "}  // namespace sdpa_sm90",
         "",

@@ -272,8 +272,8 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
     if (q2_policy < 0 || q2_policy > 2) { *err = "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"; return false; }
     if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
-    if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192) {
-        *err = "SDPA_SM90_BN_D128 must be 0, 128 or 192";
+    if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192 && bn_policy != 256) {
+        *err = "SDPA_SM90_BN_D128 must be 0, 128, 192 or 256";
         return false;
     }
     // Unsplit blocks with two consumer warpgroups (128 rows; the largest unsplit grid) and, where
@@ -287,16 +287,25 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
     // Keys per K/V tile: head dim 128 in the FP8 tier by Skv (fp8_traits.cuh bn_d128), else the traits' own.
-    const bool wide = FP8 && D == 128 && bn_d128(Skv, bn_policy) == 192;
-    const int bn = wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
-                                        : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
+    // 256 (bn_policy 256 only): the 256-key kernel, unsplit and without ablation; a launch that would split on its
+    // tiles, or an ablation, takes the rule of policy 0 instead.
+    int bn_pick = bn_d128(Skv, bn_policy);
+    if (bn_pick == 256) {
+        const int nt256 = (Skv + 255) / 256;
+        const bool split256 = split_override == 2 || (split_override == 0 && nt256 >= 2 && 2 * blocks2 <= num_sms);
+        if (split256 || ablate != kAblNone) bn_pick = bn_d128(Skv, 0);
+    }
+    const bool wide256 = FP8 && D == 128 && bn_pick == 256;
+    const bool wide = FP8 && D == 128 && bn_pick == 192;
+    const int bn = wide256 ? 256 : wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
+                                                        : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
     const int ntiles = (Skv + bn - 1) / bn;
     const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
     const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
     const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
     const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
     const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
-    const bool q2 = FP8 && !three && !wide &&
+    const bool q2 = FP8 && !three && !wide && !wide256 &&
                     (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, D, num_sms)));
     const bool c = a.causal;  // the kernel of the mask, or the one without (every other case: kernels of 90347d1)
     if (D == 64) {
@@ -304,7 +313,11 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate, false, c);
         else *li = info_for<FP8, 64, false>(BH, S, ablate, q2, c);
     } else {
-        if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate, false, c)
+        if (wide256) {
+            if constexpr (FP8)
+                *li = c ? info_for<FP8, 128, kAblNone, false, 2, 256, false, true>(BH, S)
+                        : info_for<FP8, 128, kAblNone, false, 2, 256, false, false>(BH, S);
+        } else if (wide) *li = split ? info_for<FP8, 128, true, 2, 192>(BH, S, ablate, false, c)
                               : info_for<FP8, 128, false, 2, 192>(BH, S, ablate, false, c);
         else *li = split ? info_for<FP8, 128, true>(BH, S, ablate, q2, c) : info_for<FP8, 128, false>(BH, S, ablate, q2, c);
     }

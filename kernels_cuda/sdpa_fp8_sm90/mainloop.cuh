@@ -115,6 +115,205 @@ struct Ring {
     }
 };
 
+// The 256-key kernel's loop (fp8 tier, head dim 128, SDPA_SM90_BN_D128=256: fp8_traits.cuh LEAN).  S of a tile takes
+// 128 registers, O 64 and P 32: the loop above, which has P_{t-1} V_{t-1} in flight while it computes the softmax
+// of S_t, would need all three at once and 16 more for the rest, beyond the consumers' 224.  This loop never holds
+// P of one tile and S of the next at once: per tile t, in this warpgroup's turn,
+//   issue O += P_{t-1} V_{t-1} (and the row sums); wait for it (P is dead), release V_{t-1};
+//   issue S_t = Q K_t^T (its first k-step writes S without reading it: ss_e4m3_m64n256k32_zero); pass the turn;
+//   wait for S_t, release K_t; softmax of S_t; l and O rescaled; pack P_t.
+// So the softmax of one warpgroup overlaps the other warpgroup's products (the ping-pong) and nothing of its own.
+// (Issuing the first half of S_t, m64n128, behind P V and its second half once P V is done made ptxas serialize
+// every wgmma of the kernel: C7512, at 224 and at 240 registers.)  The arithmetic per tile is the loop above's: the same
+// softmax step, the same row sums from the tensor core, the same O rescale and packing, in the same order.  No
+// ablations (select_config runs them on the 128- and 192-key kernels).
+template <class T>
+constexpr bool kLeanLoop = T::FP8 && T::BN == 256;
+
+template <class T, int NC, class NextTakesTurns>
+__device__ __forceinline__ void consumer_loop256(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw, int lim0,
+                                                 int ntiles, Ring<T::NKB>& kr, Ring<T::NVB>& vr, uint64_t qd,
+                                                 uint64_t kd0, uint64_t vd0, uint64_t od, bool pass_first,
+                                                 NextTakesTurns next_takes_turns, const float (&sc)[2]) {
+    static_assert(kLeanLoop<T> && !T::SPLIT && T::ABL == kAblNone && T::Q_SMEM, "256-key tiles: unsplit, no ablation");
+    (void)smem;
+    const int ctid = threadIdx.x % 128;
+    const int lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    auto kdesc = [&] { return kd0 + (uint64_t)(kr.i * (T::K_TILE >> 4)); };
+    auto vdesc = [&] { return vd0 + (uint64_t)(vr.i * (T::VB_BYTES >> 4)); };
+    constexpr bool kPingPong = T::PINGPONG && NC > 1;
+    auto wait_turn = [&] {
+        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+    };
+    auto pass_turn = [&] {
+        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+    };
+    float s[T::BN / 2];
+    uint32_t p[T::P_KSTEPS][4];
+    float rs[4] = {0.f, 0.f, 0.f, 0.f};
+    float alpha[2];
+    auto take_rowsum = [&](const float* a) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float l = st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1]);
+            st.sm.l[r] = a ? l * a[r] : l;
+        }
+    };
+    auto mask = [&](int n0) {
+        if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+        else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
+    };
+    auto softmax_step = [&] {
+        st.sm.template step_rows<true, SDPA_SM90_EXP2_POLY_D128, !T::ROWSUM>(s, sc, kPExp2Bias, alpha);
+    };
+    if (cw == NC - 1 && pass_first) pass_turn();
+
+    // ---- first tile: S, softmax, P
+    wait_turn();
+    mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+    wgmma_fence();
+    issue_qk256<T>(s, qd, kdesc());
+    wgmma_commit();
+    pass_turn();
+    wgmma_wait<0>();
+    fence_regs(s);
+    if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+    kr.advance(1);
+    if (T::BN > lim0) mask(0);
+    softmax_step();
+    pack_p_e4m3<T::BN>(s, p);
+
+    // ---- later tiles
+    for (int t = 1; t < ntiles; ++t) {
+        fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
+        fence_regs(p);
+        wait_turn();
+        mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+        wgmma_fence();
+        issue_pv_fp8<T>(st.o, rs, p, vdesc(), od);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
+        fence_regs(p);
+        if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+        vr.advance(1);
+        mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+        wgmma_fence();
+        issue_qk256<T>(s, qd, kdesc());
+        wgmma_commit();
+        pass_turn();
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+        kr.advance(1);
+        const int n0 = t * T::BN;
+        if (n0 + T::BN > lim0) mask(n0);
+        softmax_step();
+        if constexpr (T::ROWSUM) take_rowsum(alpha);
+        rescale_o<T::D>(st.o, alpha);
+        pack_p_e4m3<T::BN>(s, p);
+    }
+
+    // ---- last P V
+    fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
+    fence_regs(p);
+    wait_turn();
+    mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+    wgmma_fence();
+    issue_pv_fp8<T>(st.o, rs, p, vdesc(), od);
+    wgmma_commit();
+    if (cw != NC - 1 || next_takes_turns()) pass_turn();
+    wgmma_wait<0>();
+    fence_regs(st.o);
+    if constexpr (T::ROWSUM) fence_regs(rs);
+    if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+    if constexpr (T::ROWSUM) take_rowsum(nullptr);
+    if constexpr (!kPingPong) consumer_wg_barrier<T::NCWG>(cw);
+}
+
+// SDPA_SM90_BN256_LOOP=1: the 256-key loop with P V issued by this warpgroup right after its softmax, in two halves
+// of 128 keys, so that the first half runs on the tensor core while the exponentials of the second are taken:
+// per tile t, in the turn: issue S_t = Q K_t^T; pass the turn; wait for it, release K_t; mask; row maxima; l and O
+// rescaled (P V of t - 1 is done); exponentials of keys 0..127, pack, issue their P V; exponentials of keys
+// 128..255, pack, issue their P V; wait for both (P is dead before the next S), release V_t.  The same arithmetic
+// as consumer_loop256 (OnlineSoftmax::max_rows and exp_chunks are step_rows in two parts).
+template <class T, int NC, class NextTakesTurns>
+__device__ __forceinline__ void consumer_loop256_split(ConsumerState<T>& st, uint32_t bars, int cw, int lim0, int ntiles,
+                                                       Ring<T::NKB>& kr, Ring<T::NVB>& vr, uint64_t qd, uint64_t kd0,
+                                                       uint64_t vd0, uint64_t od, bool pass_first,
+                                                       NextTakesTurns next_takes_turns, const float (&sc)[2]) {
+    static_assert(kLeanLoop<T> && !T::SPLIT && T::ABL == kAblNone && T::Q_SMEM && T::ROWSUM && T::ONES_SEP,
+                  "256-key tiles: unsplit, no ablation, row sums from the ones block");
+    const int ctid = threadIdx.x % 128;
+    const int lane = ctid & 31;
+    auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
+    auto kdesc = [&] { return kd0 + (uint64_t)(kr.i * (T::K_TILE >> 4)); };
+    auto vdesc = [&] { return vd0 + (uint64_t)(vr.i * (T::VB_BYTES >> 4)); };
+    constexpr bool kPingPong = T::PINGPONG && NC > 1;
+    auto wait_turn = [&] {
+        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+    };
+    auto pass_turn = [&] {
+        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+    };
+    constexpr int kPoly = SDPA_SM90_EXP2_POLY_D128;
+    float s[T::BN / 2];
+    uint32_t p[T::P_KSTEPS][4];
+    float rs[4] = {0.f, 0.f, 0.f, 0.f};
+    float alpha[2], off[2];
+    if (cw == NC - 1 && pass_first) pass_turn();
+    for (int t = 0; t < ntiles; ++t) {
+        fence_regs(st.o);
+        fence_regs(rs);
+        wait_turn();
+        mbar_wait(bar(T::BAR_KFULL + kr.i), kr.phase);
+        wgmma_fence();
+        issue_qk256<T>(s, qd, kdesc());
+        wgmma_commit();
+        // The last tile's turn goes on to the next unit only if it takes turns (every turn passed is taken).
+        if (t + 1 < ntiles || cw != NC - 1 || next_takes_turns()) pass_turn();
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + kr.i));
+        kr.advance(1);
+        const int n0 = t * T::BN;
+        if (n0 + T::BN > lim0) {
+            if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+            else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
+        }
+        st.sm.max_rows(s, sc, kPExp2Bias, alpha, off);
+        if (t > 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) st.sm.l[r] = (st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1])) * alpha[r];
+            rescale_o<T::D>(st.o, alpha);
+        }
+        OnlineSoftmax<T::BN>::template exp_chunks<0, 16, kPoly>(s, sc, off);
+        pack_p_e4m3_steps<T::BN, 0, 4>(s, p);
+        mbar_wait(bar(T::BAR_VFULL + vr.i), vr.phase);
+        wgmma_fence();
+        issue_pv256_half<T, 0>(st.o, rs, p, vdesc(), od);
+        wgmma_commit();
+        OnlineSoftmax<T::BN>::template exp_chunks<16, 32, kPoly>(s, sc, off);
+        pack_p_e4m3_steps<T::BN, 4, 8>(s, p);
+        wgmma_fence();
+        issue_pv256_half<T, 1>(st.o, rs, p, vdesc(), od);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        fence_regs(rs);
+        fence_regs(p);
+        if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + vr.i));
+        vr.advance(1);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) st.sm.l[r] += rs[2 * r] + rs[2 * r + 1];
+    if constexpr (!kPingPong) consumer_wg_barrier<T::NCWG>(cw);
+}
+
 // One work unit of a consumer warpgroup.  NC: the consumer warpgroups that run in this unit (T::NCWG, or
 // fewer for a tile with fewer rows: block_tile), a compile-time count so that the full units' loop is
 // the one without the choice (a run-time turn count cost 4-6%: experiments/2026-11-23-sdpa-tile-plan).
@@ -143,6 +342,9 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     const uint64_t vd0 = smem_desc(smem_u32(smem + T::OFF_VB), T::VB_LBO, 1024);
     [[maybe_unused]] uint64_t od = 0;  // the fp16 tier's ones tile (ROWSUM)
     if constexpr (!T::FP8 && T::ROWSUM) od = smem_desc(smem_u32(smem + T::OFF_ONES), 128, 128, kSwizzleNone);
+    if constexpr (kLeanLoop<T>) {
+        if constexpr (T::ONES_SEP) od = smem_desc(smem_u32(smem + T::OFF_ONES), 16, 1024);  // the fp8 tier's ones block
+    }
     // kNoLoads (diagnostic): every tile reads the first tile's buffers, waited for once.
     static_assert(T::NKB >= 2 && T::NVB >= 2, "first (0 or 1) is its own stage and buffer");
     auto kdesc = [&](const Ring<T::NKB>& k) { return kd0 + (uint64_t)((kNoLoads ? first : k.i) * (T::K_TILE >> 4)); };
@@ -220,115 +422,124 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         return;
     }
 
-    float s[T::BN / 2];
-    uint32_t p[T::P_KSTEPS][4];
-    // ROWSUM: one tile's row sums from the tensor core (column 0 of m64n8: lanes with lane % 4 == 0;
-    // the epilogue adds the quad's parts of l); l += them, then * alpha (nullptr: the last tile).
-    float rs[4] = {0.f, 0.f, 0.f, 0.f};
-    auto take_rowsum = [&](const float* a) {
+    if constexpr (kLeanLoop<T>) {
+        if constexpr (SDPA_SM90_BN256_LOOP == 1)
+            consumer_loop256_split<T, NC>(st, bars, cw, lim0, ntiles, kr, vr, qd, kd0, vd0, od, pass_first,
+                                          next_takes_turns, sc);
+        else
+            consumer_loop256<T, NC>(st, smem, bars, cw, lim0, ntiles, kr, vr, qd, kd0, vd0, od, pass_first,
+                                    next_takes_turns, sc);
+    } else {
+        float s[T::BN / 2];
+        uint32_t p[T::P_KSTEPS][4];
+        // ROWSUM: one tile's row sums from the tensor core (column 0 of m64n8: lanes with lane % 4 == 0;
+        // the epilogue adds the quad's parts of l); l += them, then * alpha (nullptr: the last tile).
+        float rs[4] = {0.f, 0.f, 0.f, 0.f};
+        auto take_rowsum = [&](const float* a) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float l = st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1]);
-            st.sm.l[r] = a ? l * a[r] : l;
-        }
-    };
-    float alpha[2];
-    // The softmax step on S and the packing of P; fp8 tier: P with the 2^8 bias, SDPA_SM90_EXP2_POLY (head
-    // dim 64) and SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU; fp16 tier: neither.
-    constexpr int kPoly = !T::FP8 ? 0 : T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
-    constexpr float kBias = T::FP8 ? kPExp2Bias : 0.f;
-    auto softmax_step = [&] { st.sm.template step_rows<T::FP8, kPoly, !T::ROWSUM>(s, sc, kBias, alpha); };
-    auto pack = [&] { pack_p_tier<T>(s, p); };
-    // Ping-pong among the NC warpgroups that run (the last one passes to warpgroup 0 with two or three):
-    // unless the previous unit left a turn for warpgroup 0, the last one starts by passing one; unless
-    // the next unit takes it, it skips its last pass (every turn passed is taken).  One takes no turns.
-    constexpr bool kPingPong = T::PINGPONG && NC > 1;
-    auto wait_turn = [&] {
-        if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
-    };
-    auto pass_turn = [&] {
-        if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
-    };
-    if (cw == NC - 1 && pass_first) pass_turn();
+            for (int r = 0; r < 2; ++r) {
+                const float l = st.sm.l[r] + (rs[2 * r] + rs[2 * r + 1]);
+                st.sm.l[r] = a ? l * a[r] : l;
+            }
+        };
+        float alpha[2];
+        // The softmax step on S and the packing of P; fp8 tier: P with the 2^8 bias, SDPA_SM90_EXP2_POLY (head
+        // dim 64) and SDPA_SM90_EXP2_POLY_D128 move part of the exponentials off MUFU; fp16 tier: neither.
+        constexpr int kPoly = !T::FP8 ? 0 : T::D == 64 ? SDPA_SM90_EXP2_POLY : SDPA_SM90_EXP2_POLY_D128;
+        constexpr float kBias = T::FP8 ? kPExp2Bias : 0.f;
+        auto softmax_step = [&] { st.sm.template step_rows<T::FP8, kPoly, !T::ROWSUM>(s, sc, kBias, alpha); };
+        auto pack = [&] { pack_p_tier<T>(s, p); };
+        // Ping-pong among the NC warpgroups that run (the last one passes to warpgroup 0 with two or three):
+        // unless the previous unit left a turn for warpgroup 0, the last one starts by passing one; unless
+        // the next unit takes it, it skips its last pass (every turn passed is taken).  One takes no turns.
+        constexpr bool kPingPong = T::PINGPONG && NC > 1;
+        auto wait_turn = [&] {
+            if constexpr (kPingPong) pingpong_wait_turn<NC>(cw);
+        };
+        auto pass_turn = [&] {
+            if constexpr (kPingPong) pingpong_pass_turn<NC>(cw);
+        };
+        if (cw == NC - 1 && pass_first) pass_turn();
 
-    // ---- first tile: S, softmax, P ---------------------------------------------------------
-    wait_turn();
-    wait_k(kr, first);
-    wgmma_fence();
-    issue_qk<T>(s, qa, qd, kdesc(kr));
-    wgmma_commit();
-    pass_turn();
-    wgmma_wait<0>();
-    fence_regs(s);
-    release_k(kr);
-    kr.advance(step);
-    // Tiles that reach past the first row's limit (the tail of Skv; the causal diagonal) mask what the rows
-    // do not see.
-    auto mask = [&](int n0) {
-        if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
-        else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
-    };
-    if (first * T::BN + T::BN > lim0) mask(first * T::BN);
-    softmax_step();
-    pack();
-
-    // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
-    int tp = first;
-    for (int t = first + step; t < ntiles; t += step) {
-        fence_regs(s);
-        fence_regs(st.o);
-        if constexpr (T::ROWSUM) fence_regs(rs);
-        fence_regs(p);
-        // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
-        // experiments/2026-11-23-sdpa-fp8-profile.)
+        // ---- first tile: S, softmax, P ---------------------------------------------------------
         wait_turn();
-        wait_k(kr, t);
+        wait_k(kr, first);
         wgmma_fence();
         issue_qk<T>(s, qa, qd, kdesc(kr));
         wgmma_commit();
-        wait_v(vr, tp);
-        issue_pv<T>(st.o, rs, p, vdesc(vr), od);
-        wgmma_commit();
         pass_turn();
-        wgmma_wait<1>();
+        wgmma_wait<0>();
         fence_regs(s);
         release_k(kr);
         kr.advance(step);
-        const int n0 = t * T::BN;
-        if (n0 + T::BN > lim0) mask(n0);
+        // Tiles that reach past the first row's limit (the tail of Skv; the causal diagonal) mask what the rows
+        // do not see.
+        auto mask = [&](int n0) {
+            if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+            else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
+        };
+        if (first * T::BN + T::BN > lim0) mask(first * T::BN);
         softmax_step();
-        keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
-        wgmma_wait<0>();
+        pack();
+
+        // ---- later tiles: S_t and P_{t-1} V_{t-1} in flight together ------------------------------
+        int tp = first;
+        for (int t = first + step; t < ntiles; t += step) {
+            fence_regs(s);
+            fence_regs(st.o);
+            if constexpr (T::ROWSUM) fence_regs(rs);
+            fence_regs(p);
+            // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
+            // experiments/2026-11-23-sdpa-fp8-profile.)
+            wait_turn();
+            wait_k(kr, t);
+            wgmma_fence();
+            issue_qk<T>(s, qa, qd, kdesc(kr));
+            wgmma_commit();
+            wait_v(vr, tp);
+            issue_pv<T>(st.o, rs, p, vdesc(vr), od);
+            wgmma_commit();
+            pass_turn();
+            wgmma_wait<1>();
+            fence_regs(s);
+            release_k(kr);
+            kr.advance(step);
+            const int n0 = t * T::BN;
+            if (n0 + T::BN > lim0) mask(n0);
+            softmax_step();
+            keep_above_wait(scratch, T::ROWSUM ? alpha[0] + alpha[1] : st.sm.l[0] + st.sm.l[1]);
+            wgmma_wait<0>();
+            fence_regs(st.o);
+            if constexpr (T::ROWSUM) fence_regs(rs);
+            fence_regs(p);
+            release_v(vr);
+            vr.advance(step);
+            if constexpr (T::ROWSUM) take_rowsum(alpha);
+            rescale_o<T::D>(st.o, alpha);
+            pack();
+            tp = t;
+        }
+
+        // ---- last P V ------------------------------------------------------------------------------
         fence_regs(st.o);
         if constexpr (T::ROWSUM) fence_regs(rs);
         fence_regs(p);
+        wait_turn();
+        wait_v(vr, tp);
+        wgmma_fence();
+        issue_pv<T>(st.o, rs, p, vdesc(vr), od);
+        wgmma_commit();
+        if (cw != NC - 1 || next_takes_turns()) pass_turn();
+        wgmma_wait<0>();
+        fence_regs(st.o);
+        if constexpr (T::ROWSUM) fence_regs(rs);
         release_v(vr);
-        vr.advance(step);
-        if constexpr (T::ROWSUM) take_rowsum(alpha);
-        rescale_o<T::D>(st.o, alpha);
-        pack();
-        tp = t;
+        if constexpr (T::ROWSUM) take_rowsum(nullptr);
+        // The epilogue writes O over this warpgroup's Q rows. With turns, the turn barriers order every
+        // thread's reads of them (load_q_e4m3) before; without (one warpgroup running), this does
+        // (racecheck found the hazard in the one-warpgroup tiles of the three-warpgroup kernel).
+        if constexpr (!kPingPong && !T::SPLIT) consumer_wg_barrier<T::NCWG>(cw);
     }
-
-    // ---- last P V ------------------------------------------------------------------------------
-    fence_regs(st.o);
-    if constexpr (T::ROWSUM) fence_regs(rs);
-    fence_regs(p);
-    wait_turn();
-    wait_v(vr, tp);
-    wgmma_fence();
-    issue_pv<T>(st.o, rs, p, vdesc(vr), od);
-    wgmma_commit();
-    if (cw != NC - 1 || next_takes_turns()) pass_turn();
-    wgmma_wait<0>();
-    fence_regs(st.o);
-    if constexpr (T::ROWSUM) fence_regs(rs);
-    release_v(vr);
-    if constexpr (T::ROWSUM) take_rowsum(nullptr);
-    // The epilogue writes O over this warpgroup's Q rows. With turns, the turn barriers order every
-    // thread's reads of them (load_q_e4m3) before; without (one warpgroup running), this does
-    // (racecheck found the hazard in the one-warpgroup tiles of the three-warpgroup kernel).
-    if constexpr (!kPingPong && !T::SPLIT) consumer_wg_barrier<T::NCWG>(cw);
 }
 
 // A consumer warpgroup's whole job: the block's work units in turn (block_units), each a main loop and

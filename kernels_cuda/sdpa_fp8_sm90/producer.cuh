@@ -54,16 +54,23 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         // V^T rows D .. D+7 of every buffer: E4M3 1.0 (0x38) in row D, 0 below; constant rows, so the
         // swizzle does not matter.  Fenced for the async proxy with the first transpose of each buffer.
         static_assert(T::NVT == 2, "one panel-0 chunk per producer thread");
-        vt_ones_rows<T, 128>(vt, 0, ptid);
-        if constexpr (T::VT_P1_KEYS != 0) vt_ones_rows<T, 64>(vt, T::VT_P1_OFF, ptid);
+        if constexpr (T::ONES_SEP) {
+            ones_block<T>(smem + T::OFF_ONES, ptid);  // BN 256: one block, fenced with the first transpose
+        } else {
+            vt_ones_rows<T, 128>(vt, 0, ptid);
+            if constexpr (T::VT_P1_KEYS != 0) vt_ones_rows<T, 64>(vt, T::VT_P1_OFF, ptid);
+        }
     }
 
     if constexpr (T::ASYNC) {
         uint8_t* kraw = smem + T::OFF_KRAW;  // fp8: the K stages the consumers read (kst)
         uint8_t* vraw = smem + T::OFF_VRAW;
-        constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0;
+        constexpr bool kVt256 = T::FP8 && T::BN == 256;
+        constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0 && !kVt256;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
+        [[maybe_unused]] VtAddr256 va256{};
+        if constexpr (kVt256) va256 = vt_addr256<T>(ptid);
         // Where tile g + d lies (d >= 0) when g is tile t of unit i, so that an issue divides by nothing unless a
         // unit has fewer tiles than the ring is deep (the issuing thread is on the ring's critical path: two
         // divisions per issue made the head-dim-128 kernel 3-6% slower).  Without the mask every thread keeps
@@ -175,7 +182,8 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 const int s = g % T::NS, b = g % T::NVT;
                 mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
                 if (g >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(g / T::NVT - 1) & 1u);
-                if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
+                if constexpr (kVt256) transpose_v_tile256<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, va256, ptid);
+                else if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
                 else transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
                 fence_proxy_async();
                 mbar_arrive(bar(T::BAR_VFULL + b));
@@ -217,7 +225,10 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             // with one Q buffer this unit's Q after tile tq1 (without the mask the same for every unit).
             const int nt_i = T::CAUSAL ? nt_cur : ntiles;
             const int tq = nt_i - 1 < T::NS ? nt_i - 1 : T::NS;
-            [[maybe_unused]] const int tq1 = (nt_i < T::NKB ? nt_i : T::NKB) - 1;
+            // (fp8 tier, one Q buffer: BN 256.  Its refill of K at tile 1 waits for the consumers to release the unit's
+            // tile 0, which they cannot reach without its Q: so Q at tile 0, once the refill has waited on the last
+            // unit's tiles only.)
+            [[maybe_unused]] const int tq1 = T::FP8 ? 0 : (nt_i < T::NKB ? nt_i : T::NKB) - 1;
             if constexpr (T::PERSIST && T::NQ == 2) {
                 if (ptid == 0 && t == tq && more_units(i + 1)) {
                     issue_q(i + 1);

@@ -115,6 +115,45 @@ struct OnlineSoftmax {
             if constexpr (kSum) l[r] = fmaf(l[r], alpha[r], (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
     }
+
+    // step_rows in two parts, the same arithmetic (the 256-key loop with SDPA_SM90_BN256_LOOP=1, which issues P V of
+    // the first keys while it takes the exponentials of the rest; the row sums from the tensor core, so no sums):
+    // the row maxima, alpha and each row's exponent offset (bias - m_new) ...
+    __device__ __forceinline__ void max_rows(const float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
+                                             float (&alpha)[2], float (&off)[2]) {
+        constexpr int NJ = BN / 8;
+        static_assert(NJ % 4 == 0, "four partial reductions");
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx4[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+            for (int j = 4; j < NJ; ++j)
+                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx * scale_log2[r]);
+            alpha[r] = fast_exp2(m[r] - m_new);
+            m[r] = m_new;
+            off[r] = bias - m_new;
+        }
+    }
+    // ... then the probabilities of 8-column chunks J0 .. J1 - 1.
+    template <int J0, int J1, int kPoly = 0>
+    __device__ __forceinline__ static void exp_chunks(float (&s)[BN / 2], const float (&scale_log2)[2],
+                                                      const float (&off)[2]) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int j = J0; j < J1; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float x = fmaf(s[4 * j + 2 * r + e], scale_log2[r], off[r]);
+                    s[4 * j + 2 * r + e] = poly_chunk<kPoly>(j) ? poly_exp2(x) : fast_exp2(x);
+                }
+    }
 };
 
 // O (m64nD accumulator fragment, same layout as S) *= alpha per row.
@@ -150,6 +189,19 @@ template <int BN>
 __device__ __forceinline__ void pack_p_e4m3(const float (&s)[BN / 2], uint32_t (&p)[BN / 32][4]) {
 #pragma unroll
     for (int k = 0; k < BN / 32; ++k) {
+        const float* x = s + 16 * k;
+        p[k][0] = pack_e4m3x4(x[0], x[1], x[4], x[5]);
+        p[k][1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);
+        p[k][2] = pack_e4m3x4(x[8], x[9], x[12], x[13]);
+        p[k][3] = pack_e4m3x4(x[10], x[11], x[14], x[15]);
+    }
+}
+
+// pack_p_e4m3 of k-steps K0 .. K1 - 1 only.
+template <int BN, int K0, int K1>
+__device__ __forceinline__ void pack_p_e4m3_steps(const float (&s)[BN / 2], uint32_t (&p)[BN / 32][4]) {
+#pragma unroll
+    for (int k = K0; k < K1; ++k) {
         const float* x = s + 16 * k;
         p[k][0] = pack_e4m3x4(x[0], x[1], x[4], x[5]);
         p[k][1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);

@@ -204,6 +204,17 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
     }
 }
 
+// BN 256 (T::LEAN): S = Q K^T, D/32 k-steps of m64n256k32, A = Q's E4M3 codes in shared memory (qd), B the K stage.
+// The first k-step writes S without reading it (ss_e4m3_m64n256k32_zero), so that S's registers are free until the
+// call (with "+f" they would stay live from the last softmax, beside P).
+template <class T>
+__device__ __forceinline__ void issue_qk256(float (&s)[T::BN / 2], uint64_t qd, uint64_t kd) {
+    static_assert(T::LEAN && T::BN == 256, "256-key tiles");
+    wgmma::ss_e4m3_m64n256k32_zero(s, qd, kd);
+#pragma unroll
+    for (int kk = 1; kk < T::D / 32; ++kk) wgmma::ss_e4m3_m64n256k32(s, qd + 2u * kk, kd + 2u * kk, 1);
+}
+
 // Descriptor of k-step kk of a V^T buffer (32 keys) at row `row` (0: V^T; D: the ones rows), a
 // multiple of 8; vd: the buffer's panel-0 descriptor (smem_desc(buffer, 16, 1024): rows of 128 bytes,
 // 128-byte swizzle).  Panel 1 (BN 192: keys 128..191, rows of 64 bytes, 64-byte swizzle) differs from
@@ -213,21 +224,40 @@ template <class T>
 __device__ __forceinline__ uint64_t vt_step(uint64_t vd, int kk, int row) {
     constexpr uint64_t kP1 = (uint64_t)(T::VT_P1_OFF >> 4) - ((uint64_t)((1024 - 512) >> 4) << 32) +
                              ((uint64_t)(kSwizzle64B - kSwizzle128B) << 62);
+    // BN 256: panel 1 (keys 128..255) has panel 0's layout, VT_P1_OFF on
+    if constexpr (T::VT_P1_KEYS == 128)
+        return vd + (uint64_t)(row * 128 / 16 + 2 * (kk & 3)) + (kk < 4 ? 0 : (uint64_t)(T::VT_P1_OFF >> 4));
     return kk < 4 ? vd + (uint64_t)(row * 128 / 16 + 2 * kk) : vd + kP1 + (uint64_t)(row * 64 / 16 + 2 * (kk - 4));
 }
 
 // O += P V for one warpgroup: BN/32 k-steps of m64nDk32, B = V^T [D][BN] (rows of keys).
 // ROWSUM: then rs = P 1 (this tile's row sums: column 0 of the ones rows below V^T), a fresh
-// accumulator.
+// accumulator.  ONES_SEP (BN 256): the ones rows are the ones block (od: smem_desc(ones, 16, 1024, 128-byte
+// swizzle)); its row 0 is 1.0 in every byte and rows 1..7 zero, so every k-step reads the same 32 bytes per row.
 template <class T>
 __device__ __forceinline__ void issue_pv_fp8(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 32][4],
-                                             uint64_t vd) {
+                                             uint64_t vd, [[maybe_unused]] uint64_t od) {
 #pragma unroll
     for (int kk = 0; kk < T::BN / 32; ++kk) RsE4m3<T::D>::run(o, p[kk], vt_step<T>(vd, kk, 0), 1);
     if constexpr (T::ROWSUM) {
 #pragma unroll
-        for (int kk = 0; kk < T::BN / 32; ++kk) wgmma::rs_e4m3_m64n8k32(rs, p[kk], vt_step<T>(vd, kk, T::D), kk > 0);
+        for (int kk = 0; kk < T::BN / 32; ++kk) {
+            if constexpr (T::ONES_SEP) wgmma::rs_e4m3_m64n8k32(rs, p[kk], od, kk > 0);
+            else wgmma::rs_e4m3_m64n8k32(rs, p[kk], vt_step<T>(vd, kk, T::D), kk > 0);
+        }
     }
+}
+
+// BN 256, SDPA_SM90_BN256_LOOP=1: half H of O += P V (keys 128 H .. 128 H + 127: k-steps 4 H .. 4 H + 3) and of the
+// row sums (the first half starts them).
+template <class T, int H>
+__device__ __forceinline__ void issue_pv256_half(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::BN / 32][4],
+                                                 uint64_t vd, uint64_t od) {
+    static_assert(T::LEAN && T::ONES_SEP && (H == 0 || H == 1), "256-key tiles, the ones block");
+#pragma unroll
+    for (int kk = 4 * H; kk < 4 * H + 4; ++kk) RsE4m3<T::D>::run(o, p[kk], vt_step<T>(vd, kk, 0), 1);
+#pragma unroll
+    for (int kk = 4 * H; kk < 4 * H + 4; ++kk) wgmma::rs_e4m3_m64n8k32(rs, p[kk], od, kk > 0);
 }
 
 // ------------------------------------------------------------------------------ by tier
@@ -243,7 +273,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[T::BN / 2], const uint32_t (
 template <class T>
 __device__ __forceinline__ void issue_pv(float (&o)[T::D / 2], float (&rs)[4], const uint32_t (&p)[T::P_KSTEPS][4],
                                          uint64_t vd, uint64_t od) {
-    if constexpr (T::FP8) issue_pv_fp8<T>(o, rs, p, vd);
+    if constexpr (T::FP8) issue_pv_fp8<T>(o, rs, p, vd, od);
     else issue_pv_f16<T>(o, rs, p, vd, od);
 }
 // P (the softmax's probabilities in the S fragment) -> the A fragments of P V.

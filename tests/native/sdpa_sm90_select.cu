@@ -97,6 +97,7 @@ static void cover_case(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cove
     else if (li.split == 2 && li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>, C>>(li, a, cv);
     else if (li.split == 2) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true>, C>>(li, a, cv);
     else if (li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>, C>>(li, a, cv);
+    else if (li.bn == 256) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 256>, C>>(li, a, cv);
     else cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false>, C>>(li, a, cv);
 }
 template <bool FP8>
