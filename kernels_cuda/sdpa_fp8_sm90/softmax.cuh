@@ -75,6 +75,25 @@ struct OnlineSoftmax {
         step_rows<false>(s, both, 0.f, alpha);
     }
 
+    // Row r's new running max (the tile's max in log2 units, four partial reductions, then the quad's), its factor
+    // alpha for what came before, and m updated: the first half of step_rows, and max_rows.
+    __device__ __forceinline__ float new_max(const float (&s)[BN / 2], int r, float scale_log2, float& alpha) {
+        constexpr int NJ = BN / 8;
+        static_assert(NJ % 4 == 0, "four partial reductions");
+        float mx4[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
+#pragma unroll
+        for (int j = 4; j < NJ; ++j) mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx * scale_log2);
+        alpha = fast_exp2(m[r] - m_new);
+        m[r] = m_new;
+        return m_new;
+    }
+
     // The FP8 kernel's step: a score scale per row (the row's Q scale folded in) and
     // probabilities 2^bias * 2^(s * scale - m_new), scaled for their rounding to E4M3 (l sums the
     // same scaled values, so the factor cancels in O / l).
@@ -88,18 +107,7 @@ struct OnlineSoftmax {
         static_assert(NJ % 4 == 0, "four partial reductions");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx4[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
-#pragma unroll
-            for (int j = 4; j < NJ; ++j)
-                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx * scale_log2[r]);
-            alpha[r] = fast_exp2(m[r] - m_new);
-            m[r] = m_new;
+            const float m_new = new_max(s, r, scale_log2[r], alpha[r]);
             const float off = kBias ? bias - m_new : -m_new;  // 0 - m_new would cost an FADD per row
             float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -121,22 +129,9 @@ struct OnlineSoftmax {
     // the row maxima, alpha and each row's exponent offset (bias - m_new) ...
     __device__ __forceinline__ void max_rows(const float (&s)[BN / 2], const float (&scale_log2)[2], float bias,
                                              float (&alpha)[2], float (&off)[2]) {
-        constexpr int NJ = BN / 8;
-        static_assert(NJ % 4 == 0, "four partial reductions");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx4[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) mx4[q] = fmaxf(s[4 * q + 2 * r], s[4 * q + 2 * r + 1]);
-#pragma unroll
-            for (int j = 4; j < NJ; ++j)
-                mx4[j & 3] = fmaxf(mx4[j & 3], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx * scale_log2[r]);
-            alpha[r] = fast_exp2(m[r] - m_new);
-            m[r] = m_new;
+            const float m_new = new_max(s, r, scale_log2[r], alpha[r]);
             off[r] = bias - m_new;
         }
     }
