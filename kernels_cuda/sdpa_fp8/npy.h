@@ -115,22 +115,19 @@ inline std::string load(const std::string& path, Array* out) {
     const size_t isz = itemsize(out->descr);
     if (isz == 0) return path + ": unsupported dtype '" + out->descr + "'";
     const size_t need = (size_t)out->count() * isz;
-    // The data's size from the file's: one byte past `need` read tells a longer file from an exact one.
-    out->data.resize(need);
-    const size_t have = need ? std::fread(out->data.data(), 1, need, f) : 0;
-    unsigned char extra;
-    const size_t more = std::fread(&extra, 1, 1, f);
-    if (std::ferror(f)) return "cannot read " + path;
-    if (have != need || more != 0) {
-        size_t total = have + more;
-        if (more) {
-            unsigned char tmp[1 << 16];
-            size_t n;
-            while ((n = std::fread(tmp, 1, sizeof tmp, f)) > 0) total += n;
-        }
-        out->data.clear();
-        return path + ": data size " + std::to_string(total) + " bytes does not match header (" + std::to_string(need) +
+    // The data's size from the file's size: the data is whatever follows the header.
+    if (std::fseek(f, 0, SEEK_END) != 0) return "cannot read " + path;
+    const long end = std::ftell(f);
+    const size_t data_at = hstart + hlen;
+    if (end < 0 || std::fseek(f, (long)data_at, SEEK_SET) != 0) return "cannot read " + path;
+    const size_t have = (size_t)end > data_at ? (size_t)end - data_at : 0;
+    if (have != need)
+        return path + ": data size " + std::to_string(have) + " bytes does not match header (" + std::to_string(need) +
                " bytes)";
+    out->data.resize(need);
+    if (need && std::fread(out->data.data(), 1, need, f) != need) {
+        out->data.clear();
+        return "cannot read " + path;
     }
     return "";
 }
