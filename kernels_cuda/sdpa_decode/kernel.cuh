@@ -68,6 +68,20 @@ struct Traits {
     static_assert(WK + 1 <= 16, "named barriers 1..WK");
 };
 
+// The threads of one key group in step: a group of one warp (WM 1) by __syncwarp, which orders the lanes' shared
+// memory accesses as a barrier does; larger groups by their named barrier (1 + grp).  compute-sanitizer racecheck
+// reported hazards between the ring's reads and the merge buffer's writes after __syncthreads with one-warp named
+// barriers (`bar.sync id, 32`, 2026-11-29, bench_results/20261129T023250Z-82dfea3b-1xH200) and none with groups of
+// four warps; with __syncwarp there it reports none (experiments/2026-11-29-sdpa-decode-floor, README "racecheck").
+template <int TG, int WK>
+__device__ __forceinline__ void group_sync(int grp) {
+    if constexpr (TG == 32) {
+        __syncwarp();
+    } else {
+        group_barrier<TG, 0, WK>(grp);
+    }
+}
+
 template <int D, int WM, bool FP8>
 __device__ __forceinline__ void decode_block(const Params& p) {
     using T = Traits<D, WM, FP8>;
@@ -139,7 +153,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
 #pragma unroll 1
         for (int it = 0; it < n_my; ++it) {
             cp_async_wait<Geo::kStages - 2>();  // this thread's copies of tile `it` have landed
-            group_barrier<T::TG, 0, WK>(grp);    // ... and every group thread's; all are done reading tile it-1
+            group_sync<T::TG, WK>(grp);           // ... and every group thread's; all are done reading tile it-1
             if (it + Geo::kStages - 1 < n_my) issue(it + Geo::kStages - 1);  // into tile it-1's stage
             cp_async_commit();
             const uint8_t* stage = ring + (it % Geo::kStages) * Geo::kStageBytes;
@@ -174,6 +188,8 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     }
 
     // ---------------------------------------------------------------- the block's groups merged
+    if constexpr (kAsync) cp_async_wait<0>();  // no copy group left open (the last ones are empty) when the ring
+                                               // becomes the merge buffer
     __syncthreads();  // every group is done with its ring: the merge buffer aliases it
     float* mo = reinterpret_cast<float*>(smem);  // [WK][MB][kPitch]
     float* mm = mo + WK * MB * T::kPitch;        // [WK][MB]
