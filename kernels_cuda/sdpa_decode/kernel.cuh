@@ -69,10 +69,8 @@ struct Traits {
 };
 
 // The threads of one key group in step: a group of one warp (WM 1) by __syncwarp, which orders the lanes' shared
-// memory accesses as a barrier does; larger groups by their named barrier (1 + grp).  compute-sanitizer racecheck
-// reported hazards between the ring's reads and the merge buffer's writes after __syncthreads with one-warp named
-// barriers (`bar.sync id, 32`, 2026-11-29, bench_results/20261129T023250Z-82dfea3b-1xH200) and none with groups of
-// four warps; with __syncwarp there it reports none (experiments/2026-11-29-sdpa-decode-floor, README "racecheck").
+// memory accesses as a barrier does (and costs less than a 32-thread named barrier); larger groups by their named
+// barrier (1 + grp).
 template <int TG, int WK>
 __device__ __forceinline__ void group_sync(int grp) {
     if constexpr (TG == 32) {
@@ -150,12 +148,19 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             cp_async_commit();
         }
         init_q();
+        // Every group steps as often as group 0, which has the most tiles (at most one more than any other): a
+        // group past its last tile only meets its barrier.  The code is ordered either way (every ring read comes
+        // before the __syncthreads below); the equal count is for compute-sanitizer racecheck, which reports
+        // hazards across that __syncthreads when key groups pass their named barriers unequal numbers of times
+        // (experiments/2026-11-29-sdpa-decode-racecheck: a reduced kernel reproduces it).
+        const int n_steps = (int)group_tile_count(range, 0, WK);
 #pragma unroll 1
-        for (int it = 0; it < n_my; ++it) {
+        for (int it = 0; it < n_steps; ++it) {
             cp_async_wait<Geo::kStages - 2>();  // this thread's copies of tile `it` have landed
             group_sync<T::TG, WK>(grp);           // ... and every group thread's; all are done reading tile it-1
             if (it + Geo::kStages - 1 < n_my) issue(it + Geo::kStages - 1);  // into tile it-1's stage
             cp_async_commit();
+            if (it >= n_my) continue;
             const uint8_t* stage = ring + (it % Geo::kStages) * Geo::kStageBytes;
             KRegs<D> kr;
             fetch_k_stage<D>(kr, stage, g, t);
