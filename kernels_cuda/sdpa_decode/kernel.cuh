@@ -148,19 +148,12 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             cp_async_commit();
         }
         init_q();
-        // Every group steps as often as group 0, which has the most tiles (at most one more than any other): a
-        // group past its last tile only meets its barrier.  The code is ordered either way (every ring read comes
-        // before the __syncthreads below); the equal count is for compute-sanitizer racecheck, which reports
-        // hazards across that __syncthreads when key groups pass their named barriers unequal numbers of times
-        // (experiments/2026-11-29-sdpa-decode-racecheck: a reduced kernel reproduces it).
-        const int n_steps = (int)group_tile_count(range, 0, WK);
 #pragma unroll 1
-        for (int it = 0; it < n_steps; ++it) {
+        for (int it = 0; it < n_my; ++it) {
             cp_async_wait<Geo::kStages - 2>();  // this thread's copies of tile `it` have landed
             group_sync<T::TG, WK>(grp);           // ... and every group thread's; all are done reading tile it-1
             if (it + Geo::kStages - 1 < n_my) issue(it + Geo::kStages - 1);  // into tile it-1's stage
             cp_async_commit();
-            if (it >= n_my) continue;
             const uint8_t* stage = ring + (it % Geo::kStages) * Geo::kStageBytes;
             KRegs<D> kr;
             fetch_k_stage<D>(kr, stage, g, t);
@@ -171,6 +164,12 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             fetch_v_stage<D>(vr, stage, g, t);
             ops.pv(O, L, S, vr);
         }
+        // Every group meets its barrier as often as group 0, which has the most tiles (at most one more than any
+        // other).  The code is ordered without it (every ring read comes before the __syncthreads below); it is
+        // for compute-sanitizer racecheck, which reports hazards across that __syncthreads when key groups pass
+        // their named barriers unequal numbers of times (experiments/2026-11-29-sdpa-decode-racecheck: a reduced
+        // kernel reproduces it).  After the loop, so that the loop's code is the same.
+        for (int it = n_my; it < (int)group_tile_count(range, 0, WK); ++it) group_sync<T::TG, WK>(grp);
     } else {
         KRegs<D> kr;
         VRegs<D> vr;
