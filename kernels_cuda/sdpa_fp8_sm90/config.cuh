@@ -175,7 +175,8 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // rule of 0).  Its consumer loop never holds the probabilities of one tile and the scores of the next in registers
 // at once (S 128 + O 64 + P 32 would leave nothing of 224 for the rest), so it has no P V in flight during its own
 // softmax (the other warpgroup's is); one build carries it beside the 128- and 192-key kernels
-// (experiments/2026-11-29-sdpa-fp8-bn256: correct at every case checked there, 1x H200; not yet timed).
+// (experiments/2026-11-29-sdpa-fp8-bn256, 1x H200: correct at every case checked there; cold, 1.4-2.5% slower than
+// the rule of 0 at four of five head-dim-128 shapes, 2.6% faster at (1,16,16384,128); so not in the rule).
 #ifndef SDPA_SM90_BN_D128
 #define SDPA_SM90_BN_D128 0
 #endif
