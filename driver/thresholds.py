@@ -232,11 +232,12 @@ class SdpaGates(Record):
 
     def bad_err_for(self, precision: str, distribution: str, ref_amax: float) -> float:
         """The error above which an element counts as bad: bad_err where the seed's absolute gates bind, elsewhere
-        the tier's bound on the worst element at this output's scale (an absolute bad_err means nothing at another
-        scale or in another tier's arithmetic)."""
+        the tier's bound on the worst element at this output's scale, with the fp16 output's subnormal floor
+        (SdpaBound.at_scale: the same worst-element bound the max_abs_rel gate applies; an absolute bad_err means
+        nothing at another scale or in another tier's arithmetic)."""
         if self.absolute(precision, distribution):
             return self.bad_err
-        return self.bound(precision, distribution).max_abs_rel * ref_amax
+        return self.bound(precision, distribution).at_scale(None, ref_amax)[1] * ref_amax
 
 
 class NoiseModel(Record):

@@ -147,6 +147,26 @@ def test_a_missing_bound_is_refused(tmp_path):
         thresholds.load(bad)
 
 
+def test_an_element_is_bad_only_past_the_worst_element_bound_with_the_subnormal_floor():
+    """bad_err_for (the soak's and the checks' per-element threshold) is the max_abs_rel gate's own bound at the
+    output's scale, subnormal floor included: an exact output of amax ~1.4e-5 rounded to fp16 alone errs by up to
+    2^-25 per element, more than the tier's max_abs_rel x amax, and is not wrong; an element 2x past it is."""
+    rng = np.random.default_rng(1)
+    exact = rng.standard_normal(1 << 16) * 3e-6
+    stored = exact.astype(np.float16)
+    gates = thresholds.load().sdpa
+    amax = float(np.abs(exact).max())
+    bound = gates.bound("fp16", "tiny")
+    assert float(np.abs(stored - exact).max()) > bound.max_abs_rel * amax  # without the floor: elements "bad"
+    bad_err = gates.bad_err_for("fp16", "tiny", amax)
+    assert bad_err == pytest.approx(bound.max_abs_rel * amax + thresholds.FP16_SUBNORMAL_HALF_SPACING)
+    assert sdpa_errors(stored, exact, bad_err=bad_err).bad_frac == 0
+    off = stored.copy()
+    off[7] = np.float16(exact[7] + 4 * bad_err)  # past it after fp16's rounding too
+    assert sdpa_errors(off, exact, bad_err=bad_err).bad_frac == pytest.approx(1 / off.size)
+    assert gates.bad_err_for("fp16", "normal", amax) == gates.bad_err  # the seeds' absolute gate where it binds
+
+
 def test_the_fp16_output_floor_is_the_rounding_of_subnormal_outputs():
     """At tiny output scales the fp16 storage of O errs by the fixed subnormal spacing, not by rho u16 of O: an exact
     output of rms 2.8e-5 (decode over 128K keys of V with std 0.01) rounded to fp16 alone scores rel_l2 at the
