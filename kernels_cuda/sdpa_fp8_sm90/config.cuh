@@ -146,6 +146,23 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 #define SDPA_SM90_VT_FAST 1
 #endif
 
+// ---- fp8 tier (fp8_load.cuh transpose_v_tile_ldsm, producer.cuh, kernel.cuh make_maps)
+// SDPA_SM90_VT_LDSM = 0 (default) or 1: head dim 128, cpasync: the copy engine writes V's stages with the 128-byte
+// swizzle and the producer transposes them into V^T by ldmatrix.trans (b16, x4), prmt and stmatrix (x4): per warp and
+// 16 keys x 32 dims one LDSM, four PRMT, one STSM, both conflict-free, where the item transposes (VT_FAST, the
+// 256-key kernel's) take 64 LDS, 16 STS.128 and 48 PRMT per 16 keys x 128 dims and thread; a handful of registers
+// (cuDNN FP8's producer: 24).  The same V^T bytes (the consumers are unchanged; outputs bit-identical).  Applies to
+// every head-dim-128 fp8 kernel of the build (128-, 192- and 256-key: one V tensor map), not to the baseline
+// variant.  experiments/2026-11-29-sdpa-fp8-vt-ldsm (CPU: the byte images; registers, SASS; GPU timing pending).
+// SDPA_SM90_VT_LDSM_BATCH (default 2): units (16 keys x 32 dims) loaded before the first of their stores.
+#ifndef SDPA_SM90_VT_LDSM
+#define SDPA_SM90_VT_LDSM 0
+#endif
+static_assert(SDPA_SM90_VT_LDSM == 0 || SDPA_SM90_VT_LDSM == 1, "SDPA_SM90_VT_LDSM: 0 or 1");
+#ifndef SDPA_SM90_VT_LDSM_BATCH
+#define SDPA_SM90_VT_LDSM_BATCH 2
+#endif
+
 // ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
 // SDPA_SM90_ROWSUM_MMA = 1 (default; 0 = 64 FADD per thread and tile): the softmax row sums l from the tensor core
 // instead of 64 FADD per consumer thread and tile: each V^T buffer has 8 more rows (dims D .. D+7:

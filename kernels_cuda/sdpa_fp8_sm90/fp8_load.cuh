@@ -178,6 +178,65 @@ __device__ __forceinline__ void transpose_v_tile256(const uint8_t* __restrict__ 
     }
 }
 
+// SDPA_SM90_VT_LDSM (head dim 128, cpasync: V from a shared-memory stage the copy engine wrote with the 128-byte
+// swizzle, key row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) << 4)): the same V^T bytes as the transposes above,
+// by ldmatrix.trans / prmt / stmatrix.  A unit is 16 keys (group G) x 32 dims (two 16-dim chunks 2w, 2w + 1 of
+// warp w); each warp takes its 32 dims in every group of the tile (BN / 16 units).
+//   load (ldmatrix .x4 .trans): matrix j = keys 16 G + 8 (j % 2) .. + 7, chunk 2w + j / 2 (conflict-free: the swizzle
+//     puts 8 consecutive keys' chunk c in 8 different bank groups); lane (p, q) = (l / 4, l % 4) gets in register j
+//     the bytes (key 8 (j % 2) + 2q, dim 2p), (same key, 2p + 1), (key + 1, 2p), (key + 1, 2p + 1) of the chunk.
+//   permute: prmt(r0, r1, 0x6420) = dim 2p of keys 2q, 2q + 1, 8 + 2q, 9 + 2q: word q of the V^T chunk of that dim
+//     (key positions 4q .. 4q + 3, vt_key_perm); 0x7531 the same for dim 2p + 1.
+//   store (stmatrix .x4): matrix m = chunk 2w + m / 2, row p = dim 2p + ((m % 2) ^ (p >= 4)): rows 4..7 take the
+//     other parity (lane-dependent selectors), so that a matrix's 8 dims are distinct mod 8 and its 8 rows land in 8
+//     different bank groups of V^T's swizzle (with one parity per matrix two rows would share one).
+// Per warp and tile: BN / 16 LDSM, BN / 16 STSM, BN / 4 PRMT, in place of the item transposes' 4 BN LDS, BN STS and
+// 12 BN PRMT (per warp: 32 lanes x (16 words, 4 stores, 48 prmt) per 2048 V bytes).
+struct VtLdsmAddr {
+    uint32_t ld;       // shared-memory address of lane l's ldmatrix row in group 0 of stage 0
+    uint32_t st0;      // V^T panel 0 (128-byte rows): d * 128 + ((d % 8) << 4) of lane l's stmatrix row (dim d)
+    uint32_t st1;      // panel 1 of BN 192 (64-byte rows, 64-byte swizzle): d * 64 + (((d / 2) % 4) << 4)
+    uint32_t sel_lo;   // prmt selector of store matrices 0, 2 (0x6420 or 0x7531 by p >= 4); 1, 3 take the other
+};
+template <class T>
+__device__ __forceinline__ VtLdsmAddr vt_ldsm_addr(uint32_t vraw0, int ptid) {
+    static_assert(T::D == 128 && T::BN % 16 == 0 && (T::VT_P1_KEYS == 0 || T::VT_P1_KEYS == 64 || T::VT_P1_KEYS == 128),
+                  "VT_LDSM: head dim 128");
+    const int w = ptid >> 5, l = ptid & 31, j = l >> 3, i = l & 7;
+    VtLdsmAddr a{};
+    const int c = 2 * w + (j >> 1);  // load: matrix j's chunk; row i = key 8 (j % 2) + i of group 0
+    a.ld = vraw0 + (uint32_t)((8 * (j & 1) + i) * 128 + ((c ^ i) << 4));
+    const int d = 16 * c + 2 * i + ((j & 1) ^ (i >> 2));  // store: matrix j (= m) row i
+    a.st0 = (uint32_t)(d * 128 + ((d & 7) << 4));
+    a.st1 = (uint32_t)(d * 64 + (((d >> 1) & 3) << 4));
+    a.sel_lo = (l >> 2) < 4 ? 0x6420u : 0x7531u;
+    return a;
+}
+// Byte offset in V^T of lane's stmatrix row for group G (vt_chunk's swizzles: the lane's row bits and G's in bits 4-6).
+template <class T>
+__device__ __forceinline__ uint32_t vt_ldsm_st(const VtLdsmAddr& a, int G) {
+    if (T::VT_P1_KEYS == 0 || G < 8) return a.st0 ^ ((uint32_t)G << 4);
+    if (T::VT_P1_KEYS == 128) return (uint32_t)T::VT_P1_OFF + (a.st0 ^ ((uint32_t)(G - 8) << 4));
+    return (uint32_t)T::VT_P1_OFF + (a.st1 ^ ((uint32_t)(G - 8) << 4));
+}
+template <class T>
+__device__ __forceinline__ void transpose_v_tile_ldsm(uint32_t vstage_off, uint32_t vt, const VtLdsmAddr& a) {
+    constexpr int NG = T::BN / 16, NB = SDPA_SM90_VT_LDSM_BATCH;  // groups; units loaded before the first store
+    static_assert(NG % NB == 0, "SDPA_SM90_VT_LDSM_BATCH divides the groups of a tile");
+    const uint32_t sel_hi = a.sel_lo ^ 0x1111u;  // 0x6420 <-> 0x7531
+#pragma unroll
+    for (int g0 = 0; g0 < NG; g0 += NB) {
+        uint32_t r[NB][4];
+#pragma unroll
+        for (int u = 0; u < NB; ++u)
+            ldsm_x4_trans(a.ld + vstage_off + (uint32_t)((g0 + u) * 16 * 128), r[u][0], r[u][1], r[u][2], r[u][3]);
+#pragma unroll
+        for (int u = 0; u < NB; ++u)
+            stsm_x4(vt + vt_ldsm_st<T>(a, g0 + u), prmt(r[u][0], r[u][1], a.sel_lo), prmt(r[u][0], r[u][1], sel_hi),
+                    prmt(r[u][2], r[u][3], a.sel_lo), prmt(r[u][2], r[u][3], sel_hi));
+    }
+}
+
 // Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
 template <class T>
 __device__ __forceinline__ uint32_t k_chunk(int r, int c) {

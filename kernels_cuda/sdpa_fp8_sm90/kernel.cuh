@@ -383,10 +383,13 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const CUtensorMapSwizzle k_swizzle = !fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE
                                          : li.D == 64   ? CU_TENSOR_MAP_SWIZZLE_64B
                                                         : CU_TENSOR_MAP_SWIZZLE_128B;
+    // SDPA_SM90_VT_LDSM: V of head dim 128 with the 128-byte swizzle too, for the producer's ldmatrix (fp8_load.cuh).
+    const CUtensorMapSwizzle v_swizzle =
+        fp8 && li.D == 128 && SDPA_SM90_VT_LDSM != 0 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     for (int i = 0; i < 2; ++i) {
         if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                    const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   i == 0 ? k_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   i == 0 ? k_swizzle : v_swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
             *err = i == 0 ? "cuTensorMapEncodeTiled failed for K" : "cuTensorMapEncodeTiled failed for V";
             return cudaErrorInvalidValue;

@@ -189,6 +189,22 @@ using sdpa_half_ops::pack_half2;
 // Four E4M3 codes -> two half2 words, exact (../sdpa_fp8/half_ops.cuh, shared with the mma.sync kernel).
 __device__ __forceinline__ void decode4(uint32_t x, uint32_t& lo, uint32_t& hi) { sdpa_half_ops::decode4_e4m3(x, lo, hi); }
 
+// ldmatrix / stmatrix (sm_90 for stmatrix), four 8x8 matrices of b16: lane 8j + i gives the shared-memory address of
+// row i (16 bytes) of matrix j.  ldsm_x4_trans: register j of lane l holds b16 elements (row 2 (l % 4), column l / 4)
+// and (row 2 (l % 4) + 1, column l / 4) of matrix j; stsm_x4: register j of lane l goes to row l / 4, bytes
+// 4 (l % 4) .. 4 (l % 4) + 3 of matrix j.  Both ordered by "memory" like the plain loads and stores they replace.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 // Four floats -> four E4M3 codes, and the byte permute (../sdpa_fp8/half_ops.cuh, shared with the decode kernel).
 using sdpa_half_ops::pack_e4m3x4;
 using sdpa_half_ops::prmt;
