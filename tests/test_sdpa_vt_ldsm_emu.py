@@ -165,6 +165,7 @@ def vt_ldsm_addr(T, ptid):
 
 
 def vt_ldsm_st(T, st0, st1, G):
+    """vt_ldsm_panel's store address: the panel's offset + (the lane's row offset ^ (group in panel << 4))."""
     if T.VT_P1_KEYS == 0 or G < 8:
         return st0 ^ (G << 4)
     if T.VT_P1_KEYS == 128:

@@ -212,29 +212,33 @@ __device__ __forceinline__ VtLdsmAddr vt_ldsm_addr(uint32_t vraw0, int ptid) {
     a.sel_lo = (l >> 2) < 4 ? 0x6420u : 0x7531u;
     return a;
 }
-// Byte offset in V^T of lane's stmatrix row for group G (vt_chunk's swizzles: the lane's row bits and G's in bits 4-6).
-template <class T>
-__device__ __forceinline__ uint32_t vt_ldsm_st(const VtLdsmAddr& a, int G) {
-    if (T::VT_P1_KEYS == 0 || G < 8) return a.st0 ^ ((uint32_t)G << 4);
-    if (T::VT_P1_KEYS == 128) return (uint32_t)T::VT_P1_OFF + (a.st0 ^ ((uint32_t)(G - 8) << 4));
-    return (uint32_t)T::VT_P1_OFF + (a.st1 ^ ((uint32_t)(G - 8) << 4));
-}
-template <class T>
-__device__ __forceinline__ void transpose_v_tile_ldsm(uint32_t vstage_off, uint32_t vt, const VtLdsmAddr& a) {
-    constexpr int NG = T::BN / 16, NB = SDPA_SM90_VT_LDSM_BATCH;  // groups; units loaded before the first store
-    static_assert(NG % NB == 0, "SDPA_SM90_VT_LDSM_BATCH divides the groups of a tile");
-    const uint32_t sel_hi = a.sel_lo ^ 0x1111u;  // 0x6420 <-> 0x7531
-#pragma unroll
+// One panel of V^T: groups G0 .. G0 + NG - 1 (NG <= 8) stored at panel_off + (st ^ ((G - G0) << 4)) (vt_chunk's swizzle:
+// the lane's row bits in st, the group's in bits 4-6), NB units loaded before the first of their stores, the batches
+// in a loop not unrolled (unrolled, the 256-key producer kept every group's addresses and spilled at 56 registers).
+template <int NG, int NB>
+__device__ __forceinline__ void vt_ldsm_panel(uint32_t ld, uint32_t vt, uint32_t st, uint32_t sel_lo) {
+    static_assert(NG % NB == 0, "SDPA_SM90_VT_LDSM_BATCH divides the groups of a panel");
+    const uint32_t sel_hi = sel_lo ^ 0x1111u;  // 0x6420 <-> 0x7531
+#pragma unroll 1
     for (int g0 = 0; g0 < NG; g0 += NB) {
         uint32_t r[NB][4];
 #pragma unroll
         for (int u = 0; u < NB; ++u)
-            ldsm_x4_trans(a.ld + vstage_off + (uint32_t)((g0 + u) * 16 * 128), r[u][0], r[u][1], r[u][2], r[u][3]);
+            ldsm_x4_trans(ld + (uint32_t)((g0 + u) * 16 * 128), r[u][0], r[u][1], r[u][2], r[u][3]);
 #pragma unroll
         for (int u = 0; u < NB; ++u)
-            stsm_x4(vt + vt_ldsm_st<T>(a, g0 + u), prmt(r[u][0], r[u][1], a.sel_lo), prmt(r[u][0], r[u][1], sel_hi),
-                    prmt(r[u][2], r[u][3], a.sel_lo), prmt(r[u][2], r[u][3], sel_hi));
+            stsm_x4(vt + (st ^ ((uint32_t)(g0 + u) << 4)), prmt(r[u][0], r[u][1], sel_lo), prmt(r[u][0], r[u][1], sel_hi),
+                    prmt(r[u][2], r[u][3], sel_lo), prmt(r[u][2], r[u][3], sel_hi));
     }
+}
+template <class T>
+__device__ __forceinline__ void transpose_v_tile_ldsm(uint32_t vstage_off, uint32_t vt, const VtLdsmAddr& a) {
+    constexpr int NG0 = T::BN < 128 ? T::BN / 16 : 8, NG1 = T::BN / 16 - NG0;  // groups in panel 0, 1
+    constexpr int NB = SDPA_SM90_VT_LDSM_BATCH;
+    vt_ldsm_panel<NG0, NB>(a.ld + vstage_off, vt, a.st0, a.sel_lo);
+    if constexpr (NG1 > 0)  // keys 128 ..: 128-byte rows at BN 256, 64-byte rows (64-byte swizzle) at BN 192
+        vt_ldsm_panel<NG1, NB>(a.ld + vstage_off + 8 * 16 * 128, vt + (uint32_t)T::VT_P1_OFF,
+                               T::VT_P1_KEYS == 128 ? a.st0 : a.st1, a.sel_lo);
 }
 
 // Byte offset of 16-byte chunk c of key row r in a K stage (the copy engine's swizzle).
