@@ -148,12 +148,13 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 
 // ---- fp8 tier (fp8_load.cuh transpose_v_tile_ldsm, producer.cuh, kernel.cuh make_maps)
 // SDPA_SM90_VT_LDSM = 0 (default) or 1: head dim 128, cpasync: the copy engine writes V's stages with the 128-byte
-// swizzle and the producer transposes them into V^T by ldmatrix.trans (b16, x4), prmt and stmatrix (x4): per warp and
-// 16 keys x 32 dims one LDSM, four PRMT, one STSM, both conflict-free, where the item transposes (VT_FAST, the
-// 256-key kernel's) take 64 LDS, 16 STS.128 and 48 PRMT per 16 keys x 128 dims and thread; a handful of registers
-// (cuDNN FP8's producer: 24).  The same V^T bytes (the consumers are unchanged; outputs bit-identical).  Applies to
-// every head-dim-128 fp8 kernel of the build (128-, 192- and 256-key: one V tensor map), not to the baseline
-// variant.  experiments/2026-11-29-sdpa-fp8-vt-ldsm (CPU: the byte images; registers, SASS; GPU timing pending).
+// swizzle and the producer transposes them into V^T by ldmatrix.trans (b16, x4), prmt and stmatrix (x4), both
+// conflict-free: per tile and producer thread BN/16 LDSM, BN/16 STSM and BN/4 PRMT where the item transposes (VT_FAST,
+// the 256-key kernel's) take BN/4 LDS, BN/16 STS.128 and 3 BN/4 PRMT, for the same shared-memory wavefronts.  The
+// same V^T bytes (tests/test_sdpa_vt_ldsm_emu.py emulates both), so the consumers are unchanged.  Applies to every
+// head-dim-128 fp8 kernel of the build (128-, 192- and 256-key: one V tensor map), not to the baseline variant.
+// The 256-key producer (SDPA_SM90_BN256_PRODUCER_REGS) has no spills down to 40 registers with it (today's: 56).
+// experiments/2026-11-29-sdpa-fp8-vt-ldsm (CPU: the byte images, registers, SASS; GPU timing pending).
 // SDPA_SM90_VT_LDSM_BATCH (default 2): units (16 keys x 32 dims) loaded before the first of their stores.
 #ifndef SDPA_SM90_VT_LDSM
 #define SDPA_SM90_VT_LDSM 0
@@ -203,6 +204,8 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 // consumers 224).  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
 // 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
 // there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
+// With SDPA_SM90_VT_LDSM (ldmatrix / stmatrix) the producer spilled 0 / 0 bytes at 40, 12 / 0 at 32, 68 / 24 at 24
+// (experiments/2026-11-29-sdpa-fp8-vt-ldsm).
 // The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
 // 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
 // exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.

@@ -190,8 +190,8 @@ __device__ __forceinline__ void transpose_v_tile256(const uint8_t* __restrict__ 
 //   store (stmatrix .x4): matrix m = chunk 2w + m / 2, row p = dim 2p + ((m % 2) ^ (p >= 4)): rows 4..7 take the
 //     other parity (lane-dependent selectors), so that a matrix's 8 dims are distinct mod 8 and its 8 rows land in 8
 //     different bank groups of V^T's swizzle (with one parity per matrix two rows would share one).
-// Per warp and tile: BN / 16 LDSM, BN / 16 STSM, BN / 4 PRMT, in place of the item transposes' 4 BN LDS, BN STS and
-// 12 BN PRMT (per warp: 32 lanes x (16 words, 4 stores, 48 prmt) per 2048 V bytes).
+// Per tile and thread: BN / 16 LDSM, BN / 16 STSM, BN / 4 PRMT, in place of the item transposes' BN / 4 LDS, BN / 16
+// STS.128 and 3 BN / 4 PRMT; the same shared-memory wavefronts (a warp's LDSM.x4 / STSM.x4 move 512 bytes in 4).
 struct VtLdsmAddr {
     uint32_t ld;       // shared-memory address of lane l's ldmatrix row in group 0 of stage 0
     uint32_t st0;      // V^T panel 0 (128-byte rows): d * 128 + ((d % 8) << 4) of lane l's stmatrix row (dim d)
