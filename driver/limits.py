@@ -434,8 +434,8 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
     lines = [("Speed gates (`thresholds.toml`) that the newest archived run measuring them did not pass, and those "
               "marked `known` (KNOWN: failed as marked, not failing a run; XPASS: passed although marked, the mark "
               "is out of date). speedup = peer p50 / our p50; short by = how far below the floor; at HEAD = whether "
-              "that run measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count), "
-              "and if not, what changed since."), ""]
+              "that run measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count; "
+              "comments and blank lines in C-family sources do not), and if not, what changed since."), ""]
     if short:
         lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run | at HEAD |",
                   "|---|---|---|---|---|---|---|---|"]
