@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from driver import archive, paths
+from driver import archive, paths, source_text
 from driver import gates as gating
 from driver import targets as build_targets
 from driver.config import DEFAULT_PRECISIONS, PRECISIONS, parse_shape
@@ -296,7 +296,8 @@ class Freshness:
     why: str = ""
 
     def cell(self) -> str:
-        return {"current": "current", "stale": f"stale: {self.why}", "not_known": f"not known: {self.why}"}[self.status]
+        current = f"current ({self.why})" if self.why else "current"
+        return {"current": current, "stale": f"stale: {self.why}", "not_known": f"not known: {self.why}"}[self.status]
 
 
 GIT_TIMEOUT_S = 30.0
@@ -342,20 +343,48 @@ class History:
     def _changed_since(self, group: Sources, sha: str) -> bool | None:
         """Whether the group's files in this checkout may differ from what commit `sha` held: the last commit
         that changed them is not `sha` or one of its ancestors (`git merge-base --is-ancestor`), or they have
-        uncommitted changes (untracked files included). None where git did not answer."""
+        uncommitted changes (untracked files included), and the difference is more than comments and blank
+        lines in C-family sources (_only_comments_differ: a comment can change no kernel). None where git did
+        not answer."""
         specs = [f":(glob){g}" for g in group.globs]
         dirty = self._git("status", "--porcelain", "--untracked-files=all", "--", *specs)
         last = self._git("log", "-1", "--format=%H", "HEAD", "--", *specs)
         if dirty is None or last is None or dirty[0] != 0 or last[0] != 0:
             return None
-        if dirty[1]:
-            return True
-        if not last[1]:  # never committed and nothing in the tree: nothing the run could predate
+        if not dirty[1] and not last[1]:  # never committed and nothing in the tree: nothing the run could predate
             return False
-        contains = self._git("merge-base", "--is-ancestor", last[1], sha)
-        if contains is None or contains[0] not in (0, 1):
-            return None
-        return contains[0] == 1
+        if not dirty[1]:
+            contains = self._git("merge-base", "--is-ancestor", last[1], sha)
+            if contains is None or contains[0] not in (0, 1):
+                return None
+            if contains[0] == 0:
+                return False
+        return not self._only_comments_differ(specs, sha, dirty[1])
+
+    def _only_comments_differ(self, specs: list[str], sha: str, status: str) -> bool:
+        """Whether the group's files in this checkout differ from commit `sha`'s in comments and blank lines
+        only (driver/source_text.py), C-family sources alone: a file added, removed or renamed, an untracked one,
+        any other kind of file, or one the reader cannot follow, is a change."""
+        if any(line.startswith("??") for line in status.splitlines()):
+            return False
+        diff = self._git("diff", "--name-status", "--no-renames", sha, "--", *specs)
+        if diff is None or diff[0] != 0:
+            return False
+        for line in diff[1].splitlines():
+            kind, _, rel = line.partition("\t")
+            if kind != "M" or Path(rel).suffix not in source_text.C_SUFFIXES:
+                return False
+            old = self._git("show", f"{sha}:{rel}")
+            if old is None or old[0] != 0:
+                return False
+            try:
+                new = (self.root / rel).read_text()
+            except (OSError, UnicodeDecodeError):
+                return False
+            before, after = source_text.c_code_lines(old[1]), source_text.c_code_lines(new)
+            if before is None or before != after:
+                return False
+        return True
 
     def freshness(self, suite: str, sha: str) -> Freshness:
         """Whether a run of `suite` at commit `sha` measured the kernel sources and dispatch windows HEAD builds."""
@@ -379,7 +408,16 @@ class History:
                 changed.append(group.label)
         if changed:
             return Freshness("stale", f"the {' and the '.join(changed)} changed since {short}")
-        return Freshness("current")
+        return Freshness("current", self._comment_note(suite, sha))
+
+    def _comment_note(self, suite: str, sha: str) -> str:
+        """'' where the suite's files are as `sha` left them, else that only their comments changed since."""
+        for group in sources_of(suite):
+            specs = [f":(glob){g}" for g in group.globs]
+            diff = self._git("diff", "--quiet", sha, "--", *specs)
+            if diff is not None and diff[0] == 1:
+                return f"only comments changed since {sha[:8]}"
+        return ""
 
 
 def _where(s: GateState) -> str:
@@ -396,8 +434,8 @@ def markdown(states: list[GateState], history: History | None = None) -> str:
     lines = [("Speed gates (`thresholds.toml`) that the newest archived run measuring them did not pass, and those "
               "marked `known` (KNOWN: failed as marked, not failing a run; XPASS: passed although marked, the mark "
               "is out of date). speedup = peer p50 / our p50; short by = how far below the floor; at HEAD = whether "
-              "that run measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count), "
-              "and if not, what changed since."), ""]
+              "that run measured the kernel sources and dispatch windows HEAD builds (uncommitted changes count; "
+              "comments and blank lines in C-family sources do not), and if not, what changed since."), ""]
     if short:
         lines += ["| device | gate | speedup (ours vs peer p50) | floor | short by | state | newest run | at HEAD |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -396,3 +396,29 @@ def test_a_gate_whose_floor_changed_is_judged_against_todays_floor():
     assert (stored.status, stored.floor, stored.ratio) == ("fail", 4.0, 1.70)
     (today,) = [s for s in limits.newest([folder], NOISE, GATES) if s.peer == "nccl"]
     assert (today.status, today.floor, today.ratio) == ("pass", 1.5, 1.70)
+
+
+def test_a_change_to_comments_only_leaves_a_run_current(repo):
+    """The kernels' comments carry experiment notes and measurements; rewriting them changes no kernel, so a run
+    stays current (and says why); any change a compiler sees, in a literal too, or in a non-C source, is stale."""
+    code = '// the kernel\nint f(int x) {\n    return x + 1;  /* one */\n}\nconst char* s = "a // b";\n'
+    run = _commit(repo, {SDPA_SRC: code, MOJO_SRC: "# note\nfn f(): pass\n"}, "kernels")
+    _commit(repo, {SDPA_SRC: code.replace("// the kernel", "// the kernel, measured 2026-11-29\n//\n\n")
+                   .replace("/* one */", "/* one,\n   two lines now */").replace("    return", "\treturn")},
+            "comments and blank lines")
+    history = limits.History(repo)
+    assert history.freshness("sdpa", run) == Freshness("current", f"only comments changed since {run[:8]}")
+    assert "current (only comments changed since" in history.freshness("sdpa", run).cell()
+    (repo / SDPA_SRC).write_text(code + "// an uncommitted note\n")
+    assert limits.History(repo).freshness("sdpa", run).status == "current"
+    (repo / SDPA_SRC).write_text(code.replace('"a // b"', '"a // c"'))  # inside a literal: code
+    assert limits.History(repo).freshness("sdpa", run).status == "stale"
+    (repo / SDPA_SRC).write_text(code.replace("x + 1", "x + 2"))
+    assert limits.History(repo).freshness("sdpa", run).status == "stale"
+    (repo / SDPA_SRC).write_text(code)
+    assert limits.History(repo).freshness("sdpa", run) == Freshness("current")
+    _commit(repo, {MOJO_SRC: "# another note\nfn f(): pass\n"}, "a Mojo comment: not read, so a change")
+    assert limits.History(repo).freshness("allreduce", run).status == "stale"
+    (repo / "kernels_cuda/sdpa_fp8_sm90/new.cuh").parent.mkdir(parents=True)
+    (repo / "kernels_cuda/sdpa_fp8_sm90/new.cuh").write_text("// only a comment\n")  # a new file: a change
+    assert limits.History(repo).freshness("sdpa", run).status == "stale"
