@@ -340,51 +340,51 @@ class History:
         out = self._git("rev-parse", "--verify", "-q", f"{sha}^{{commit}}")
         return bool(out) and out[0] == 0 and out[1].startswith(sha)
 
-    def _changed_since(self, group: Sources, sha: str) -> bool | None:
-        """Whether the group's files in this checkout may differ from what commit `sha` held: the last commit
-        that changed them is not `sha` or one of its ancestors (`git merge-base --is-ancestor`), or they have
-        uncommitted changes (untracked files included), and the difference is more than comments and blank
-        lines in C-family sources (_only_comments_differ: a comment can change no kernel). None where git did
-        not answer."""
+    def _changed_since(self, group: Sources, sha: str) -> Literal["code", "comments", "none"] | None:
+        """How the group's files in this checkout may differ from what commit `sha` held. They differ when the
+        last commit that changed them is not `sha` or one of its ancestors (`git merge-base --is-ancestor`), or
+        they have uncommitted changes (untracked files included); "comments" where the difference is comments
+        and blank lines of C-family sources only (_how_files_differ: a comment can change no kernel), "code"
+        otherwise, "none" where they do not differ. None where git did not answer."""
         specs = [f":(glob){g}" for g in group.globs]
         dirty = self._git("status", "--porcelain", "--untracked-files=all", "--", *specs)
         last = self._git("log", "-1", "--format=%H", "HEAD", "--", *specs)
         if dirty is None or last is None or dirty[0] != 0 or last[0] != 0:
             return None
         if not dirty[1] and not last[1]:  # never committed and nothing in the tree: nothing the run could predate
-            return False
+            return "none"
         if not dirty[1]:
             contains = self._git("merge-base", "--is-ancestor", last[1], sha)
             if contains is None or contains[0] not in (0, 1):
                 return None
             if contains[0] == 0:
-                return False
-        return not self._only_comments_differ(specs, sha, dirty[1])
+                return "none"
+        return self._how_files_differ(specs, sha, dirty[1])
 
-    def _only_comments_differ(self, specs: list[str], sha: str, status: str) -> bool:
-        """Whether the group's files in this checkout differ from commit `sha`'s in comments and blank lines
-        only (driver/source_text.py), C-family sources alone: a file added, removed or renamed, an untracked one,
-        any other kind of file, or one the reader cannot follow, is a change."""
+    def _how_files_differ(self, specs: list[str], sha: str, status: str) -> Literal["code", "comments", "none"]:
+        """How the group's files in this checkout differ from commit `sha`'s: "none" (the same content), "comments"
+        (comments and blank lines of C-family sources only, driver/source_text.py) or "code": a file added,
+        removed or renamed, an untracked one, any other kind of file, or one the reader cannot follow."""
         if any(line.startswith("??") for line in status.splitlines()):
-            return False
+            return "code"
         diff = self._git("diff", "--name-status", "--no-renames", sha, "--", *specs)
         if diff is None or diff[0] != 0:
-            return False
+            return "code"
         for line in diff[1].splitlines():
             kind, _, rel = line.partition("\t")
             if kind != "M" or Path(rel).suffix not in source_text.C_SUFFIXES:
-                return False
+                return "code"
             old = self._git("show", f"{sha}:{rel}")
             if old is None or old[0] != 0:
-                return False
+                return "code"
             try:
                 new = (self.root / rel).read_text()
             except (OSError, UnicodeDecodeError):
-                return False
+                return "code"
             before, after = source_text.c_code_lines(old[1]), source_text.c_code_lines(new)
             if before is None or before != after:
-                return False
-        return True
+                return "code"
+        return "comments" if diff[1] else "none"
 
     def freshness(self, suite: str, sha: str) -> Freshness:
         """Whether a run of `suite` at commit `sha` measured the kernel sources and dispatch windows HEAD builds."""
@@ -399,25 +399,15 @@ class History:
         short = sha[:8]
         if not self._has_commit(sha):
             return Freshness("stale", f"commit {short} not in this history")
-        changed = []
+        answers = {}
         for group in sources_of(suite):
             answer = self._changed_since(group, sha)
             if answer is None:
                 return Freshness("not_known", f"git could not compare {group.label} with {short}")
-            if answer:
-                changed.append(group.label)
-        if changed:
+            answers[group.label] = answer
+        if changed := [label for label, answer in answers.items() if answer == "code"]:
             return Freshness("stale", f"the {' and the '.join(changed)} changed since {short}")
-        return Freshness("current", self._comment_note(suite, sha))
-
-    def _comment_note(self, suite: str, sha: str) -> str:
-        """'' where the suite's files are as `sha` left them, else that only their comments changed since."""
-        for group in sources_of(suite):
-            specs = [f":(glob){g}" for g in group.globs]
-            diff = self._git("diff", "--quiet", sha, "--", *specs)
-            if diff is not None and diff[0] == 1:
-                return f"only comments changed since {sha[:8]}"
-        return ""
+        return Freshness("current", f"only comments changed since {short}" if "comments" in answers.values() else "")
 
 
 def _where(s: GateState) -> str:
