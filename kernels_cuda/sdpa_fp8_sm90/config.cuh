@@ -205,7 +205,10 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 // 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
 // there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
 // With SDPA_SM90_VT_LDSM (ldmatrix / stmatrix) the producer spilled 0 / 0 bytes at 40, 12 / 0 at 32, 68 / 24 at 24
-// (experiments/2026-11-29-sdpa-fp8-vt-ldsm).
+// (experiments/2026-11-29-sdpa-fp8-vt-ldsm).  Since then (experiments/2026-11-29-sdpa-fp8-producer24) the 256-key
+// producer keeps its unit cursor in shared memory (its issuing thread alone), makes its transpose addresses again per
+// tile and steps each V^T panel with one counter: with SDPA_SM90_VT_LDSM=1 and SDPA_SM90_VT_LDSM_BATCH=1 it has no
+// spills at 24 (consumers 240), causal and not; with BATCH 2 it spills 4 / 4 bytes there.
 // The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
 // 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
 // exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.

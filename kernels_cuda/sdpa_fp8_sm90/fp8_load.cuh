@@ -219,15 +219,16 @@ template <int NG, int NB>
 __device__ __forceinline__ void vt_ldsm_panel(uint32_t ld, uint32_t vt, uint32_t st, uint32_t sel_lo) {
     static_assert(NG % NB == 0, "SDPA_SM90_VT_LDSM_BATCH divides the groups of a panel");
     const uint32_t sel_hi = sel_lo ^ 0x1111u;  // 0x6420 <-> 0x7531
+    // One counter: go = G0 << 4 (the group's store bits; its load offset is go * 128).
 #pragma unroll 1
-    for (int g0 = 0; g0 < NG; g0 += NB) {
+    for (uint32_t go = 0; go < 16u * NG; go += 16u * NB) {
         uint32_t r[NB][4];
 #pragma unroll
         for (int u = 0; u < NB; ++u)
-            ldsm_x4_trans(ld + (uint32_t)((g0 + u) * 16 * 128), r[u][0], r[u][1], r[u][2], r[u][3]);
+            ldsm_x4_trans(ld + 128u * go + (uint32_t)(u * 16 * 128), r[u][0], r[u][1], r[u][2], r[u][3]);
 #pragma unroll
         for (int u = 0; u < NB; ++u)
-            stsm_x4(vt + (st ^ ((uint32_t)(g0 + u) << 4)), prmt(r[u][0], r[u][1], sel_lo), prmt(r[u][0], r[u][1], sel_hi),
+            stsm_x4(vt + (st ^ (go + 16u * u)), prmt(r[u][0], r[u][1], sel_lo), prmt(r[u][0], r[u][1], sel_hi),
                     prmt(r[u][2], r[u][3], sel_lo), prmt(r[u][2], r[u][3], sel_hi));
     }
 }

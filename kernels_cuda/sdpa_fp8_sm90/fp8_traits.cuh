@@ -143,9 +143,12 @@ struct Fp8TraitsN {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T
     static constexpr int NBARS = BAR_VEMPTY + NVT;
+    // BN 256: the producer's unit cursor (producer.cuh: i, t, kv_cur, kv_next, nt_cur), kept by its issuing thread in shared memory so
+    // that the other 127 carry nothing but the tile index (SDPA_SM90_BN256_PRODUCER_REGS down to 24).
+    static constexpr int OFF_CURSOR = OFF_BAR + NBARS * 8, CURSOR_BYTES = LEAN ? 24 : 0;
     // The causal kernels' 8 more bytes (tile_plan.cuh CaseTraits: the producer's issuing thread notes the next work
     // unit's K/V head and tile count there, producer.cuh) start here; the kernels without the mask end here.
-    static constexpr int OFF_NEXT = OFF_BAR + NBARS * 8;
+    static constexpr int OFF_NEXT = OFF_CURSOR + CURSOR_BYTES;
     static constexpr int SMEM_USED = OFF_NEXT;
     static constexpr int SMEM = SMEM_USED + 1024;
     static constexpr int CONSUMER_WARPS = SPLIT ? 4 : 4 * NCWG;

@@ -75,7 +75,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         [[maybe_unused]] VtAddr256 va256{};
         if constexpr (kVt256) va256 = vt_addr256<T>(ptid);
         [[maybe_unused]] VtLdsmAddr vla{};
-        if constexpr (kVtLdsm) vla = vt_ldsm_addr<T>(smem_u32(vraw), ptid);
+        if constexpr (kVtLdsm && !T::LEAN) vla = vt_ldsm_addr<T>(smem_u32(vraw), ptid);
         // Where tile g + d lies (d >= 0) when g is tile t of unit i, so that an issue divides by nothing unless a
         // unit has fewer tiles than the ring is deep (the issuing thread is on the ring's critical path: two
         // divisions per issue made the head-dim-128 kernel 3-6% slower).  Without the mask every thread keeps
@@ -84,9 +84,19 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         // registers and those of unit i + 1 in shared memory (OFF_NEXT: in registers they spilled the producer,
         // 56 registers at head dim 128 in the fp16 tier; taking unit i + 1 by its divisions in the last NS issues
         // of each unit made (8,8,1024,64) 9% slower, 1x H200, experiments/2026-11-28-sdpa-sm90-inference-cases).
-        int i = 0, t = 0;                                          // unit and tile of g (with the mask: ptid 0's)
-        int kv_cur, nt_cur;
-        [[maybe_unused]] int kv_next = 0;
+        // BN 256 (T::LEAN): the cursor lives in shared memory and only ptid 0 keeps it, so that the other threads carry
+        // the tile index alone through the transpose (the producer at 24 registers: in registers the cursor spilled).
+        constexpr bool kCurSmem = T::LEAN;
+        const bool keeper = !kCurSmem || ptid == 0;  // the threads that keep the cursor
+        int i_r = 0, t_r = 0;  // the cursor in registers (every kernel but BN 256)
+        int kv_cur_r, nt_cur_r;
+        int kv_next_r = 0;
+        int* const cur = reinterpret_cast<int*>(smem + T::OFF_CURSOR);  // BN 256: {i, t, kv_cur, kv_next, nt_cur}
+        int& i = kCurSmem ? cur[0] : i_r;   // unit and tile of g (with the mask or BN 256: ptid 0's)
+        int& t = kCurSmem ? cur[1] : t_r;
+        int& kv_cur = kCurSmem ? cur[2] : kv_cur_r;
+        int& kv_next = kCurSmem ? cur[3] : kv_next_r;
+        int& nt_cur = kCurSmem ? cur[4] : nt_cur_r;
         [[maybe_unused]] int* const next = reinterpret_cast<int*>(smem + T::OFF_NEXT);  // with the mask: unit i + 1's {kvh, nt}; nt 0 if none
         auto note_next = [&](int ii) {
             int kv = 0, nt = 0;
@@ -98,14 +108,23 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             next[0] = kv;
             next[1] = nt;
         };
-        if constexpr (T::CAUSAL) {
-            const BlockTile u0 = unit_tile<T>(0, plan);
-            kv_cur = u0.kvh;
-            nt_cur = u0.nt;
-        } else {
-            kv_cur = unit_tile<T>(0, plan).kvh;
-            kv_next = nunits > 1 ? unit_tile<T>(1, plan).kvh : 0;
-            nt_cur = ntiles;
+        if constexpr (kCurSmem) {
+            if (keeper) {
+                i = 0;
+                t = 0;
+                kv_next = 0;
+            }
+        }
+        if (keeper) {
+            if constexpr (T::CAUSAL) {
+                const BlockTile u0 = unit_tile<T>(0, plan);
+                kv_cur = u0.kvh;
+                nt_cur = u0.nt;
+            } else {
+                kv_cur = unit_tile<T>(0, plan).kvh;
+                kv_next = nunits > 1 ? unit_tile<T>(1, plan).kvh : 0;
+                nt_cur = ntiles;
+            }
         }
         auto locate = [&](int d, int& tt) {
             tt = t + d;
@@ -187,7 +206,10 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 const int s = g % T::NS, b = g % T::NVT;
                 mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
                 if (g >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(g / T::NVT - 1) & 1u);
-                if constexpr (kVtLdsm)
+                if constexpr (kVtLdsm && T::LEAN)  // the addresses made again per tile (24 registers: none to keep them)
+                    transpose_v_tile_ldsm<T>((uint32_t)(s * T::V_TILE), smem_u32(vt + b * T::VT_BYTES),
+                                             vt_ldsm_addr<T>(smem_u32(vraw), tid_x_here()));
+                else if constexpr (kVtLdsm)
                     transpose_v_tile_ldsm<T>((uint32_t)(s * T::V_TILE), smem_u32(vt + b * T::VT_BYTES), vla);
                 else if constexpr (kVt256) transpose_v_tile256<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, va256, ptid);
                 else if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
@@ -254,7 +276,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 }
             }
             if constexpr (!T::CAUSAL) {
-                if (++t == ntiles) {
+                if (keeper && ++t == ntiles) {
                     t = 0;
                     ++i;
                     kv_cur = kv_next;

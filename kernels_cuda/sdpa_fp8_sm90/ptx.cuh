@@ -176,6 +176,14 @@ enum NamedBarrier : int {
 // bar.sync among NTHREADS threads (whole warps); id 0 is __syncthreads (../sdpa_fp8/half_ops.cuh).
 using sdpa_half_ops::named_barrier;
 
+// threadIdx.x read where it stands (asm volatile: the compiler neither hoists nor keeps it), so that values derived
+// from it are recomputed where used rather than held in registers across a loop (the 256-key producer at 24).
+__device__ __forceinline__ int tid_x_here() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
 // bar.arrive: counts toward the barrier's NTHREADS without waiting for it.
 template <int ID, int NTHREADS>
 __device__ __forceinline__ void named_barrier_arrive() {

@@ -63,6 +63,8 @@ struct Fp16Traits {
     // Several work units per block (SDPA_SM90_PERSISTENT): unsplit, no ablation.
     static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
     static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
+    static constexpr bool LEAN = false;  // (the fp8 tier's 256-key kernel: fp8_traits.cuh)
+    static constexpr int OFF_CURSOR = 0;  // (unused: the producer's cursor in shared memory is LEAN's)
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
     // Q K^T with A = Q's fp16 fragments from registers (config.cuh SDPA_SM90_FP16_Q_REGS).  Head dim 128: its
     // 32 more registers per consumer thread fit at consumers 224; the producer takes the 56 left (56 + 2 x 224
