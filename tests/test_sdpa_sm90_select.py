@@ -83,8 +83,7 @@ def expected_bn(s: int, d: int, fp8: bool = True, bn_policy: int = 0) -> int:
     return 192 if _cdiv(s, 192) * 192 * 49 < _cdiv(s, 128) * 128 * 50 else 128
 
 
-def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True, bn_policy: int = 0) -> dict:
-    """The rule select_config documents, restated."""
+def _expected_base(shape, sms: int, split_override: int, policy: int, fp8: bool, bn_policy: int) -> dict:
     b, h, s, d = shape
     bh = b * h
     blocks2, blocks3 = _cdiv(s, 128) * bh, _cdiv(s, 192) * bh
@@ -96,6 +95,34 @@ def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True
     bm = 64 if split else 192 if three else 128
     return {"units": _cdiv(s, bm) * bh, "block": 512 if three else 384, "bm": bm, "bn": bn, "split": 2 if split else 1,
             "ncwg": 3 if three else 2}
+
+
+def _q_terms_of(e: dict, shape, sms: int, q2_policy: int, fp8: bool) -> int:
+    """SDPA_SM90_FP8_Q2 restated: two E4M3 terms of Q only in the fp8 tier's two-warpgroup kernels with
+    128-key tiles; policy 1 only for a short launch (fewer work units than SMs, at most 8 K/V tiles per
+    consumer warpgroup at head dim 64, 4 at 128), policy 2 wherever those kernels run."""
+    if not fp8 or e["ncwg"] != 2 or e["bn"] != 128 or q2_policy == 0:
+        return 1
+    tiles = _cdiv(shape[2], e["bn"])
+    per_wg = _cdiv(tiles, 2) if e["split"] == 2 else tiles
+    return 2 if q2_policy == 2 or (e["units"] < sms and per_wg * (shape[3] // 64) <= 8) else 1
+
+
+def expected(shape, sms: int, split_override: int, policy: int, fp8: bool = True, bn_policy: int = 0,
+             q2_policy: int = 1, ablate: int = 0, causal: bool = False) -> dict:
+    """The rule select_config documents, restated: the warpgroups, the split and the tile width (expected_bn); then,
+    at head dim 128 in the fp8 tier under policy 0 and without ablation, the 256-key kernel where the launch so far is
+    unsplit with Q in one term, 256-key tiles pad no more keys than the width chosen, the mask (if any) has at least
+    8192 keys, and the launch does not split on 256-key tiles (fp8_traits.cuh prefers_bn256)."""
+    e = _expected_base(shape, sms, split_override, policy, fp8, bn_policy)
+    b, h, s, d = shape
+    if (fp8 and d == 128 and bn_policy == 0 and not ablate and e["split"] == 1
+            and _q_terms_of(e, shape, sms, q2_policy, fp8) == 1
+            and _cdiv(s, 256) * 256 <= _cdiv(s, e["bn"]) * e["bn"] and (not causal or s >= 8192)):
+        split256 = split_override == 2 or (split_override == 0 and _cdiv(s, 256) >= 2 and 2 * _cdiv(s, 128) * b * h <= sms)
+        if not split256:
+            return {"units": _cdiv(s, 128) * b * h, "block": 384, "bm": 128, "bn": 256, "split": 1, "ncwg": 2}
+    return e
 
 
 def _pick(r: dict) -> dict:
@@ -258,32 +285,46 @@ def test_fp16_tier_is_persistent(fp8, tmp_path_factory):
 
 
 def test_head_dim_128_tile_width(fp8, tmp_path_factory):
-    """Head dim 128 in the FP8 build: both tile widths are compiled in and select_config picks 192 keys
-    where S padded to 192-key tiles is less than 1.02x S padded to 128-key tiles (a key costs 0.98 as much
-    in the wide tile: run 2 of experiments/2026-11-23-sdpa-d128-pipes on 1x H100). So (1,16,8192,128)
-    takes 192 (43 tiles) and (2,16,2048,128) 128 (16 tiles rather than 11 of 192, 3% more keys).
-    Policies 128 and 192 force a width; head dim 64 keeps 128; the two widths are distinct kernels."""
+    """Head dim 128 in the FP8 build: every tile width is compiled in. select_config picks 192 keys where S padded
+    to 192-key tiles is less than 1.02x S padded to 128-key tiles (a key costs 0.98 as much in the wide tile: run 2
+    of experiments/2026-11-23-sdpa-d128-pipes on 1x H100), then 256 where that pads no more keys and the launch is
+    unsplit with Q in one term (experiments/2026-11-29-sdpa-fp8-producer24, 1x H200). So (1,16,1,128) keeps 128
+    (a short launch: Q in two terms), (1,16,384,128) 192 (256-key tiles would pad 512 keys), (2048 and 8192 keys)
+    256. Policies 128 and 192 force a width; head dim 64 keeps 128; the widths are distinct kernels."""
     sizes = [1, 77, 128, 129, 192, 193, 256, 384, 777, 1000, 2048, 4096, 8192, 16384]
     shapes = [(1, 16, s, 128) for s in sizes]
     got = fp8([(s, 132, 0, 1) for s in shapes])
-    assert [r["bn"] for r in got] == [expected_bn(s, 128) for s in sizes]
+    assert [r["bn"] for r in got] == [expected(sh, 132, 0, 1)["bn"] for sh in shapes]
     by_s = {s: r["bn"] for s, r in zip(sizes, got)}
-    assert (by_s[1], by_s[384], by_s[2048], by_s[8192]) == (128, 192, 128, 192)
+    assert (by_s[1], by_s[384], by_s[2048], by_s[8192]) == (128, 192, 256, 256)
     assert all(r["cover"] for r in got)
-    # the unsplit kernels' shared memory differs (192: two K/V stages of 24 KiB, V^T of two panels)
-    assert len({r["smem"] for r in got if r["split"] == 1}) == 2
+    # the unsplit kernels' shared memory differs (192: two K/V stages of 24 KiB, V^T of two panels; 256: one Q buffer)
+    assert len({r["smem"] for r in got if r["split"] == 1}) == 3
     for pol in (128, 192):
         cases = [(s, sms, split, 1) for s in shapes for sms in (132, 66) for split in (0, 1, 2)]
         forced = fp8(cases, 1, pol)
         assert all(r["bn"] == pol and r["cover"] for r in forced)
         assert [_pick(r) for r in forced] == [expected(*c, bn_policy=pol) for c in cases]
     funcs = {(r["bn"], r["split"]): r["func"] for r in fp8([(s, 66, split, 1) for s in shapes for split in (1, 2)])}
-    assert len(set(funcs.values())) == len(funcs) == 4
+    assert len(set(funcs.values())) == len(funcs) == 5  # 128 and 192 split and not, 256 unsplit
     d64 = fp8([((1, 16, s, 64), 132, 0, 1) for s in sizes], 1, 192)
     assert {r["bn"] for r in d64} == {128}
     assert fp8([((1, 1, 1, 128), 132, 0, 1)], 0, 100) == [{"error": "SDPA_SM90_BN_D128 must be 0, 128, 192 or 256"}]
     run = _compile(tmp_path_factory, "fp8_bn192", "SDPA_SM90_BN_D128=192")
     assert {r["bn"] for r in run([(s, 132, 0, 1) for s in shapes])} == {192}
+
+
+def test_the_mask_takes_256_key_tiles_from_8192_keys(fp8):
+    """Policy 0 with the causal mask: the 256-key kernel only from Skv 8192 (at (2,16,2048,128) it was 4.9% slower
+    than the 128-key kernel, at (1,16,8192,128) 3.5% faster: experiments/2026-11-29-sdpa-fp8-producer24); without
+    the mask at both. The chunked prefill presets (8192 and 32768 cached keys) take it; head dim 64 never."""
+    cases = [(2, 16, 16, 2048, 2048, 128, 1), (2, 16, 16, 2048, 2048, 128, 0), (1, 16, 16, 4096, 4096, 128, 1),
+             (1, 16, 16, 8192, 8192, 128, 1), (1, 32, 8, 512, 8192, 128, 1), (1, 32, 8, 2048, 32768, 128, 1),
+             (1, 16, 16, 8192, 8192, 64, 1)]
+    got = fp8([(c, 132, 0, -1) for c in cases])
+    assert [r["bn"] for r in got] == [128, 256, 128, 256, 256, 256, 128]
+    assert all(r["cover"] and r["q_terms"] == 1 for r in got)
+    assert [r["bn"] for r in fp8([(c, 132, 0, -1) for c in cases], fp8=False)] == [128] * len(cases)
 
 
 def expected_bn256(shape, sms: int, split_override: int, ablate: int = 0) -> dict:
@@ -293,7 +334,7 @@ def expected_bn256(shape, sms: int, split_override: int, ablate: int = 0) -> dic
     b, h, s, d = shape
     split256 = split_override == 2 or (split_override == 0 and _cdiv(s, 256) >= 2 and 2 * _cdiv(s, 128) * b * h <= sms)
     if d != 128 or split256 or ablate:
-        return expected(shape, sms, split_override, 1, bn_policy=0)
+        return expected(shape, sms, split_override, 1, bn_policy=0, ablate=ablate)
     return {"units": _cdiv(s, 128) * b * h, "block": 384, "bm": 128, "bn": 256, "split": 1, "ncwg": 2}
 
 
@@ -339,15 +380,9 @@ def test_head_dim_128_256_key_tiles(fp8, tmp_path_factory):
 
 
 def expected_q_terms(shape, sms: int, split_override: int, policy: int, q2_policy: int, fp8: bool = True) -> int:
-    """SDPA_SM90_FP8_Q2 restated: two E4M3 terms of Q only in the fp8 tier's two-warpgroup kernels with
-    128-key tiles; policy 1 only for a short launch (fewer work units than SMs, at most 8 K/V tiles per
-    consumer warpgroup at head dim 64, 4 at 128), policy 2 wherever those kernels run."""
-    e = expected(shape, sms, split_override, policy, fp8)
-    if not fp8 or e["ncwg"] != 2 or e["bn"] != 128 or q2_policy == 0:
-        return 1
-    tiles = _cdiv(shape[2], e["bn"])
-    per_wg = _cdiv(tiles, 2) if e["split"] == 2 else tiles
-    return 2 if q2_policy == 2 or (e["units"] < sms and per_wg * (shape[3] // 64) <= 8) else 1
+    """The Q terms of the configuration expected() gives (_q_terms_of: SDPA_SM90_FP8_Q2 restated)."""
+    e = expected(shape, sms, split_override, policy, fp8, q2_policy=q2_policy)
+    return _q_terms_of(e, shape, sms, q2_policy, fp8)
 
 
 def test_q_terms_follow_the_rule(fp8):

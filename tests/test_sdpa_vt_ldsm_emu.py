@@ -3,9 +3,9 @@ SDPA_SM90_VT_LDSM), no GPU needed.
 
 The head-dim-128 producer turns a V tile [BN keys][128 dims] of E4M3 codes into V^T, the K-major B operand of P V,
 with its keys permuted (vt_key_perm) and swizzled (vt_chunk). Today it does so with 4-byte loads, byte permutes and
-16-byte stores (transpose_v_tile, transpose_v_tile_fast at 128 / 192 keys, transpose_v_tile256 at 256 keys);
-SDPA_SM90_VT_LDSM does it with ldmatrix.trans, prmt and stmatrix from a V stage the copy engine wrote with the
-128-byte swizzle. The consumers read V^T unchanged, so the new transpose must write the same bytes at the same
+16-byte stores (transpose_v_tile, transpose_v_tile_fast at 128 / 192 keys; the 256-key kernel's transpose_v_tile256
+until 2026-11-29); SDPA_SM90_VT_LDSM, and the 256-key kernel since, do it with ldmatrix.trans, prmt and stmatrix from
+a V stage the copy engine wrote with the 128-byte swizzle. The consumers read V^T unchanged, so the new transpose must write the same bytes at the same
 addresses. This test restates, per lane and in Python, what each transpose does (addresses, words, prmt
 selectors) and executes ldmatrix / stmatrix / prmt as the PTX ISA defines them, on random bytes, at 128, 192 and
 256 keys: the two V^T images must be identical, and equal to the definition (V^T chunk of dim d, group G, position L
@@ -103,23 +103,6 @@ def transpose_fast(T, v, vt):
             w = [word(v, ld + it * 64 * D + vt_key_perm(i) * D) for i in range(16)]
             for s in range(4):
                 store_words(vt, st[it][s], vt_gather(w, sel[s]))
-
-
-def transpose_256(T, v, vt):
-    """transpose_v_tile256 with vt_addr256's offsets."""
-    for ptid in range(128):
-        dq, G = ptid & 31, ptid >> 5
-        ld = 16 * G * D + 4 * dq
-        rot_a = (dq >> 1) & 3
-        st = [vt_chunk(T, 4 * dq + ((s + rot_a) & 3), G) for s in range(4)]
-        rot = (ptid >> 1) & 3
-        for it in range(4):
-            w = [word(v, ld + it * 64 * D + vt_key_perm(i) * D) for i in range(16)]
-            base = T.VT_P1_OFF if it >> 1 else 0
-            flip = (it & 1) << 6
-            for s in range(4):
-                dd = (s + rot) & 3
-                store_words(vt, base + (st[s] ^ flip), vt_gather(w, dd | ((dd + 4) << 4)))
 
 
 # ---- the new one: ldmatrix.trans / prmt / stmatrix from a 128-byte-swizzled V stage -----------------------------
@@ -221,8 +204,8 @@ def test_ldsm_transpose_writes_todays_vt_bytes(bn):
     ref[~written] = fill
 
     images = {}
-    for name, fn in (("generic", transpose_generic), ("fast", transpose_fast), ("256", transpose_256)):
-        if (name == "fast" and bn == 256) or (name == "256" and bn != 256):
+    for name, fn in (("generic", transpose_generic), ("fast", transpose_fast)):
+        if name == "fast" and bn == 256:
             continue
         img = np.full(T.VT_BYTES, fill, np.uint8)
         fn(T, v, img)

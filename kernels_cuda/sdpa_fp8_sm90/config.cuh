@@ -152,10 +152,12 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // conflict-free: per tile and producer thread BN/16 LDSM, BN/16 STSM and BN/4 PRMT where the item transposes (VT_FAST,
 // the 256-key kernel's) take BN/4 LDS, BN/16 STS.128 and 3 BN/4 PRMT, for the same shared-memory wavefronts.  The
 // same V^T bytes (tests/test_sdpa_vt_ldsm_emu.py emulates both), so the consumers are unchanged.  Applies to every
-// head-dim-128 fp8 kernel of the build (128-, 192- and 256-key: one V tensor map), not to the baseline variant.
-// The 256-key producer (SDPA_SM90_BN256_PRODUCER_REGS) has no spills down to 40 registers with it (today's: 56).
-// experiments/2026-11-29-sdpa-fp8-vt-ldsm (CPU: the byte images, registers, SASS; GPU timing pending).
-// SDPA_SM90_VT_LDSM_BATCH (default 2): units (16 keys x 32 dims) loaded before the first of their stores.
+// head-dim-128 fp8 kernel of the build (128- and 192-key: one V tensor map per launch), not to the baseline variant;
+// the 256-key kernel transposes this way whatever the define (since 2026-11-29, one unit at a time: its producer has
+// 24 registers).  experiments/2026-11-29-sdpa-fp8-vt-ldsm (the byte images, registers, SASS; 1x H200, cold: the same
+// outputs bit for bit; at 128 keys 3.4-4.0% slower at (2,32,4096,128) and (4,16,4096,128), at 192 keys 0.2-3.8%
+// faster at (1,16,8192,128) and (1,16,16384,128), where the 256-key kernel now runs: so off for those two).
+// SDPA_SM90_VT_LDSM_BATCH (default 2): units (16 keys x 32 dims) loaded before the first of their stores (128 / 192).
 #ifndef SDPA_SM90_VT_LDSM
 #define SDPA_SM90_VT_LDSM 0
 #endif
@@ -180,35 +182,37 @@ static_assert(SDPA_SM90_VT_LDSM == 0 || SDPA_SM90_VT_LDSM == 1, "SDPA_SM90_VT_LD
 #endif
 
 // ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
-// SDPA_SM90_BN_D128 = 0 (default), 128 or 192: keys per K/V tile at head dim 128.  Both kernels are in
-// every FP8 build; 0 = select_config (kernel.cuh) picks one per S at run time (bn_d128 below), 128 or
-// 192 = always that one.  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
+// SDPA_SM90_BN_D128 = 0 (default), 128, 192 or 256: keys per K/V tile at head dim 128.  Every kernel is in
+// every FP8 build; 0 = select_config (kernel.cuh) picks one per Skv at run time (fp8_traits.cuh bn_d128, then
+// prefers_bn256), 128, 192 or 256 = always that one (256 where it serves).  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
 // tile's fixed costs (row-max shuffles, the O rescale, the turn and the waits) over 1.5x the keys;
 // S takes 96 accumulator registers instead of 64 (Q K^T then reads Q from shared memory: Q_SMEM),
 // and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
 // keys 0..127 with the 128-byte swizzle, keys 128..191 with the 64-byte swizzle.  But S is padded to
 // a multiple of the tile: 2048 keys are 11 tiles of 192 (2112 keys), 16 of 128.
-// 256 (since 2026-11-29; off by default, not in the rule of 0): the 256-key kernel (fp8_traits.cuh Fp8TraitsN BN 256,
-// mainloop.cuh consumer_loop256) at every head-dim-128 shape it serves (unsplit, no ablation; the others take the
-// rule of 0).  Its consumer loop never holds the probabilities of one tile and the scores of the next in registers
-// at once (S 128 + O 64 + P 32 would leave nothing of 224 for the rest), so it has no P V in flight during its own
-// softmax (the other warpgroup's is); one build carries it beside the 128- and 192-key kernels
-// (experiments/2026-11-29-sdpa-fp8-bn256, 1x H200: correct at every case checked there; cold, 1.4-2.5% slower than
-// the rule of 0 at four of five head-dim-128 shapes, 2.6% faster at (1,16,16384,128); so not in the rule).
+// 256: the 256-key kernel (fp8_traits.cuh Fp8TraitsN BN 256, mainloop.cuh consumer_loop256) at every head-dim-128
+// shape it serves (unsplit, no ablation; the others take the rule of 0).  Its consumer loop never holds the
+// probabilities of one tile and the scores of the next in registers at once (S 128 + O 64 + P 32), so it has no P V
+// in flight during its own softmax (the other warpgroup's is).  Since 2026-11-29 the rule of 0 takes it where
+// fp8_traits.cuh prefers_bn256 says (its producer at 24 registers and consumers at 240, cuDNN FP8's split: 1.7-14%
+// faster than the 128/192-key rule at the large head-dim-128 shapes, experiments/2026-11-29-sdpa-fp8-producer24).
+// Before that, with its producer at 56 and consumers at 224, it was 1.4-2.5% slower than the rule at four of five
+// shapes (experiments/2026-11-29-sdpa-fp8-bn256), and the consumers' 16 registers are what it lacked: at 40 / 232 it
+// is 3-4% slower than at 24 / 240.
 #ifndef SDPA_SM90_BN_D128
 #define SDPA_SM90_BN_D128 0
 #endif
 static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192 || SDPA_SM90_BN_D128 == 256,
               "SDPA_SM90_BN_D128: 0 (by S), 128, 192 or 256");
-// The 256-key kernel's producer registers (the consumers take (3 * 168 - this) / 2, rounded down to 8): 56 (default;
-// consumers 224).  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
+// The 256-key kernel's producer registers (the consumers take (3 * 168 - this) / 2, rounded down to 8; cpasync, the
+// baseline variant keeps 56): 24 (default since 2026-11-29; consumers 240).  The history:  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
 // 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
 // there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
 // With SDPA_SM90_VT_LDSM (ldmatrix / stmatrix) the producer spilled 0 / 0 bytes at 40, 12 / 0 at 32, 68 / 24 at 24
 // (experiments/2026-11-29-sdpa-fp8-vt-ldsm).  Since then (experiments/2026-11-29-sdpa-fp8-producer24) the 256-key
 // producer keeps its unit cursor in shared memory (its issuing thread alone), makes its transpose addresses again per
-// tile and steps each V^T panel with one counter: with SDPA_SM90_VT_LDSM=1 and SDPA_SM90_VT_LDSM_BATCH=1 it has no
-// spills at 24 (consumers 240), causal and not; with BATCH 2 it spills 4 / 4 bytes there.
+// tile and steps each V^T panel with one counter: transposing one unit at a time it has no spills at 24 (consumers
+// 240), causal and not (two units at a time: 4 / 4 bytes).
 // The 256-key kernel's consumer loop (mainloop.cuh): 0 = consumer_loop256 (P V waited for in the turn, then Q K^T),
 // 1 = consumer_loop256_split (P V issued in two halves of 128 keys right after the softmax, the first while the
 // exponentials of the second half are taken; waited for before the next turn).  The same arithmetic.
@@ -217,7 +221,7 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 #endif
 static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90_BN256_LOOP: 0 or 1");
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
-#define SDPA_SM90_BN256_PRODUCER_REGS 56
+#define SDPA_SM90_BN256_PRODUCER_REGS 24
 #endif
 
 // ---- both tiers (fp8_traits.cuh, traits.cuh, kernel.cuh; the fp16 tier since 2026-11-26, measured there on

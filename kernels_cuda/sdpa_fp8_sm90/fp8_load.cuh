@@ -138,48 +138,9 @@ __device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict_
     if constexpr (T::VT_ITEMS == 3) vt_fast_store<T>(w[0], vt, a, 2);
 }
 
-// BN 256 (head dim 128, V from a shared-memory stage): the V^T bytes of transpose_v_tile with VT_FAST's addressing
-// (the 32 lanes of a warp share one 16-key group, no pair swap), four items (G = warp + 4 it: items 0 and 1 in V^T's
-// panel 0, 2 and 3 in panel 1), one item's 16 words at a time in a loop not unrolled, so that the producer's 56
-// registers hold it (unrolled, or with the offsets taken from ptid per tile, the producer spilled 16-96 bytes).
-struct VtAddr256 {
-    uint32_t ld;     // byte offset of item 0's first key row + 4 dq in the V stage
-    uint32_t st[4];  // byte offset in V^T of store s of item 0
-};
-template <class T>
-__device__ __forceinline__ VtAddr256 vt_addr256(int ptid) {
-    static_assert(T::D == 128 && T::BN == 256 && T::VT_ITEMS == 4 && T::VT_P1_KEYS == 128, "256-key tiles, head dim 128");
-    VtAddr256 a{};
-    const int dq = ptid & 31, G = ptid >> 5;
-    a.ld = (uint32_t)(16 * G * T::D + 4 * dq);
-    const int rot = (dq >> 1) & 3;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) a.st[s] = vt_chunk<T>(4 * dq + ((s + rot) & 3), G);
-    return a;
-}
-template <class T>
-__device__ __forceinline__ void transpose_v_tile256(const uint8_t* __restrict__ src, uint8_t* vt, const VtAddr256& a,
-                                                    int ptid) {
-    const uint32_t rot = (uint32_t)(ptid >> 1) & 3u;  // (dq / 2) % 4: store s writes byte (s + rot) % 4 of each word
-#pragma unroll 1
-    for (int it = 0; it < 4; ++it) {
-        uint32_t w[16];
-        const uint8_t* ld = src + a.ld + it * (64 * T::D);  // item it: G + 4 it, 64 it keys on
-#pragma unroll
-        for (int i = 0; i < 16; ++i) w[i] = *reinterpret_cast<const uint32_t*>(ld + vt_key_perm(i) * T::D);
-        // item 1 (G + 4 = G ^ 4) flips bit 6 of the chunk offset; items 2, 3 are items 0, 1 in panel 1
-        uint8_t* st = vt + ((it >> 1) ? T::VT_P1_OFF : 0);
-        const uint32_t flip = (uint32_t)(it & 1) << 6;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            const uint32_t dd = ((uint32_t)s + rot) & 3u;
-            *reinterpret_cast<uint4*>(st + (a.st[s] ^ flip)) = vt_gather(w, dd | ((dd + 4u) << 4));
-        }
-    }
-}
-
-// SDPA_SM90_VT_LDSM (head dim 128, cpasync: V from a shared-memory stage the copy engine wrote with the 128-byte
-// swizzle, key row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) << 4)): the same V^T bytes as the transposes above,
+// SDPA_SM90_VT_LDSM and the 256-key kernel (head dim 128, cpasync: V from a shared-memory stage the copy engine wrote
+// with the 128-byte swizzle, key row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) << 4)): the same V^T bytes as the
+// transposes above,
 // by ldmatrix.trans / prmt / stmatrix.  A unit is 16 keys (group G) x 32 dims (two 16-dim chunks 2w, 2w + 1 of
 // warp w); each warp takes its 32 dims in every group of the tile (BN / 16 units).
 //   load (ldmatrix .x4 .trans): matrix j = keys 16 G + 8 (j % 2) .. + 7, chunk 2w + j / 2 (conflict-free: the swizzle
@@ -235,7 +196,7 @@ __device__ __forceinline__ void vt_ldsm_panel(uint32_t ld, uint32_t vt, uint32_t
 template <class T>
 __device__ __forceinline__ void transpose_v_tile_ldsm(uint32_t vstage_off, uint32_t vt, const VtLdsmAddr& a) {
     constexpr int NG0 = T::BN < 128 ? T::BN / 16 : 8, NG1 = T::BN / 16 - NG0;  // groups in panel 0, 1
-    constexpr int NB = SDPA_SM90_VT_LDSM_BATCH;
+    constexpr int NB = T::LEAN ? 1 : SDPA_SM90_VT_LDSM_BATCH;  // (the 256-key producer at 24 registers: one unit)
     vt_ldsm_panel<NG0, NB>(a.ld + vstage_off, vt, a.st0, a.sel_lo);
     if constexpr (NG1 > 0)  // keys 128 ..: 128-byte rows at BN 256, 64-byte rows (64-byte swizzle) at BN 192
         vt_ldsm_panel<NG1, NB>(a.ld + vstage_off + 8 * 16 * 128, vt + (uint32_t)T::VT_P1_OFF,

@@ -25,6 +25,17 @@ __host__ __device__ constexpr int bn_d128(int S, int policy) {
     return policy != 0 ? policy
                        : ((long long)(S + 191) / 192 * 192) * 49 < ((long long)(S + 127) / 128 * 128) * 50 ? 192 : 128;
 }
+// Policy 0, then: the 256-key kernel instead of that width where it pads no more keys, the launch is unsplit and takes
+// Q in one term (select_config keeps the two terms of short launches and the split grid on their kernels) and, with
+// the causal mask, Skv is at least kBn256CausalMinKeys.  1x H200, cold p50 against the 128/192-key rule
+// (experiments/2026-11-29-sdpa-fp8-producer24; producer 24 / consumers 240, ldmatrix V transpose): 4.7% faster at
+// (1,16,8192,128), 12-14% at (1,16,16384,128), 4% at (2,32,4096,128) and (4,16,4096,128), 1.7% at
+// (2,16,2048,128), a tie at (1,32,1024,128); causal 3.5% faster at (1,16,8192,128) but 4.9% slower at
+// (2,16,2048,128) (the diagonal tile masks half of 256 keys), so the mask takes it from 8192 keys, measured there.
+constexpr int kBn256CausalMinKeys = 8192;
+__host__ __device__ constexpr bool prefers_bn256(int Skv, bool causal, int bn) {
+    return (long long)(Skv + 255) / 256 * 256 <= (long long)(Skv + bn - 1) / bn * bn && (!causal || Skv >= kBn256CausalMinKeys);
+}
 
 // SDPA_SM90_FP8_Q2's policy 1: a launch is short when its work units are less than one wave (units < SMs: every
 // block takes one) and the second term's extra Q K^T work per consumer warpgroup is at most that of 8 K/V tiles

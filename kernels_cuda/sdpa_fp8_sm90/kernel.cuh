@@ -242,8 +242,8 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
 // every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
 // Then, unsplit (both tiers), the tile plan (tile_plan.cuh) by plan_policy
 // (SDPA_SM90_TILE_PLAN: it chooses only for three consumer warpgroups; two keep full tiles).
-// Head dim 128, FP8 tier: 128- or 192-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
-// bn_d128), chosen first: the split rule counts K/V tiles of that width.
+// Head dim 128, FP8 tier: 128-, 192- or 256-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
+// bn_d128, prefers_bn256), chosen first: the split rule counts K/V tiles of that width.
 // FP8 tier, last: Q as one or two E4M3 terms by q2_policy (SDPA_SM90_FP8_Q2, config.cuh): 0 = one; 1 = two
 // for a short launch (fp8_q2_short: less than one wave of work units, at most 8 K/V tiles per consumer
 // warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no
@@ -289,24 +289,40 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     // Keys per K/V tile: head dim 128 in the FP8 tier by Skv (fp8_traits.cuh bn_d128), else the traits' own.
     // 256 (bn_policy 256 only): the 256-key kernel, unsplit and without ablation; a launch that would split on its
     // tiles, or an ablation, takes the rule of policy 0 instead.
-    int bn_pick = bn_d128(Skv, bn_policy);
-    if (bn_pick == 256) {
-        const int nt256 = (Skv + 255) / 256;
-        const bool split256 = split_override == 2 || (split_override == 0 && nt256 >= 2 && 2 * blocks2 <= num_sms);
-        if (split256 || ablate != kAblNone) bn_pick = bn_d128(Skv, 0);
+    // Policy 0 at head dim 128 (fp8 tier): 128 or 192 by bn_d128, then 256 where prefers_bn256 and that launch is
+    // unsplit with Q in one term (fp8_traits.cuh).
+    struct Pick {
+        int bn;
+        bool split, three, q2;
+    };
+    auto pick_for = [&](int bn_pick) {
+        if (bn_pick == 256) {
+            const int nt256 = (Skv + 255) / 256;
+            const bool split256 = split_override == 2 || (split_override == 0 && nt256 >= 2 && 2 * blocks2 <= num_sms);
+            if (split256 || ablate != kAblNone) bn_pick = bn_d128(Skv, 0);
+        }
+        const bool wide256 = FP8 && D == 128 && bn_pick == 256;
+        const bool wide = FP8 && D == 128 && bn_pick == 192;
+        const int bn = wide256 ? 256 : wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
+                                                            : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
+        const int ntiles = (Skv + bn - 1) / bn;
+        const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
+        const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
+        const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
+        const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
+        const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
+        const bool q2 = FP8 && !three && !wide && !wide256 &&
+                        (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, D, num_sms)));
+        return Pick{bn, split, three, q2};
+    };
+    Pick pk = pick_for(bn_d128(Skv, bn_policy));
+    if (FP8 && D == 128 && bn_policy == 0 && ablate == kAblNone && !pk.split && !pk.q2 &&
+        prefers_bn256(Skv, a.causal, pk.bn)) {
+        const Pick w = pick_for(256);
+        if (w.bn == 256) pk = w;
     }
-    const bool wide256 = FP8 && D == 128 && bn_pick == 256;
-    const bool wide = FP8 && D == 128 && bn_pick == 192;
-    const int bn = wide256 ? 256 : wide ? 192 : D == 64 ? KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN
-                                                        : KernelTraits<FP8, 128, kAsync, kAblNone, false>::BN;
-    const int ntiles = (Skv + bn - 1) / bn;
-    const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
-    const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
-    const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
-    const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
-    const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
-    const bool q2 = FP8 && !three && !wide && !wide256 &&
-                    (q2_policy == 2 || (q2_policy == 1 && fp8_q2_short(units2, tiles_per_wg, D, num_sms)));
+    const bool wide256 = pk.bn == 256, wide = FP8 && D == 128 && pk.bn == 192;
+    const bool split = pk.split, three = pk.three, q2 = pk.q2;
     const bool c = a.causal;  // the kernel of the mask, or the one without (every other case: kernels of 90347d1)
     if (D == 64) {
         if (split) *li = info_for<FP8, 64, true>(BH, S, ablate, q2, c);
@@ -385,7 +401,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
                                                         : CU_TENSOR_MAP_SWIZZLE_128B;
     // SDPA_SM90_VT_LDSM: V of head dim 128 with the 128-byte swizzle too, for the producer's ldmatrix (fp8_load.cuh).
     const CUtensorMapSwizzle v_swizzle =
-        fp8 && li.D == 128 && SDPA_SM90_VT_LDSM != 0 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+        fp8 && li.D == 128 && (SDPA_SM90_VT_LDSM != 0 || li.bn == 256) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     for (int i = 0; i < 2; ++i) {
         if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                    const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,

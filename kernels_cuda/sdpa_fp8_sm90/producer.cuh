@@ -66,14 +66,11 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         uint8_t* kraw = smem + T::OFF_KRAW;  // fp8: the K stages the consumers read (kst)
         uint8_t* vraw = smem + T::OFF_VRAW;
         // SDPA_SM90_VT_LDSM: every head-dim-128 fp8 kernel's V stages are 128-byte swizzled (make_maps), so all
-        // of them transpose by ldmatrix / stmatrix.
-        constexpr bool kVtLdsm = T::FP8 && T::D == 128 && SDPA_SM90_VT_LDSM != 0;
-        constexpr bool kVt256 = T::FP8 && T::BN == 256 && !kVtLdsm;
-        constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0 && !kVt256 && !kVtLdsm;
+        // of them transpose by ldmatrix / stmatrix; the 256-key kernel's always are.
+        constexpr bool kVtLdsm = T::FP8 && T::D == 128 && (SDPA_SM90_VT_LDSM != 0 || T::LEAN);
+        constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0 && !kVtLdsm;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
-        [[maybe_unused]] VtAddr256 va256{};
-        if constexpr (kVt256) va256 = vt_addr256<T>(ptid);
         [[maybe_unused]] VtLdsmAddr vla{};
         if constexpr (kVtLdsm && !T::LEAN) vla = vt_ldsm_addr<T>(smem_u32(vraw), ptid);
         // Where tile g + d lies (d >= 0) when g is tile t of unit i, so that an issue divides by nothing unless a
@@ -211,7 +208,6 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                                              vt_ldsm_addr<T>(smem_u32(vraw), tid_x_here()));
                 else if constexpr (kVtLdsm)
                     transpose_v_tile_ldsm<T>((uint32_t)(s * T::V_TILE), smem_u32(vt + b * T::VT_BYTES), vla);
-                else if constexpr (kVt256) transpose_v_tile256<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, va256, ptid);
                 else if constexpr (kVtFast) transpose_v_tile_fast<T>(vraw + s * T::V_TILE, vt + b * T::VT_BYTES, vfa);
                 else transpose_v_tile<T, false>(vraw + s * T::V_TILE, T::BN, vt + b * T::VT_BYTES, ptid);
                 fence_proxy_async();
