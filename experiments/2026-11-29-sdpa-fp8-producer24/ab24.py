@@ -319,7 +319,8 @@ def ncu(runners) -> None:
             log({"phase": "ncu", "impl": key, "skipped": "time"})
             continue
         dst = OUT / f"ncu_{key}.csv"
-        base = [exe, "--clock-control", "none", "--metrics", NCU_METRICS, "--csv", "--page", "raw", "--launch-count", "1"]
+        base = [exe, "--clock-control", "none", "--metrics", NCU_METRICS, "--print-metric-instances", "details", "--csv",
+                "--page", "raw", "--launch-count", "1"]
         if key == "cudnn":  # its attention kernel (cuDNN's flash_fprop), the third launch: after the warmup and one
             cmd = [*base, "--target-processes", "all", "-k", "regex:flash_fprop", "--launch-skip", "2",
                    sys.executable, "-m", "driver.peers.cudnn_sdpa", *io_args(files), "--timing", "cold", "--iters", "2",
