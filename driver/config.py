@@ -254,6 +254,12 @@ SANITIZER_CASES: dict[str, AttnCase] = {
     "san_decode_rows64_d64": AttnCase((1, 8, 16, 64), (1, 2, 1000, 64), causal=True),
     "san_gqa_causal_d128": AttnCase((1, 8, 300, 128), (1, 2, 700, 128), causal=True),
     "san_gqa_d64": AttnCase((2, 6, 200, 64), (2, 3, 450, 64)),
+    # Since 2026-11-29 the fp8 tier's rule takes the 256-key kernel at head dim 128 where it pads no more keys
+    # (unsplit_d128 reaches it without the mask) and, with the mask, from 8192 keys: its causal kernel over 33
+    # tiles with a tail, 68 units (unsplit on 132 SMs); and the 128-key kernel unsplit with Q in one term, over five
+    # tiles with a tail, that unsplit_d128 reached before.
+    "san_bn256_causal_d128": AttnCase((1, 68, 128, 128), (1, 4, 8292, 128), causal=True),
+    "unsplit128_d128": AttnCase((1, 14, 600, 128), (1, 14, 600, 128)),
 }
 # SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
 # heuristic picks for them (head dim 64); unsplit3_d64, unsplit_d128 and unsplit_wide_d128 the Hopper

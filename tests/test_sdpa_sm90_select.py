@@ -434,6 +434,20 @@ def test_sanitizer_shapes_reach_the_two_term_kernels(fp8):
     assert [(r["q_terms"], r["split"], r["bn"]) for r in got] == [(2, 1, 128), (2, 2, 128), (2, 1, 128), (2, 2, 128)]
 
 
+def test_sanitizer_shapes_reach_the_head_dim_128_unsplit_kernels(fp8):
+    """The stress sanitizers run, in the fp8 tier on 132 SMs, the 256-key kernel without the mask (unsplit_d128: one
+    tile with a tail) and with it (san_bn256_causal_d128: 33 tiles with a tail), and the 128-key kernel unsplit with Q
+    in one term (unsplit128_d128: five tiles with a tail), which unsplit_d128 reached before the 256-key rule."""
+    from driver.config import SANITIZED_SHAPES, SDPA_CASES
+    names = ("unsplit_d128", "san_bn256_causal_d128", "unsplit128_d128")
+    assert set(names) <= set(SANITIZED_SHAPES)
+    cases = [(c.q_shape[0], c.q_shape[1], c.kv_shape[1], c.q_shape[2], c.kv_shape[2], c.q_shape[3], int(c.causal))
+             for c in (SDPA_CASES[n] for n in names)]
+    got = fp8([(c, 132, 0, -1) for c in cases])
+    assert [(r["bn"], r["split"], r["q_terms"]) for r in got] == [(256, 1, 1), (256, 1, 1), (128, 1, 1)]
+    assert [r["tiles_total"] for r in got] == [132, 2244, 350] and all(r["cover"] for r in got)
+
+
 def test_the_odd_split_sanitizer_shape_splits_over_an_odd_count_of_tiles(fp8):
     """split_odd_d128 runs the split configuration in both tiers on 132 SMs with five 128-key tiles, so warpgroup 0
     takes the last one and warpgroup 1 merges after it (the case racecheck flagged before the wait in consumer)."""
