@@ -149,8 +149,8 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // ---- fp8 tier (fp8_load.cuh transpose_v_tile_ldsm, producer.cuh, kernel.cuh make_maps)
 // SDPA_SM90_VT_LDSM = 0 (default) or 1: head dim 128, cpasync: the copy engine writes V's stages with the 128-byte
 // swizzle and the producer transposes them into V^T by ldmatrix.trans (b16, x4), prmt and stmatrix (x4), both
-// conflict-free: per tile and producer thread BN/16 LDSM, BN/16 STSM and BN/4 PRMT where the item transposes (VT_FAST,
-// the 256-key kernel's) take BN/4 LDS, BN/16 STS.128 and 3 BN/4 PRMT, for the same shared-memory wavefronts.  The
+// conflict-free: per tile and producer thread BN/16 LDSM, BN/16 STSM and BN/4 PRMT where the item transposes (VT_FAST)
+// take BN/4 LDS, BN/16 STS.128 and 3 BN/4 PRMT, for the same shared-memory wavefronts.  The
 // same V^T bytes (tests/test_sdpa_vt_ldsm_emu.py emulates both), so the consumers are unchanged.  Applies to every
 // head-dim-128 fp8 kernel of the build (128- and 192-key: one V tensor map per launch), not to the baseline variant;
 // the 256-key kernel transposes this way whatever the define (since 2026-11-29, one unit at a time: its producer has
@@ -184,7 +184,8 @@ static_assert(SDPA_SM90_VT_LDSM == 0 || SDPA_SM90_VT_LDSM == 1, "SDPA_SM90_VT_LD
 // ---- fp8 tier (fp8_traits.cuh, kernel.cuh)
 // SDPA_SM90_BN_D128 = 0 (default), 128, 192 or 256: keys per K/V tile at head dim 128.  Every kernel is in
 // every FP8 build; 0 = select_config (kernel.cuh) picks one per Skv at run time (fp8_traits.cuh bn_d128, then
-// prefers_bn256), 128, 192 or 256 = always that one (256 where it serves).  192 (FlashAttention-3 takes 224 for FP8 at head dim 128) spreads each
+// prefers_bn256), 128, 192 or 256 = always that one (256 where it serves).  192 (FlashAttention-3 takes 224 for FP8
+// at head dim 128) spreads each
 // tile's fixed costs (row-max shuffles, the O rescale, the turn and the waits) over 1.5x the keys;
 // S takes 96 accumulator registers instead of 64 (Q K^T then reads Q from shared memory: Q_SMEM),
 // and the K/V ring is two stages deep instead of three (shared memory).  V^T is then two panels:
@@ -198,15 +199,15 @@ static_assert(SDPA_SM90_VT_LDSM == 0 || SDPA_SM90_VT_LDSM == 1, "SDPA_SM90_VT_LD
 // faster than the 128/192-key rule at the large head-dim-128 shapes, experiments/2026-11-29-sdpa-fp8-producer24).
 // Before that, with its producer at 56 and consumers at 224, it was 1.4-2.5% slower than the rule at four of five
 // shapes (experiments/2026-11-29-sdpa-fp8-bn256), and the consumers' 16 registers are what it lacked: at 40 / 232 it
-// is 3-4% slower than at 24 / 240.
+// is 2.9-3.8% slower than at 24 / 240 (6.8% at (1,16,16384,128)).
 #ifndef SDPA_SM90_BN_D128
 #define SDPA_SM90_BN_D128 0
 #endif
 static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN_D128 == 192 || SDPA_SM90_BN_D128 == 256,
               "SDPA_SM90_BN_D128: 0 (by S), 128, 192 or 256");
 // The 256-key kernel's producer registers (the consumers take (3 * 168 - this) / 2, rounded down to 8; cpasync, the
-// baseline variant keeps 56): 24 (default since 2026-11-29; consumers 240).  The history:  nvcc 13.0, cpasync, causal / non-causal kernel: at 48 / 224 the producer spilled 16 / 0 bytes, at
-// 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
+// baseline variant keeps 56): 24 (default since 2026-11-29; consumers 240).  The history (nvcc 13.0, cpasync, causal /
+// non-causal kernel), with the item transpose of then: at 48 / 224 the producer spilled 16 / 0 bytes, at 40 / 232 80 / 60, at 24 / 240 (cuDNN's split) 188 / 180 (its V transpose would need ldmatrix / stmatrix to fit
 // there); at 64 / 216 the consumers spilled 1280 and every wgmma was serialized.
 // With SDPA_SM90_VT_LDSM (ldmatrix / stmatrix) the producer spilled 0 / 0 bytes at 40, 12 / 0 at 32, 68 / 24 at 24
 // (experiments/2026-11-29-sdpa-fp8-vt-ldsm).  Since then (experiments/2026-11-29-sdpa-fp8-producer24) the 256-key

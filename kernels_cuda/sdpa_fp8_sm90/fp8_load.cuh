@@ -140,8 +140,7 @@ __device__ __forceinline__ void transpose_v_tile_fast(const uint8_t* __restrict_
 
 // SDPA_SM90_VT_LDSM and the 256-key kernel (head dim 128, cpasync: V from a shared-memory stage the copy engine wrote
 // with the 128-byte swizzle, key row r's 16-byte chunk c at r * 128 + ((c ^ (r % 8)) << 4)): the same V^T bytes as the
-// transposes above,
-// by ldmatrix.trans / prmt / stmatrix.  A unit is 16 keys (group G) x 32 dims (two 16-dim chunks 2w, 2w + 1 of
+// transposes above, by ldmatrix.trans / prmt / stmatrix.  A unit is 16 keys (group G) x 32 dims (two 16-dim chunks 2w, 2w + 1 of
 // warp w); each warp takes its 32 dims in every group of the tile (BN / 16 units).
 //   load (ldmatrix .x4 .trans): matrix j = keys 16 G + 8 (j % 2) .. + 7, chunk 2w + j / 2 (conflict-free: the swizzle
 //     puts 8 consecutive keys' chunk c in 8 different bank groups); lane (p, q) = (l / 4, l % 4) gets in register j

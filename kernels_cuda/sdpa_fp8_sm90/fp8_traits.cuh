@@ -85,8 +85,9 @@ struct Fp8TraitsN {
     // chunks, V transposed from global memory) fits in 56, and its consumers take 224: with 216 the
     // persistent loop's unit counter spilled (they also load Q).
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
-    // BN 256: the producer at SDPA_SM90_BN256_PRODUCER_REGS (56: its transpose one item of 16 words at a time), the
-    // consumers at the rest (224: S 128 + O 64 at the softmax; P 32 + O 64 while P V runs).
+    // BN 256: the producer at SDPA_SM90_BN256_PRODUCER_REGS (24: its ldmatrix transpose one 16-key unit at a time, its
+    // unit cursor in shared memory), the consumers at the rest (240: S 128 + O 64 at the softmax; P 32 + O 64 while
+    // P V runs).
     // (the baseline variant's producer loads K and V^T from global memory itself: at 24 it spilled 140 bytes; 56 as
     // before.  Its consumers then take 224: the same arithmetic, so the same outputs bit for bit.)
     static constexpr int PRODUCER_REGS = LEAN ? (ASYNC ? SDPA_SM90_BN256_PRODUCER_REGS : 56)

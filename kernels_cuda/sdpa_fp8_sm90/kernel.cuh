@@ -286,11 +286,10 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
-    // Keys per K/V tile: head dim 128 in the FP8 tier by Skv (fp8_traits.cuh bn_d128), else the traits' own.
-    // 256 (bn_policy 256 only): the 256-key kernel, unsplit and without ablation; a launch that would split on its
-    // tiles, or an ablation, takes the rule of policy 0 instead.
-    // Policy 0 at head dim 128 (fp8 tier): 128 or 192 by bn_d128, then 256 where prefers_bn256 and that launch is
-    // unsplit with Q in one term (fp8_traits.cuh).
+    // Keys per K/V tile: head dim 128 in the FP8 tier by Skv, else the traits' own.  Policy 0: 128 or 192 by bn_d128,
+    // then 256 where prefers_bn256 says and that launch is unsplit with Q in one term (fp8_traits.cuh); policy 128,
+    // 192 or 256: that width.  The 256-key kernel runs unsplit and without ablation: a launch that would split on its
+    // tiles, or an ablation, takes policy 0's 128 or 192 instead (pick_for).
     struct Pick {
         int bn;
         bool split, three, q2;
