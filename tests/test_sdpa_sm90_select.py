@@ -493,14 +493,18 @@ def test_every_case_is_served_and_covered(fp8):
 
 def test_causal_units_run_only_the_tiles_their_rows_see(fp8):
     """The K/V tiles of all units: without the mask every unit runs ceil(Skv / BN); with it each row tile runs the
-    tiles of its last row (restated here from the mask's definition), so a causal square prefill runs about half."""
+    tiles of its last row (restated here from the mask's definition), so a causal square prefill runs about half.
+    The key-chunk configuration (decode-shaped cases, the fp16 tier) reads each K/V head's tiles once, for all G * Sq
+    rows of its query heads, mask or not (the last row of its rows sees every key)."""
     for shape in CASES:
-        b, hq, _, sq, skv, _, causal = shape
+        b, hq, hkv, sq, skv, _, causal = shape
         for tier in (True, False):
             (r,) = fp8([(shape, 132, 0, 1)], fp8=tier)
             bm, bn = r["bm"], r["bn"]
             rows_last = [min((t + 1) * bm, sq) - 1 for t in range(_cdiv(sq, bm))]
             want = b * hq * sum(_tiles_of_row(i, sq, skv, bool(causal), bn) for i in rows_last)
+            if r["kv_chunks"]:
+                want = b * hkv * _cdiv(skv, bn)
             assert r["tiles_total"] == want, (shape, tier, r)
     (sq_nc,) = fp8([((4, 32, 32, 4096, 4096, 64, 0), 132, 0, 1)], fp8=False)
     (sq_c,) = fp8([((4, 32, 32, 4096, 4096, 64, 1), 132, 0, 1)], fp8=False)
@@ -588,15 +592,16 @@ def test_the_mask_picks_the_kernel(fp8):
             assert [r["causal_kernel"] for r in got] == [bool(c[0][6]) for c in cases]
             # one entry point per (configuration, mask): the same configuration with and without it differs in
             # function and in 8 bytes of shared memory, and the non-causal entry is one for every non-causal case
+            # (the key-chunk configuration's pair, decode-shaped cases: the packed rows' mask adds no shared memory)
             by_cfg: dict = {}
             for c, r in zip(cases, got):
-                cfg = (c[0][5], r["bm"], r["bn"], r["split"], r["ncwg"], r["q_terms"])
+                cfg = (c[0][5], r["bm"], r["bn"], r["split"], r["ncwg"], r["q_terms"], r["kv_chunks"] > 0)
                 by_cfg.setdefault(cfg, {}).setdefault(r["causal_kernel"], set()).add((r["func"], r["smem"]))
             for cfg, kinds in by_cfg.items():
                 assert all(len(v) == 1 for v in kinds.values()), (cfg, kinds)
                 if len(kinds) == 2:
                     (f0, m0), (f1, m1) = next(iter(kinds[False])), next(iter(kinds[True]))
-                    assert f0 != f1 and m1 == m0 + 8, (cfg, kinds)
+                    assert f0 != f1 and m1 == m0 + (0 if cfg[-1] else 8), (cfg, kinds)
             assert sum(len(k) == 2 for k in by_cfg.values()) >= 2
 
 
@@ -633,3 +638,78 @@ def test_fast_division_is_exact(fp8):
     out = subprocess.run([str(fp8.exe), "--fast-div"], capture_output=True, text=True, timeout=60, check=True).stdout
     r = json.loads(out)
     assert r["fast_div_checked"] > 20_000_000 and r["fast_div_wrong"] == 0, r
+
+
+# ------------------------------------------------------------------ the key-chunk configuration, 2026-11-29
+
+def expected_kv(shape, sms: int) -> tuple[int, int]:
+    """(chunks, tiles per chunk) of kernel.cuh kv_plan, restated: 128-key tiles; at least 2 per consumer warpgroup
+    (4 per chunk) and at most D / 4 chunks (the merge's weights in the Q buffer); base = B * Hkv blocks short of the
+    SMs: floor(SMs / base) chunks, else 1..4 by the fullest last wave (the fewest on a tie); no empty chunk."""
+    b, _, hkv, _, skv, d, _ = shape
+    tiles, base = _cdiv(skv, 128), b * hkv
+    cap = max(1, min(tiles // 4, d // 4))
+
+    def fill(blocks: int) -> float:
+        return blocks / (_cdiv(blocks, sms) * sms)
+    if base < sms:
+        n = sms // base
+    else:
+        n = 1
+        for k in range(2, min(4, cap) + 1):
+            if fill(base * k) > fill(base * n) + 1e-9:
+                n = k
+    n = min(n, cap)
+    ct = _cdiv(tiles, n)
+    return _cdiv(tiles, ct), ct
+
+
+def test_decode_shaped_cases_take_key_chunks_in_the_fp16_tier(fp8):
+    """G * Sq <= 64 query rows per K/V head, not square MHA: the fp16 tier's split configuration on the packed case
+    (one block of 64 rows per K/V head, BM 64, 128-key tiles) with the keys cut into kv_plan's chunks; the grid is
+    one block per (K/V head, chunk), every row and tile covered once (the native program's "cover"). The fp8 tier
+    (SDPA_SM90_KV_FP8=0), a --split override, an ablation, square MHA and more than 64 rows keep the per-head units."""
+    shapes = [(b, hq, hkv, sq, skv, d, c) for d in (64, 128) for (b, hq, hkv) in ((1, 4, 4), (8, 32, 8), (8, 32, 1),
+                                                                                  (64, 32, 8), (2, 8, 2))
+              for sq in (1, 4, 16) for skv in (1, 100, 777, 4096, 32768) for c in (0, 1)
+              if (hq // hkv) * sq <= 64 and not (c and sq > skv) and not (hq == hkv and sq == skv and not c)]
+    for sms in (132, 66):
+        got = fp8([(s, sms, 0, 1) for s in shapes], fp8=False)
+        for s, r in zip(shapes, got):
+            chunks, _ = expected_kv(s, sms)
+            assert r["cover"] and r["kv_chunks"] == chunks, (s, sms, r)
+            assert r["grid"] == s[0] * s[2] * chunks and r["bm"] == 64 and r["bn"] == 128 and r["split"] == 2, (s, r)
+            assert r["causal_kernel"] == bool(s[6]) and not r["persistent"], (s, r)
+        assert all(r["kv_chunks"] == 0 for r in fp8([(s, sms, 0, 1) for s in shapes], fp8=True))
+        for split in (1, 2):
+            assert all(r["kv_chunks"] == 0 for r in fp8([(s, sms, split, 1) for s in shapes], fp8=False))
+    assert all(r["kv_chunks"] == 0 for r in fp8([(s, 132, 0, 1) for s in shapes if not s[6]], fp8=False, ablate=1))
+    others = [(2, 16, 16, 2048, 2048, 128, 0), (1, 32, 8, 17, 4096, 128, 0), (1, 4, 1, 17, 4096, 64, 1),
+              (1, 8, 8, 1, 1, 64, 0)]
+    assert all(r["kv_chunks"] == 0 and r["cover"] for r in fp8([(s, 132, 0, 1) for s in others], fp8=False))
+
+
+def test_key_chunks_at_the_issue_cases(fp8):
+    """On 132 SMs: Sq 16 at B 8, Hq 32, Hkv 8, Skv 32K runs 64 blocks of 64 rows in 2 chunks of 128 tiles (one wave of
+    128 blocks); MQA at B 8 runs 16 chunks of 16 tiles; B 64 at 4K keys one chunk (512 blocks); B 1 at 32K 16 chunks
+    (the merge's limit at head dim 128 is 32; the minimum chunk of 4 tiles allows 64)."""
+    want = {(8, 32, 8, 16, 32768, 128, 1): (2, 128), (8, 32, 1, 1, 32768, 128, 0): (16, 128),
+            (64, 32, 8, 16, 4096, 128, 1): (1, 512), (1, 32, 8, 16, 32768, 128, 1): (16, 128)}
+    got = fp8([(s, 132, 0, 1) for s in want], fp8=False)
+    for (s, (chunks, grid)), r in zip(want.items(), got):
+        assert (r["kv_chunks"], r["grid"]) == (chunks, grid), (s, r)
+        assert r["tiles_max_block"] == _cdiv(_cdiv(s[4], 128), chunks), (s, r)
+
+
+def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(fp8):
+    """The runner's --kernel auto (kernel.cuh kv_auto_preferred): the key-chunk configuration over the decode kernel
+    for decode-shaped cases of 33..64 query rows per K/V head, the fp16 tier only. 1x H200 (experiments/
+    2026-11-29-sdpa-decode-wgmma, call 4, cold): at 64 rows 1.05-1.42x the decode kernel's speed, at 32 rows
+    0.70-0.81x (the decode kernel's two-warp groups), at 8 and 16 rows 0.70x; from 33 rows the decode kernel runs its
+    four-warp groups, its 64-row configuration."""
+    cases = [((8, 32, 8, sq, 32768, 128, 0), sq * 4) for sq in (1, 4, 8, 9, 12, 16)] + \
+            [((8, 32, 1, 1, 32768, 128, 0), 32), ((8, 64, 8, 5, 4096, 64, 1), 40), ((2, 8, 8, 64, 8192, 128, 1), 64),
+             ((2, 8, 8, 65, 8192, 128, 1), 65)]
+    for tier in (False, True):
+        got = fp8([(s, 132, 0, 1) for s, _ in cases], fp8=tier)
+        assert [r["kv_auto"] for r in got] == [(not tier) and 33 <= rows <= 64 for _, rows in cases], tier

@@ -431,7 +431,14 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
                                 (fp8 ? "fp8" : "fp16"));
     if (decode_forced && tuned) die(EXIT_BAD_INPUT, "--warps applies to the mma_sync_sm80 kernel only");
     if (decode_forced && ablate != sdpa_fp8::kAblNone) die(EXIT_BAD_INPUT, "--ablate: the decode kernel has no ablation modes");
-    const bool use_decode = decode_forced || (kernel_req == "auto" && !tuned && ablate == sdpa_fp8::kAblNone && sdpa_decode::decode_shaped(shape));
+    bool use_decode = decode_forced || (kernel_req == "auto" && !tuned && ablate == sdpa_fp8::kAblNone && sdpa_decode::decode_shaped(shape));
+#if SDPA_SM90A
+    // --kernel auto on an sm_90 GPU: the Hopper kernel's key-chunk configuration (sdpa_sm90 kv_shaped) instead, where
+    // the case has at least kKvAutoMinRows query rows per K/V head (decided once the GPU is known, below).
+    const bool kv_auto = use_decode && !decode_forced && split == 0 && sdpa_sm90::kv_auto_preferred(fp8, shape);
+#else
+    const bool kv_auto = false;
+#endif
     sdpa_decode::LaunchInfo ldec;
     if (use_decode) {
         if (fp8 && q_terms_req == 2) die(EXIT_BAD_INPUT, "--q-terms 2: the decode kernel's fp8 tier takes Q as one E4M3 term; use --q-terms auto or 1");
@@ -501,6 +508,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     // The Hopper kernel needs an sm_90 GPU (sm_90a code runs on compute capability 9.0 only) and a
     // build for sm_90a; everything else runs mma_sync_sm80.
     const bool sm90_possible = SDPA_SM90A && cc_major == 9 && cc_minor == 0;
+    if (kv_auto && sm90_possible) use_decode = false;  // the Hopper kernel's key chunks (above)
     if (use_decode && cc_major * 10 + cc_minor < 89)  // sdpa_decode: E4M3 cvt and MMA
         die(EXIT_NOT_OFFERED, "the decode kernel (" + kDecode + ") needs an sm_89 or newer GPU; this GPU is " + arch);
     if (!use_decode && kernel_req == kHopper && !sm90_possible)
@@ -508,6 +516,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (!use_decode && fp8 && !sm90_possible)
         die(EXIT_NOT_OFFERED, "the fp8 tier needs FP8 warpgroup MMA (an sm_90 GPU, a build for sm_90a); this GPU is " + arch);
     const bool use_sm90 = !use_decode && (kernel_req == kHopper || (kernel_req == "auto" && sm90_possible && !tuned));
+    int li_kv_chunks = 0;  // the Hopper kernel's key chunks (its KVCHUNK configuration), reported with --extra-keys
     if (!use_decode && !use_sm90 && !shape.square_mha())
         die(EXIT_NOT_OFFERED, std::string("mma_sync_sm80 serves square, non-causal attention with one K/V head per query head; "
                                           "this case (") + case_str(shape) + ") needs the sm_90 kernels; this GPU is " + arch);
@@ -539,6 +548,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
                        ", which takes Q as one E4M3 term; use --q-terms auto or 1");
         func = l90.func; grid = l90.grid; block = l90.block; smem = l90.smem; li_bn = l90.bn; li_split = l90.split;
         li_full = l90.plan.full; li_short = l90.plan.nshort; li_q_terms = l90.q_terms;
+        if (l90.kv) li_kv_chunks = l90.kv_chunks;
 #endif
     } else {
         if (!sdpa_fp8::select_config((int)BH, (int)S, (int)D, num_sms, (int)warps, (int)split, ablate, &li, &why)) die(EXIT_BAD_INPUT, why);
@@ -623,6 +633,13 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     auto free_dec_ws = scope_exit([&] {
         for (auto& w : dec_ws) sdpa_decode::workspace_free(&w.second);
     });
+#if SDPA_SM90A
+    // The Hopper kernel's key chunks: likewise one workspace per stream (sdpa_sm90 Workspace).
+    std::vector<std::pair<cudaStream_t, sdpa_sm90::Workspace>> kv_ws;
+    auto free_kv_ws = scope_exit([&] {
+        for (auto& w : kv_ws) sdpa_sm90::workspace_free(&w.second);
+    });
+#endif
     auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
         if (use_decode) {
             auto it = std::find_if(dec_ws.begin(), dec_ws.end(), [&](const auto& w) { return w.first == stream; });
@@ -635,6 +652,16 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
             return sdpa_decode::launch(ldec, it->second, shape, dq, dk, dv, out, k_scale, v_scale, stream);
         }
 #if SDPA_SM90A
+        if (use_sm90 && l90.kv) {
+            auto it = std::find_if(kv_ws.begin(), kv_ws.end(), [&](const auto& w) { return w.first == stream; });
+            if (it == kv_ws.end()) {
+                kv_ws.emplace_back(stream, sdpa_sm90::Workspace{});
+                it = kv_ws.end() - 1;
+                const cudaError_t e = sdpa_sm90::workspace_alloc(l90, &it->second);
+                if (e != cudaSuccess) return e;
+            }
+            return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream, it->second);
+        }
         if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream);
 #endif
         return sdpa_fp8::launch(li, (int)D, dq, dk, dv, out, (int)S, k_scale, v_scale, stream);
@@ -715,7 +742,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     if (extra_keys)  // only on request: the driver's line schema has no such keys
         extra = std::string(",\"ablate\":\"") + kAblNames[li_ablate] + "\",\"split\":" + std::to_string(li_split) +
                 ",\"bn\":" + std::to_string(li_bn) + ",\"tiles\":[" + std::to_string(li_full) + "," +
-                std::to_string(li_short) + "]";
+                std::to_string(li_short) + "]" + (li_kv_chunks > 0 ? ",\"kv_chunks\":" + std::to_string(li_kv_chunks) : "");
     if (fp8)  // the fp8 tier: Q as one or two E4M3 terms (SDPA_SM90_FP8_Q2)
         extra += ",\"q_terms\":" + std::to_string(li_q_terms);
     if (soak > 0)

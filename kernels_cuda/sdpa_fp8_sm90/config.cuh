@@ -224,6 +224,12 @@ static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
 #define SDPA_SM90_BN256_PRODUCER_REGS 24
 #endif
+// The key-chunk configuration (KVCHUNK, tile_plan.cuh; kernel.cuh kv_tier) in the fp8 tier too: 0 (default) = the
+// fp16 tier's only, 1 = both (a probe: its cpasync variant failed the 4-stream soak, experiments/2026-11-29-sdpa-decode-wgmma).
+#ifndef SDPA_SM90_KV_FP8
+#define SDPA_SM90_KV_FP8 0
+#endif
+static_assert(SDPA_SM90_KV_FP8 == 0 || SDPA_SM90_KV_FP8 == 1, "SDPA_SM90_KV_FP8: 0 or 1");
 
 // ---- both tiers (fp8_traits.cuh, traits.cuh, kernel.cuh; the fp16 tier since 2026-11-26, measured there on
 // 2026-11-27: experiments/2026-11-27-sdpa-fp16-persistent, 1x H100, outputs bit-identical; one unit per block is

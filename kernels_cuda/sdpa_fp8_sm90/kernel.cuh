@@ -70,13 +70,13 @@ constexpr bool kHasNcwg3 = KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::NC
 
 // CAUSAL: the kernel of the bottom-right causal mask (tile_plan.cuh CaseTraits: what it changes), a template
 // argument of its own so that the tier's traits (and the entry names the build gates match) stay as they are.
-template <class Traits, bool CAUSAL>
-__global__ void __launch_bounds__(Traits::THREADS, 1)
-sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
-                     const uint8_t* __restrict__ V, __half* __restrict__ O, TilePlan plan, float scale_log2,
-                     float out_scale) {
+// The kernel's body, T: CaseTraits (kv: the KVCHUNK kernels' key chunks; the others ignore it).
+template <class T>
+__device__ __forceinline__ void kernel_body(const TileMaps& maps, const __half* __restrict__ Q,
+                                            const uint8_t* __restrict__ K, const uint8_t* __restrict__ V,
+                                            __half* __restrict__ O, const TilePlan& plan, float scale_log2,
+                                            float out_scale, const KvChunks& kv) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using T = CaseTraits<Traits, CAUSAL>;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     // The swizzled tiles need 1024-byte alignment; the dynamic allocation has 1024 bytes of slack.
     uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -139,12 +139,31 @@ sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __rest
     // that nothing is live across it.
     if (threadIdx.x < 128) {
         regs_dealloc<T::PRODUCER_REGS>();
-        producer<T>(smem, bars, &maps, plan, K, V);
+        producer<T>(smem, bars, &maps, plan, K, V, kv);
     } else {
         regs_alloc<T::CONSUMER_REGS>();
-        consumer<T>(smem, bars, plan, Q, O, scale_log2, out_scale);
+        consumer<T>(smem, bars, plan, Q, O, scale_log2, out_scale, kv);
     }
 #endif
+}
+
+template <class Traits, bool CAUSAL>
+__global__ void __launch_bounds__(Traits::THREADS, 1)
+sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
+                     const uint8_t* __restrict__ V, __half* __restrict__ O, TilePlan plan, float scale_log2,
+                     float out_scale) {
+    kernel_body<CaseTraits<Traits, CAUSAL>>(maps, Q, K, V, O, plan, scale_log2, out_scale, KvChunks{});
+}
+
+// The KVCHUNK kernels (tile_plan.cuh: decode-shaped cases, packed rows, key chunks across blocks), an overload of
+// the same name (its entries match the build gates' patterns): ROWMASK the packed rows' causal mask.  Traits: the
+// split configuration with 128-key tiles.
+template <class Traits, bool ROWMASK>
+__global__ void __launch_bounds__(Traits::THREADS, 1)
+sdpa_fp8_sm90_kernel(const __grid_constant__ TileMaps maps, const __half* __restrict__ Q, const uint8_t* __restrict__ K,
+                     const uint8_t* __restrict__ V, __half* __restrict__ O, TilePlan plan, float scale_log2,
+                     float out_scale, KvChunks kv) {
+    kernel_body<CaseTraits<Traits, false, true, ROWMASK>>(maps, Q, K, V, O, plan, scale_log2, out_scale, kv);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -180,13 +199,19 @@ struct LaunchInfo {
     int bn = 0;
     int split = 1;  // 2: both consumer warpgroups on the same rows, alternate K/V tiles
     int ncwg = 2;   // consumer warpgroups (3: unsplit head dim 64, 192 rows per block)
-    bool causal = false;  // the kernel of the causal mask (CaseTraits); else the one without
+    bool causal = false;  // the kernel of the causal mask (CaseTraits; kv: ROWMASK); else the one without
     int num_sms = 0;  // the SM count select_config was given
     int ablate = kAblNone;
     bool persistent = false;  // blocks take units grid apart (SDPA_SM90_PERSISTENT); else grid = units
     TilePlan plan{};  // full and short tiles per (b, h) (tile_plan.cuh); units = (full + nshort) * BH
     Precision precision = Precision::kFp16;  // the tier: which kernel family func belongs to
     int q_terms = 1;  // fp8 tier: E4M3 terms of Q in Q K^T (2: SDPA_SM90_FP8_Q2); the fp16 tier: 1 (fp16 Q)
+    // The KVCHUNK kernels (decode-shaped cases: kv_shaped): the packed case (B * Hkv heads of G * Sq rows, group 1;
+    // plan.bh, plan.sq), the key chunks per head and K/V tiles per chunk (kv_plan), the case's Sq (the rows' period).
+    bool kv = false;
+    int kv_chunks = 1;
+    int kv_chunk_tiles = 0;
+    int kv_sq = 0;
 };
 
 // Blocks of a grid of `units` work units: one per unit, or at most one per SM for a persistent kernel.
@@ -199,7 +224,8 @@ inline LaunchInfo info_for(int BH, int S) {
     using Base = KernelTraits<FP8, D, kAsync, ABL, SPLIT, NCWG, BN, Q2>;
     using T = CaseTraits<Base, CAUSAL>;
     LaunchInfo li;
-    li.func = reinterpret_cast<const void*>(&sdpa_fp8_sm90_kernel<Base, CAUSAL>);
+    using Fn = void (*)(TileMaps, const __half*, const uint8_t*, const uint8_t*, __half*, TilePlan, float, float);
+    li.func = reinterpret_cast<const void*>(static_cast<Fn>(&sdpa_fp8_sm90_kernel<Base, CAUSAL>));
     li.D = D;
     li.plan = make_tile_plan((S + T::BM - 1) / T::BM, 0, BH);
     li.grid = li.plan.units;  // select_config: grid_for
@@ -214,6 +240,20 @@ inline LaunchInfo info_for(int BH, int S) {
     li.precision = FP8 ? Precision::kFp8 : Precision::kFp16;
     li.persistent = T::PERSIST;
     li.q_terms = T::Q2 ? 2 : 1;
+    return li;
+}
+
+// The KVCHUNK kernel of a tier and head dim (tile_plan.cuh): the split configuration, 128-key tiles, Q in one term;
+// rowmask: the packed rows' causal mask.  BH, S: the packed heads and rows.
+template <bool FP8, int D, bool ROWMASK>
+inline LaunchInfo info_for_kv(int BH, int S) {
+    using Base = KernelTraits<FP8, D, kAsync, kAblNone, true, 2, 128, false>;
+    using T = CaseTraits<Base, false, true, ROWMASK>;
+    using Fn = void (*)(TileMaps, const __half*, const uint8_t*, const uint8_t*, __half*, TilePlan, float, float, KvChunks);
+    LaunchInfo li = info_for<FP8, D, kAblNone, true, 2, 128, false, false>(BH, S);
+    li.func = reinterpret_cast<const void*>(static_cast<Fn>(&sdpa_fp8_sm90_kernel<Base, ROWMASK>));
+    li.smem = T::SMEM;
+    li.kv = true;
     return li;
 }
 
@@ -253,6 +293,56 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
 // and units; K/V tiles count Skv (the split rule, the 192-key choice, the short-launch rule take ceil(Skv / BN), the
 // tiles of the heaviest unit); the causal mask keeps full tiles (choose_tile_plan) and orders the units heaviest
 // first (tile_plan.cuh).
+// Decode-shaped cases (few query rows per K/V head, as ../sdpa_decode/plan.h decode_shaped counts them: G * Sq <= 64,
+// not the square MHA case) run the KVCHUNK kernels (tile_plan.cuh): the G query heads of a K/V head packed into one
+// block of G * Sq <= 64 rows (the split configuration: both consumer warpgroups on them, alternate K/V tiles), its
+// keys cut into chunks across blocks, so that K/V is read once and the grid fills the GPU.  Not with a --split
+// override or an ablation (those run the per-head units as before).
+constexpr int64_t kKvMaxRows = 64;
+inline bool kv_shaped(const AttnShape& a) { return !a.square_mha() && a.group() * a.Sq <= kKvMaxRows; }
+// The tiers that have them: the fp16 tier.  The fp8 tier's (the same code on its split traits) passed every single-launch
+// check (float64 at 136 cases, racecheck, synccheck, memcheck) but its cpasync variant hung or failed with a launch
+// error in a 4-stream soak at (8,32,1,1,32768) and (64,32,8,16,512), which its baseline and the fp16 tier passed
+// (experiments/2026-11-29-sdpa-decode-wgmma, call 3): not understood, so the fp8 tier keeps the decode kernel there.
+inline bool kv_tier(bool fp8) { return !fp8 || SDPA_SM90_KV_FP8 != 0; }
+// Key chunks per packed head (kv_plan): each consumer warpgroup keeps at least kKvMinTilesPerWg tiles of 128 keys in
+// a chunk (fewer spend the block on its pipeline's fill), and the merge's weights fit the Q buffer (64 rows x 8 bytes
+// per chunk: 16 chunks at head dim 64, 32 at 128).  The count: with base = B * Hkv blocks short of one per SM,
+// floor(SMs / base) chunks (one wave, every SM streaming to the end, as the decode kernel's plan does); with a wave or
+// more, 1 .. kKvMaxWaveChunks chunks, the count whose last wave is fullest (the fewest on a tie).
+// The runner's --kernel auto on an sm_90 GPU takes these kernels over the decode kernel (../sdpa_decode, mma.sync) for
+// decode-shaped cases of at least kKvAutoMinRows query rows per K/V head, where the warpgroup MMA's rate pays
+// (experiments/2026-11-29-sdpa-decode-wgmma); fewer rows stay with the decode kernel (64-row tiles would be mostly
+// padding).
+constexpr int64_t kKvAutoMinRows = 33;
+inline bool kv_auto_preferred(bool fp8, const AttnShape& a) {
+    return kv_tier(fp8) && kv_shaped(a) && a.group() * a.Sq >= kKvAutoMinRows;
+}
+constexpr int kKvMinTilesPerWg = 2;
+constexpr int kKvMaxWaveChunks = 4;
+inline int kv_max_chunks(int D) { return D * 2 * 64 / (64 * 8); }
+inline void kv_plan(const AttnShape& a, int num_sms, int* chunks, int* chunk_tiles) {
+    const int64_t tiles = (a.Skv + 127) / 128, base = a.B * a.Hkv, slots = num_sms > 0 ? num_sms : 1;
+    int64_t cap = tiles / (2 * kKvMinTilesPerWg);
+    if (cap > kv_max_chunks((int)a.D)) cap = kv_max_chunks((int)a.D);
+    if (cap < 1) cap = 1;
+    auto fill = [&](int64_t blocks) {
+        const int64_t waves = (blocks + slots - 1) / slots;
+        return (double)blocks / (double)(waves * slots);
+    };
+    int64_t n = 1;
+    if (base < slots) {
+        n = slots / base;
+    } else {
+        for (int64_t k = 2; k <= kKvMaxWaveChunks && k <= cap; ++k)
+            if (fill(base * k) > fill(base * n) + 1e-9) n = k;
+    }
+    if (n > cap) n = cap;
+    const int64_t ct = (tiles + n - 1) / n;
+    *chunk_tiles = (int)ct;
+    *chunks = (int)((tiles + ct - 1) / ct);  // no empty chunk
+}
+
 template <bool FP8>
 inline bool select_config_tier(const AttnShape& a, int num_sms, int split_override, int ablate, LaunchInfo* li,
                                const char** err, int ncwg_policy, int plan_policy, int bn_policy, int q2_policy) {
@@ -270,6 +360,26 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         return false;
     }
     if (ncwg_policy < 0 || ncwg_policy > 2) { *err = "SDPA_SM90_NCWG3_D64 must be 0, 1 or 2"; return false; }
+    if (kv_tier(FP8) && kv_shaped(a) && split_override == 0 && ablate == kAblNone) {
+        const int BHp = (int)(a.B * a.Hkv), Sp = (int)(a.group() * a.Sq);
+        const bool rm = a.causal;
+        if constexpr (!FP8 || SDPA_SM90_KV_FP8 != 0) {
+            if (D == 64) *li = rm ? info_for_kv<FP8, 64, true>(BHp, Sp) : info_for_kv<FP8, 64, false>(BHp, Sp);
+            else *li = rm ? info_for_kv<FP8, 128, true>(BHp, Sp) : info_for_kv<FP8, 128, false>(BHp, Sp);
+        }
+        kv_plan(a, num_sms, &li->kv_chunks, &li->kv_chunk_tiles);
+        if ((long long)BHp * li->kv_chunks > 0x7fffffffLL) { *err = "grid too large"; return false; }
+        li->kv_sq = (int)a.Sq;
+        li->causal = a.causal;  // the kernel of the mask: here the packed rows' (ROWMASK)
+        li->num_sms = num_sms;
+        AttnShape packed = a;
+        packed.Hq = a.Hkv;
+        packed.Sq = Sp;
+        packed.causal = false;  // the mask is the packed rows' (ROWMASK), on the tiles without it
+        li->plan = with_case(make_tile_plan(1, 0, BHp * li->kv_chunks), packed);
+        li->grid = li->plan.units;
+        return true;
+    }
     if (q2_policy < 0 || q2_policy > 2) { *err = "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"; return false; }
     if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
     if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192 && bn_policy != 256) {
@@ -380,8 +490,11 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const cuuint64_t D = (cuuint64_t)li.D;
     const cuuint32_t ones[3] = {1, 1, 1};
     {
-        const cuuint64_t dims[3] = {D, (cuuint64_t)a.Sq, (cuuint64_t)(a.B * a.Hq)};
-        const cuuint64_t strides[2] = {D * 2, D * 2 * (cuuint64_t)a.Sq};
+        // KVCHUNK: the packed case's B * Hkv heads of G * Sq rows (the same bytes).
+        const cuuint64_t rows = li.kv ? (cuuint64_t)li.plan.sq : (cuuint64_t)a.Sq;
+        const cuuint64_t heads = li.kv ? (cuuint64_t)li.plan.bh : (cuuint64_t)(a.B * a.Hq);
+        const cuuint64_t dims[3] = {D, rows, heads};
+        const cuuint64_t strides[2] = {D * 2, D * 2 * rows};
         const cuuint32_t box[3] = {64, (cuuint32_t)li.bm, 1};
         if (encode(&maps->q, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(q), dims, strides, box, ones,
                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -413,13 +526,41 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     return cudaSuccess;
 }
 
-// The case is in li.plan (with_case).
+// The KVCHUNK kernels' chunk partials and counters (tile_plan.cuh KvChunks) for one stream's launches (launches in
+// flight at once on different streams need one each); nothing for the other kernels or one chunk.  The counters are
+// zeroed here and by every launch's last blocks after.
+struct Workspace {
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    int* counters = nullptr;
+};
+inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {
+    *ws = Workspace{};
+    if (!li.kv || li.kv_chunks <= 1) return cudaSuccess;
+    const size_t slots = (size_t)li.grid * 64;
+    cudaError_t e = cudaMalloc(&ws->part_o, slots * (size_t)li.D * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc(&ws->part_ml, slots * 2 * sizeof(float));
+    if (e == cudaSuccess) e = cudaMalloc(&ws->counters, (size_t)li.plan.bh * sizeof(int));
+    if (e == cudaSuccess) e = cudaMemset(ws->counters, 0, (size_t)li.plan.bh * sizeof(int));
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the zeros land before any launch on another stream
+    return e;
+}
+inline void workspace_free(Workspace* ws) {
+    cudaFree(ws->part_o);
+    cudaFree(ws->part_ml);
+    cudaFree(ws->counters);
+    *ws = Workspace{};
+}
+
+// The case is in li.plan (with_case); ws: the stream's workspace (KVCHUNK kernels of more than one chunk).
 inline cudaError_t launch(const LaunchInfo& li, const TileMaps& maps, const __half* q, const uint8_t* k,
-                          const uint8_t* v, __half* o, float k_scale, float v_scale, cudaStream_t stream) {
+                          const uint8_t* v, __half* o, float k_scale, float v_scale, cudaStream_t stream,
+                          const Workspace& ws = Workspace{}) {
     const float scale_log2 = k_scale * 1.4426950408889634f / sqrtf((float)li.D);
     TilePlan plan = li.plan;
+    KvChunks kv{li.kv_chunks, li.kv_chunk_tiles, li.kv_sq, ws.part_o, ws.part_ml, ws.counters};
     void* args[] = {(void*)&maps, (void*)&q, (void*)&k, (void*)&v, (void*)&o, (void*)&plan, (void*)&scale_log2,
-                    (void*)&v_scale};
+                    (void*)&v_scale, (void*)&kv};
     cudaError_t e = cudaLaunchKernel(li.func, dim3(li.grid), dim3(li.block), args, (size_t)li.smem, stream);
     if (e != cudaSuccess) return e;
     return cudaGetLastError();

@@ -29,7 +29,9 @@ template <class T>
 struct ConsumerState {
     float o[T::D / 2];
     // With the causal mask a row's running max starts finite (softmax.cuh kRowMaxInit).
-    OnlineSoftmax<T::BN> sm{{T::CAUSAL ? kRowMaxInit : kRowMaxInitAll, T::CAUSAL ? kRowMaxInit : kRowMaxInitAll}};
+    // (So does a packed row's with its mask, ROWMASK: tile_plan.cuh CaseTraits.)
+    static constexpr float kM0 = T::CAUSAL || T::ROWMASK ? kRowMaxInit : kRowMaxInitAll;
+    OnlineSoftmax<T::BN> sm{{kM0, kM0}};
 };
 
 // Consumer barriers (ptx.cuh NamedBarrier): the ping-pong turns kBarTurn0, kBarTurn1 (and kBarTurn2 with three
@@ -327,7 +329,7 @@ __device__ __forceinline__ void consumer_loop256_split(ConsumerState<T>& st, uin
 template <class T, int NC, class NextTakesTurns>
 __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t* smem, uint8_t* q, uint32_t bars, int cw,
                                                   int lim0, int ntiles, int g0, bool pass_first,
-                                                  NextTakesTurns next_takes_turns, float scale_log2) {
+                                                  NextTakesTurns next_takes_turns, float scale_log2, int rperiod = 0) {
     static_assert(NC >= 1 && NC <= T::NCWG && (NC == T::NCWG || !T::SPLIT), "consumer warpgroups that run");
     const int ctid = threadIdx.x % 128;
     const int lane = ctid & 31;
@@ -475,7 +477,8 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         // Tiles that reach past the first row's limit (the tail of Skv; the causal diagonal) mask what the rows
         // do not see.
         auto mask = [&](int n0) {
-            if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
+            if constexpr (T::ROWMASK) OnlineSoftmax<T::BN>::mask_rows(s, n0, lim0, rperiod, ctid);
+            else if constexpr (T::CAUSAL) OnlineSoftmax<T::BN>::mask_keys(s, n0, lim0, ctid);
             else OnlineSoftmax<T::BN>::mask_tail(s, n0, lim0, lane);
         };
         if (first * T::BN + T::BN > lim0) mask(first * T::BN);
@@ -542,15 +545,93 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
     }
 }
 
+// KVCHUNK with more than one chunk: warpgroup 0 (the split configuration's merged state of the block's 64 rows) writes
+// the chunk's partial state to the workspace: O unnormalized and (m, l) per row, rows past S (packing pads G * Sq up
+// to 64) left out; then counts the block on its head's counter, and the last block of the head to arrive merges the
+// chunks in chunk order (every launch the same bits): m = max_c m_c, w_c = 2^(m_c - m), O = sum_c w_c O_c /
+// sum_c w_c l_c * out_scale, fp16.  A row a chunk showed no key has m_c = kRowMaxInit and l_c = 0: weight 0.  The
+// merge's per-chunk weights live in the block's Q buffer (q: its rows were last read by the loop's wgmma;
+// kv.chunks * 64 * 8 bytes <= Q_BYTES, select_config_tier), as the epilogue's staging does.
+template <class T>
+__device__ __forceinline__ void kv_chunk_epilogue(const ConsumerState<T>& st, uint8_t* q, const KvChunks& kv,
+                                                  __half* __restrict__ O, int S, float out_scale) {
+    constexpr int D = T::D;
+    const int ctid = threadIdx.x % 128, lane = ctid & 31, warp = ctid >> 5;
+    const int blk = (int)blockIdx.x, head = blk / kv.chunks;
+    const int rows = S < 64 ? S : 64;  // packed rows of the head (m0 = 0)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + (lane >> 2) + 8 * r;
+        float l = st.sm.l[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (row < rows) {
+            float* po = kv.part_o + ((size_t)blk * 64 + row) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j)
+                *reinterpret_cast<float2*>(po + 8 * j) = make_float2(st.o[4 * j + 2 * r], st.o[4 * j + 2 * r + 1]);
+            if ((lane & 3) == 0)
+                *reinterpret_cast<float2*>(kv.part_ml + ((size_t)blk * 64 + row) * 2) = make_float2(st.sm.m[r], l);
+        }
+    }
+    __threadfence();  // this thread's partial is visible device-wide before the block is counted
+    int* flag = reinterpret_cast<int*>(q);
+    fence_proxy_async();  // q's rows were last read by wgmma (async proxy)
+    consumer_wg_barrier<T::NCWG>(0);
+    if (ctid == 0) *flag = atomicAdd(kv.counters + head, 1) == kv.chunks - 1;
+    consumer_wg_barrier<T::NCWG>(0);
+    const bool last = *flag != 0;
+    consumer_wg_barrier<T::NCWG>(0);  // every thread has read the flag before the weights overwrite it
+    if (!last) return;
+    __threadfence();
+    const int nc = kv.chunks;
+    float* fm = reinterpret_cast<float*>(q);  // [nc][64]: m, then the chunk's weight
+    float* fl = fm + nc * 64;                 // [nc][64]: l
+    const size_t pbase = (size_t)head * nc * 64;
+    for (int i = ctid; i < nc * rows; i += 128) {
+        const int c = i / rows, row = i - c * rows;
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(kv.part_ml + (pbase + (size_t)c * 64 + row) * 2));
+        fm[c * 64 + row] = v.x;
+        fl[c * 64 + row] = v.y;
+    }
+    consumer_wg_barrier<T::NCWG>(0);
+    for (int row = ctid; row < rows; row += 128) {
+        float mx = fm[row];
+        for (int c = 1; c < nc; ++c) mx = fmaxf(mx, fm[c * 64 + row]);
+        float l = 0.f;
+        for (int c = 0; c < nc; ++c) l += fast_exp2(fm[c * 64 + row] - mx) * fl[c * 64 + row];
+        const float f = out_scale / l;
+        for (int c = 0; c < nc; ++c) fm[c * 64 + row] = fast_exp2(fm[c * 64 + row] - mx) * f;
+    }
+    consumer_wg_barrier<T::NCWG>(0);
+    __half* out = O + (size_t)head * S * D;
+    for (int item = ctid; item < rows * (D / 4); item += 128) {
+        const int row = item / (D / 4), d0 = (item % (D / 4)) * 4;
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < nc; ++c) {
+            const float w = fm[c * 64 + row];
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(kv.part_o + (pbase + (size_t)c * 64 + row) * D + d0));
+            o[0] += w * x.x;
+            o[1] += w * x.y;
+            o[2] += w * x.z;
+            o[3] += w * x.w;
+        }
+        *reinterpret_cast<uint2*>(out + (size_t)row * D + d0) = make_uint2(pack_half2(o[0], o[1]), pack_half2(o[2], o[3]));
+    }
+    if (ctid == 0) kv.counters[head] = 0;  // for the next launch on this workspace
+}
+
 // A consumer warpgroup's whole job: the block's work units in turn (block_units), each a main loop and
 // an epilogue into that unit's Q buffer.  A warpgroup without rows in a unit (a short tile, the end of
 // S) takes each of the unit's K and V^T tiles and hands it straight back, so that every barrier counts
 // all consumer warps and the rings stay in step.  cpasync: every warpgroup waits for the unit's Q and,
 // once done with the buffer (its epilogue's reads of O), releases it for the unit after next.
+// KVCHUNK kernels (tile_plan.cuh): the block's one unit is a key chunk of a packed head (kv), whose state goes to
+// kv_chunk_epilogue.
 template <class T>
 __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const TilePlan& plan,
                                          const __half* __restrict__ Q, __half* __restrict__ O, float scale_log2,
-                                         float out_scale) {
+                                         float out_scale, const KvChunks& kv) {
     // The warpgroup index, warp-uniform as far as the compiler can tell (a shuffle from lane 0, as
     // CUTLASS does): branches on it are then not divergent, and ptxas keeps the wgmma pipeline (a
     // branch it took for divergent serialized every wgmma: C7520, 15-30% slower).
@@ -559,12 +640,12 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
     const int S = plan.sq;  // query rows per head
     // K/V tiles per unit without the mask (every unit the same).
-    [[maybe_unused]] const int ntiles_all = (plan.skv + T::BN - 1) / T::BN;
+    [[maybe_unused]] const int ntiles_all = T::KVCHUNK ? unit_tile_kv<T>(0, plan, kv).nt : (plan.skv + T::BN - 1) / T::BN;
     // (The unit count is not kept across the loop: the consumers have no register to spare.)  With the mask,
     // g_run: the K/V tiles of the block's units before unit i (the producer counts them the same way).
     [[maybe_unused]] int g_run = 0;
     for (int i = 0; has_unit<T>(i, plan); ++i) {
-        const BlockTile u = unit_tile<T>(i, plan);
+        const BlockTile u = unit_tile_kv<T>(i, plan, kv);
         const int ntiles = T::CAUSAL ? u.nt : ntiles_all;
         const int g0 = T::CAUSAL ? g_run : i * ntiles;
         // The turn passes from unit to unit when both take turns (two or more warpgroups).
@@ -601,7 +682,9 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
             }
             ConsumerState<T> st;
             // The key limit of this warpgroup's first row (split: both warpgroups own the unit's rows).
-            const int lim0 = T::CAUSAL ? u.m0 + (T::SPLIT ? 0 : 64 * cw) + 1 + plan.skv - plan.sq : plan.skv;
+            // KVCHUNK: relative to the chunk's first key; ROWMASK: query 0's limit (the packed rows' period is kv.sq).
+            int lim0 = T::CAUSAL ? u.m0 + (T::SPLIT ? 0 : 64 * cw) + 1 + plan.skv - plan.sq : plan.skv;
+            if constexpr (T::KVCHUNK) lim0 = (T::ROWMASK ? 1 + plan.skv - kv.sq : plan.skv) - u.t0 * T::BN;
             if constexpr (kShortTiles<T>) {
                 // Full units run the loop of all three warpgroups; a tile with fewer rows the loop of as
                 // many as it has.
@@ -613,7 +696,7 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
                     consumer_mainloop<T, 1>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns, scale_log2);
             } else {
                 consumer_mainloop<T, T::NCWG>(st, smem, q, bars, cw, lim0, ntiles, g0, pass_first, next_takes_turns,
-                                                  scale_log2);
+                                                  scale_log2, kv.sq);
             }
             if constexpr (T::SPLIT) {
                 // split_merge writes warpgroup 1's state over the K buffers.  With an odd tile count the last K
@@ -628,8 +711,14 @@ __device__ __forceinline__ void consumer(uint8_t* smem, uint32_t bars, const Til
                 }
             }
             if (split_merge<T>(st, smem, cw)) {
+                if constexpr (T::KVCHUNK) {
+                    if (kv.chunks > 1) {
+                        kv_chunk_epilogue<T>(st, smem + T::OFF_Q, kv, O, S, out_scale);
+                        continue;
+                    }
+                }
                 // The unit and its Q buffer again, rather than held across the loop.
-                const BlockTile ue = unit_tile<T>(i, plan);
+                const BlockTile ue = unit_tile_kv<T>(i, plan, kv);
                 epilogue<T>(st.o, st.sm, smem + T::OFF_Q + (i % T::NQ) * T::Q_BYTES, cw, O + (size_t)ue.bh * S * T::D,
                             S, ue.m0 + cw * 64, out_scale);
             }

@@ -25,10 +25,12 @@ namespace sdpa_sm90 {
 //     is transposed into V^T (fp8_load.cuh);
 //   fp16 tier: K and V are decoded into fp16 buffers (tile_load.cuh), and the stage refilled at once.
 // baseline: the producer loads each tile with ordinary global loads (fp8: K into its stage, V transposed
-// from global memory; fp16: decoded from global memory).  K, V: the whole tensors.
+// from global memory; fp16: decoded from global memory).  K, V: the whole tensors.  KVCHUNK kernels (tile_plan.cuh):
+// one unit per block, its chunk's tiles t0 .. t0 + nt - 1 (kv); the others ignore kv.
 template <class T>
 __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const TileMaps* maps, const TilePlan& plan,
-                                         const uint8_t* __restrict__ K, const uint8_t* __restrict__ V) {
+                                         const uint8_t* __restrict__ K, const uint8_t* __restrict__ V,
+                                         const KvChunks& kv) {
     const int ptid = threadIdx.x;  // 0..127
     auto bar = [&](int i) { return bars + 8u * (uint32_t)i; };
     uint8_t* kst = smem + T::OFF_K;
@@ -36,7 +38,10 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
     // Every tile of the block's units (one unit with the ablations); no_loads: the first tile of each consumer
     // warpgroup only.  Without the mask: nunits units of ntiles tiles.  With it the unit count is not kept
     // (has_unit(i) where it is asked; the producer has 56-72 registers) and nload sums the units' tiles.
-    [[maybe_unused]] const int ntiles = (plan.skv + T::BN - 1) / T::BN;
+    // (KVCHUNK: the chunk's tiles, from its first, kv_t0.)
+    [[maybe_unused]] const int ntiles =
+        T::KVCHUNK ? unit_tile_kv<T>(0, plan, kv).nt : (plan.skv + T::BN - 1) / T::BN;
+    [[maybe_unused]] const int kv_t0 = T::KVCHUNK ? unit_tile_kv<T>(0, plan, kv).t0 : 0;
     [[maybe_unused]] const int nunits = T::CAUSAL ? 0 : block_units<T>(plan);  // 1 with the ablations
     auto more_units = [&](int ii) {  // whether the block has a unit ii
         if constexpr (T::CAUSAL) return has_unit<T>(ii, plan);
@@ -118,7 +123,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 kv_cur = u0.kvh;
                 nt_cur = u0.nt;
             } else {
-                kv_cur = unit_tile<T>(0, plan).kvh;
+                kv_cur = unit_tile_kv<T>(0, plan, kv).kvh;
                 kv_next = nunits > 1 ? unit_tile<T>(1, plan).kvh : 0;
                 nt_cur = ntiles;
             }
@@ -149,13 +154,13 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             int tt;
             const int bh = locate(d, tt), s = (g + d) % T::NS;
             mbar_arrive_expect_tx(bar(T::BAR_KRAW + s), T::U8_TILE);
-            tma_load_3d(smem_u32(kraw + s * T::U8_TILE), &maps->k, bar(T::BAR_KRAW + s), 0, tt * T::BN, bh);
+            tma_load_3d(smem_u32(kraw + s * T::U8_TILE), &maps->k, bar(T::BAR_KRAW + s), 0, (kv_t0 + tt) * T::BN, bh);
         };
         auto issue_v = [&](int g, int d) {
             int tt;
             const int bh = locate(d, tt), s = (g + d) % T::NS;
             mbar_arrive_expect_tx(bar(T::BAR_VRAW + s), T::U8_TILE);
-            tma_load_3d(smem_u32(vraw + s * T::U8_TILE), &maps->v, bar(T::BAR_VRAW + s), 0, tt * T::BN, bh);
+            tma_load_3d(smem_u32(vraw + s * T::U8_TILE), &maps->v, bar(T::BAR_VRAW + s), 0, (kv_t0 + tt) * T::BN, bh);
         };
         auto issue = [&](int g, int d) {
             issue_k(g, d);
@@ -165,7 +170,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         auto issue_q = [&](int i) {
             const int b = i % T::NQ;
             if (i >= T::NQ) mbar_wait(bar(T::BAR_QEMPTY + b), (uint32_t)(i / T::NQ - 1) & 1u);
-            const BlockTile u = unit_tile<T>(i, plan);
+            const BlockTile u = unit_tile_kv<T>(i, plan, kv);
             mbar_arrive_expect_tx(bar(T::BAR_Q + b), T::Q_BYTES);
 #pragma unroll
             for (int p = 0; p < T::PANELS; ++p)
@@ -180,9 +185,10 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
 #pragma unroll
                 for (int p = 0; p < T::PANELS; ++p) tma_prefetch_l2_3d(&maps->q, 64 * p, u.m0, u.bh);
             }
-            for (int t = 0; t < (T::CAUSAL ? u.nt : ntiles) && t < T::NS; ++t) {
-                tma_prefetch_l2_3d(&maps->k, 0, t * T::BN, u.kvh);
-                tma_prefetch_l2_3d(&maps->v, 0, t * T::BN, u.kvh);
+            for (int t = 0; t < (T::CAUSAL || T::KVCHUNK ? u.nt : ntiles) && t < T::NS; ++t) {
+                const int key0 = T::KVCHUNK ? (u.t0 + t) * T::BN : t * T::BN;
+                tma_prefetch_l2_3d(&maps->k, 0, key0, u.kvh);
+                tma_prefetch_l2_3d(&maps->v, 0, key0, u.kvh);
             }
         };
         // Two stages (BN 192): a V stage is refilled as soon as the producer has transposed it (tile
@@ -195,7 +201,8 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             if constexpr (kPrefetch && !T::PERSIST) {
                 // One unit per block: the block that takes this SM in the next wave.
                 const int nb = (int)blockIdx.x + maps->next_stride;
-                if (maps->next_stride > 0 && nb < (int)gridDim.x) prefetch_l2(block_tile<T>(nb, plan), true);
+                if (maps->next_stride > 0 && nb < (int)gridDim.x)
+                    prefetch_l2(T::KVCHUNK ? kv_block_tile<T>(nb, plan, kv) : block_tile<T>(nb, plan), true);
             }
         }
         for (int g = 0; g < nload; ++g) {
@@ -300,6 +307,10 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
             const BlockTile u0 = unit_tile<T>(0, plan);
             off = (size_t)u0.kvh * (size_t)S * T::D;
             stop = S - u0.nt * T::BN;
+        } else if constexpr (T::KVCHUNK) {  // the chunk's first tile
+            const BlockTile u0 = unit_tile_kv<T>(0, plan, kv);
+            off = ((size_t)u0.kvh * S + (size_t)u0.t0 * T::BN) * T::D;
+            left = S - u0.t0 * T::BN;
         } else {
             off = (size_t)unit_tile<T>(0, plan).kvh * S * T::D;
         }

@@ -66,6 +66,20 @@ struct OnlineSoftmax {
                 if (c0 + 8 * j + (e & 1) >= ((e >> 1) ? 8 : 0)) s[4 * j + e] = -INFINITY;
     }
 
+    // The causal mask on packed rows (KVCHUNK kernels, tile_plan.cuh CaseTraits ROWMASK): row r of the warpgroup's 64
+    // is query r % sq, whose keys j >= lim0 + r % sq get score -inf (lim0: the limit of query 0, relative to the
+    // chunk's first key).  Asked only of tiles that reach past lim0 (the last few of Skv).
+    __device__ __forceinline__ static void mask_rows(float (&s)[BN / 2], int n0, int lim0, int sq, int ctid) {
+        const int lane = ctid & 31;
+        const int row = 16 * (ctid >> 5) + (lane >> 2);
+        const int lim[2] = {lim0 + row % sq, lim0 + (row + 8) % sq};
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (n0 + 8 * j + 2 * (lane & 3) + (e & 1) >= lim[e >> 1]) s[4 * j + e] = -INFINITY;
+    }
+
     // s (raw scores) -> unnormalised probabilities p = 2^(s * scale - m_new) in place; returns
     // in alpha the factor 2^(m_old - m_new) by which O must be rescaled.  scale_log2 > 0, and every tile holds
     // a key of every row (without the mask) or m starts finite (kRowMaxInit, with it), so m_new is finite even

@@ -91,9 +91,22 @@ constexpr bool kShortTiles = !T::SPLIT && T::NCWG == 3;
 // keeps the next unit's K/V head and tile count in 8 more bytes of shared memory (OFF_NEXT).  What that bookkeeping
 // cost the square non-causal case while every kernel carried it: 2-7% at 1-2 units per block
 // (experiments/2026-11-28-sdpa-sm90-inference-cases).
-template <class T, bool C>
+//
+// KV (decode-shaped cases, kernel.cuh select_config_tier: G * Sq <= 64 query rows per K/V head): the split
+// configuration on the packed case, its keys cut into chunks across blocks (KvChunks, below).  The G query heads of
+// one K/V head are one contiguous slab of G * Sq rows of Q and O, so the host runs the case as B * Hkv heads of
+// G * Sq rows with one K/V head each (group 1), one block per (head, key chunk); the chunks' partial states are
+// merged by the last block of each head (mainloop.cuh kv_chunk_epilogue).  ROWMASK: the bottom-right causal mask on
+// packed rows: row r is query r % Sq, which sees keys j <= r % Sq + Skv - Sq (OnlineSoftmax::mask_rows); the tile
+// logic is the one without the mask (with Sq <= 64 rows only the last tiles hold masked keys), the rows' running
+// max starting finite as with the mask (a tile or chunk may show a row none of its keys).
+template <class T, bool C, bool KV = false, bool ROWMASK_ = false>
 struct CaseTraits : T {
+    static_assert(!KV || (T::SPLIT && !C && T::ABL == 0 && T::BN == 128), "key chunks: the split configuration, 128-key tiles");
+    static_assert(KV || !ROWMASK_, "the packed rows' mask: key chunks only");
     static constexpr bool CAUSAL = C;
+    static constexpr bool KVCHUNK = KV;
+    static constexpr bool ROWMASK = ROWMASK_;
     static constexpr int SMEM_USED = T::OFF_NEXT + (C ? 8 : 0);
     static constexpr int SMEM = SMEM_USED + 1024;  // + slack to align the base to 1024
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
@@ -106,7 +119,36 @@ struct BlockTile {
     int kvh;  // b * Hkv + h / G: the K/V head it reads
     int nc;   // consumer warpgroups with rows (the split configuration: every one)
     int nt;   // K/V tiles the unit runs: ceil(Skv / BN), or with the causal mask those up to its last row's diagonal
+    int t0;   // KVCHUNK: the chunk's first K/V tile (the unit's tiles are t0 .. t0 + nt - 1); else unset
 };
+
+// The key chunks of a KVCHUNK launch (a kernel argument of those kernels only): chunks per packed head, K/V tiles
+// per chunk (the last may have fewer), the case's Sq (the packed rows' period: ROWMASK), and the workspace of the
+// chunks' partial states: part_o [blocks][64][D] (O unnormalized), part_ml [blocks][64][2] (m, l) in fp32, and one
+// counter per packed head, zero between launches (the last block of a head resets it).
+struct KvChunks {
+    int chunks;
+    int chunk_tiles;
+    int sq;
+    float* part_o;
+    float* part_ml;
+    int* counters;
+};
+
+// Block b of a KVCHUNK launch: packed head b / chunks (its own K/V head: group 1), chunk b % chunks, rows 0..63.
+template <class T>
+__host__ __device__ __forceinline__ BlockTile kv_block_tile(int b, const TilePlan& plan, const KvChunks& kv) {
+    BlockTile t;
+    t.bh = b / kv.chunks;
+    const int c = b - t.bh * kv.chunks;
+    t.m0 = 0;
+    t.kvh = t.bh;
+    t.nc = T::NCWG;
+    t.t0 = c * kv.chunk_tiles;
+    const int all = (plan.skv + T::BN - 1) / T::BN - t.t0;
+    t.nt = all < kv.chunk_tiles ? all : kv.chunk_tiles;
+    return t;
+}
 
 // K/V tiles of BN keys that rows [m0, m0 + rows) need: every tile, or with the causal mask the tiles up to
 // key m0 + rows - 1 + Skv - Sq (the last row's last key; >= 1 key since Sq <= Skv).
@@ -183,6 +225,13 @@ template <class T>
 __device__ __forceinline__ BlockTile unit_tile(int i, const TilePlan& plan) {
     if constexpr (T::CAUSAL) return block_tile<T>(unit_index((int)blockIdx.x, (int)gridDim.x, i, 1), plan);
     else return block_tile<T>((int)blockIdx.x + i * (int)gridDim.x, plan);
+}
+
+// The i-th unit of this block: KVCHUNK kernels (one unit per block) by their chunk, the others by the plan.
+template <class T>
+__device__ __forceinline__ BlockTile unit_tile_kv(int i, const TilePlan& plan, const KvChunks& kv) {
+    if constexpr (T::KVCHUNK) return kv_block_tile<T>((int)blockIdx.x, plan, kv);
+    else return unit_tile<T>(i, plan);
 }
 
 // Time of a three-warpgroup block with nc consumer warpgroups running, relative to a full one

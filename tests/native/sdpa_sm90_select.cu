@@ -15,6 +15,13 @@
 // first); "tiles_total" = K/V tiles of all units, "tiles_max_block" = most K/V tiles one block runs (a
 // persistent block: its units' sum; else the largest unit); "causal_kernel" = the kernel select_config chose is
 // the one with the causal mask (sdpa_sm90::CaseTraits), else the one without.
+// The key-chunk configuration (li.kv: decode-shaped cases, kernel.cuh kv_shaped) instead: "kv_chunks" = key chunks
+// per packed head, "cover" = every row of every query head in exactly one packed row (packed head b Hkv + hkv, row
+// r = query head hkv G + r / Sq, query r % Sq), every K/V tile of a packed head in exactly one block's chunk
+// (kv_block_tile, the kernel's own mapping), each block reading its own packed head's K/V, the grid one block per
+// (packed head, chunk), the chunks within the merge's limit (kv_max_chunks); "tiles_total" = K/V tiles of all
+// blocks, "tiles_max_block" = the largest chunk.  "kv_auto": the runner's --kernel auto takes this configuration over
+// the decode kernel (kernel.cuh kv_auto_preferred).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -85,6 +92,46 @@ static void cover(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv
     cv->ok = ok;
 }
 
+static void cover_kv(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
+    using T = sdpa_sm90::CaseTraits<sdpa_sm90::KernelTraits<false, 128, sdpa_sm90::kAsync, sdpa_sm90::kAblNone, true>,
+                                    false, true, false>;  // kv_block_tile reads T::BN and T::NCWG only
+    const int G = (int)a.group(), Sq = (int)a.Sq, BHp = (int)(a.B * a.Hkv), rows = G * Sq;
+    const int tiles = (int)((a.Skv + 127) / 128);
+    sdpa_sm90::KvChunks kv{li.kv_chunks, li.kv_chunk_tiles, li.kv_sq, nullptr, nullptr, nullptr};
+    bool ok = li.kv && li.bn == 128 && li.bm == 64 && li.split == 2 && li.causal == a.causal && !li.persistent &&
+              li.kv_sq == Sq && rows <= 64 && li.plan.bh == BHp && li.plan.sq == rows && li.plan.group == 1 &&
+              li.plan.skv == (int)a.Skv && li.plan.causal == 0 && li.kv_chunks >= 1 &&
+              li.kv_chunks <= sdpa_sm90::kv_max_chunks((int)a.D) && li.grid == BHp * li.kv_chunks &&
+              li.plan.units == li.grid;
+    // Rows: packed head p's row r is query head (p % Hkv) G + r / Sq of batch p / Hkv, query r % Sq, at the flat row
+    // offset p * rows + r of Q viewed as [B * Hkv][rows][D] (the same bytes as [B][Hq][Sq][D]).
+    std::vector<unsigned char> seen((size_t)a.B * a.Hq * Sq, 0);
+    for (int p = 0; p < BHp && ok; ++p)
+        for (int r = 0; r < rows; ++r) {
+            const long long b = p / a.Hkv, hq = (p % a.Hkv) * G + r / Sq, i = r % Sq;
+            const long long flat = (b * a.Hq + hq) * Sq + i;
+            if (flat != (long long)p * rows + r || seen[(size_t)flat]) ok = false;
+            seen[(size_t)flat] = 1;
+        }
+    for (unsigned char c : seen)
+        if (!c) ok = false;
+    std::vector<int> cnt((size_t)BHp * tiles, 0);
+    for (int blk = 0; blk < li.grid && ok; ++blk) {
+        const sdpa_sm90::BlockTile t = sdpa_sm90::kv_block_tile<T>(blk, li.plan, kv);
+        if (t.bh < 0 || t.bh >= BHp || t.kvh != t.bh || t.m0 != 0 || t.nt < 1 || t.t0 < 0 || t.t0 + t.nt > tiles) {
+            ok = false;
+            break;
+        }
+        for (int j = t.t0; j < t.t0 + t.nt; ++j) ++cnt[(size_t)t.bh * tiles + j];
+        cv->tiles_total += t.nt;
+        if (t.nt > cv->tiles_max_block) cv->tiles_max_block = t.nt;
+        ++cv->nc[t.nc];
+    }
+    for (int c : cnt)
+        if (c != 1) ok = false;
+    cv->ok = ok;
+}
+
 // The traits of the configuration select_config chose, by what it reports: C, the kernel with the causal mask or
 // the one without (CaseTraits), as li.causal says; the units are those that kernel's block_tile takes.
 template <bool FP8, bool C>
@@ -102,7 +149,8 @@ static void cover_case(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cove
 }
 template <bool FP8>
 static void cover_all(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cover* cv) {
-    if (li.causal) cover_case<FP8, true>(li, a, cv);
+    if (li.kv) cover_kv(li, a, cv);
+    else if (li.causal) cover_case<FP8, true>(li, a, cv);
     else cover_case<FP8, false>(li, a, cv);
 }
 
@@ -161,11 +209,13 @@ int main(int argc, char** argv) {
         else cover_all<false>(li, a, &cv);
         std::printf("{\"kernel\":\"%s\",\"grid\":%d,\"block\":%d,\"bm\":%d,\"bn\":%d,\"split\":%d,\"ncwg\":%d,\"smem\":%d,\"func\":\"%p\","
                     "\"tiles\":[%d,%d],\"units\":%d,\"persistent\":%s,\"cover\":%s,\"nc\":[%d,%d,%d],\"q_terms\":%d,"
-                    "\"order\":%s,\"tiles_total\":%lld,\"tiles_max_block\":%lld,\"causal_kernel\":%s,\"ablate\":%d}\n",
+                    "\"order\":%s,\"tiles_total\":%lld,\"tiles_max_block\":%lld,\"causal_kernel\":%s,\"ablate\":%d,"
+                    "\"kv_chunks\":%d,\"kv_auto\":%s}\n",
                     sdpa_sm90::kernel_name(li.precision), li.grid, li.block, li.bm, li.bn, li.split, li.ncwg, li.smem, li.func, li.plan.full,
                     li.plan.nshort, li.plan.units, li.persistent ? "true" : "false", cv.ok ? "true" : "false", cv.nc[1],
                     cv.nc[2], cv.nc[3], li.q_terms, cv.order ? "true" : "false", cv.tiles_total, cv.tiles_max_block,
-                    li.causal ? "true" : "false", li.ablate);
+                    li.causal ? "true" : "false", li.ablate, li.kv ? li.kv_chunks : 0,
+                    sdpa_sm90::kv_auto_preferred(fp8 != 0, a) ? "true" : "false");
     }
     return 0;
 }
