@@ -713,3 +713,15 @@ def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(fp8):
     for tier in (False, True):
         got = fp8([(s, 132, 0, 1) for s, _ in cases], fp8=tier)
         assert [r["kv_auto"] for r in got] == [(not tier) and 33 <= rows <= 64 for _, rows in cases], tier
+
+
+def test_sanitizer_cases_reach_the_key_chunk_kernels(fp8):
+    """config.SANITIZER_CASES: san_decode_rows64_d64 (the mask, head dim 64) and san_kv_chunks_d128 (no mask, a tail)
+    reach the fp16 tier's key-chunk kernels under --kernel auto on 132 SMs, with more than one chunk (the merge)."""
+    from driver.config import SANITIZER_CASES
+
+    for name, (causal, chunks) in {"san_decode_rows64_d64": (True, 2), "san_kv_chunks_d128": (False, 3)}.items():
+        c = SANITIZER_CASES[name]
+        (b, hq, sq, d), (_, hkv, skv, _) = c.q_shape, c.kv_shape
+        (r,) = fp8([((b, hq, hkv, sq, skv, d, int(c.causal)), 132, 0, 1)], fp8=False)
+        assert r["kv_auto"] and r["kv_chunks"] == chunks and r["causal_kernel"] == causal and r["cover"], (name, r)
