@@ -14,7 +14,9 @@
 // and the decode kernel serve cases other than square, non-causal MHA; mma_sync_sm80 refuses them with exit 5.
 //   decode_sm89, decode_fp8_sm89: the split-KV decode kernel of each tier (kernels_cuda/sdpa_decode/, every build),
 //                  taken by --kernel auto for G * Sq <= 64 query rows per K/V head (not square MHA), any case when
-//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.
+//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.  On an sm_90 GPU the fp16
+//                  tier's auto takes wgmma_sm90's key chunks instead from 33 rows (sdpa_sm90 kv_auto_preferred); with
+//                  --split 0 the line then carries "kv_chunks".
 //
 // --precision picks the tier (default fp16): what the matrix products compute in.
 //   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
