@@ -82,7 +82,14 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     # mask (kernels_cuda/sdpa_fp8_sm90/tile_plan.cuh CaseTraits): 4 more fp16 entries, 11 more fp8 ones.  Since
     # 2026-11-29 the fp8 tier's 256-key kernel at head dim 128 (SDPA_SM90_BN_D128=256: unsplit, no ablation), without
     # and with the mask
+    # Since 2026-11-29 the fp16 tier's key-chunk kernels (decode-shaped cases, tile_plan.cuh KVCHUNK): the entry's
+    # overload with a KvChunks argument, split traits without ablation, head dim 64 and 128, without and with the
+    # packed rows' mask: 4 more entries, counted apart below.
     on90 = arch == "sm_90"
+    kv = [k for k in hopper if "NS_8KvChunksE" in k.name]
+    assert len(kv) == (4 if on90 else 0)
+    assert all(re.search(r"Fp16TraitsILi(64|128)ELb[01]ELi0ELb1EEELb[01]EEEv", k.name) for k in kv), kv
+    hopper = [k for k in hopper if k not in kv]
     causal = [k for k in hopper if "ELb1EEEvNS_8TileMaps" in k.name]
     assert len(causal) + len([k for k in hopper if "ELb0EEEvNS_8TileMaps" in k.name]) == len(hopper)
     assert all(re.search(r"Traits3?ILi\d+ELb[01]ELi0E", k.name) for k in causal)  # no ablation with the mask
@@ -97,7 +104,7 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     assert len(q2) == (4 + 4 if on90 else 0)
     assert all("ELi0ELb" in k.name for k in q2)  # ablation none only
     assert mma_sync and all(k.registers <= GATES.max_registers_per_thread for k in mma_sync)
-    assert all(GATES.for_entry(k.name) in GATES.kernels for k in hopper)  # its family's gates, not the seed's
+    assert all(GATES.for_entry(k.name) in GATES.kernels for k in hopper + kv)  # its family's gates, not the seed's
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_89"])
