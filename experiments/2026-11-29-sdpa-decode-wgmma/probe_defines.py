@@ -1,0 +1,53 @@
+"""Call 6: which compile-time switch moves the fp8 tier's soak fault (call 5): the runner kv8 (-DSDPA_SM90_KV_FP8=1)
+and the same with -DSDPA_SM90_VT_FAST=0 (the item V transpose), -DSDPA_SM90_ROWSUM_MMA=0 (row sums by FADD, V^T
+without its ones rows), -DSDPA_SM90_L2_PREFETCH_NEXT=0 (no L2 prefetch of the next wave's block), each on the two
+failing soaks of call 5: --split 2 at (64,32,8,16,512) and the key chunks at MQA (8,32,1,1,32768); once each (25 s limit per run).
+Inputs as soak_probe.py.   python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
+import json, lzma, os, pathlib, subprocess
+import numpy as np
+
+OUT = pathlib.Path(os.environ.get("OUT", "/tmp/probe_out")); OUT.mkdir(parents=True, exist_ok=True)
+TMP = pathlib.Path("/tmp/probe9"); TMP.mkdir(exist_ok=True)
+RES = open(OUT / "defines.jsonl", "w")
+CASES = {"split2_one_chunk": (((64, 32, 16, 128), (64, 8, 512, 128)), ["--split", "2"]),
+         "kv_mqa": (((8, 32, 1, 128), (8, 1, 32768, 128)), [])}
+RUNNERS = ("kv8", "v_vtfast0", "v_rowsum0", "v_pref0")
+
+
+def unpack(stem):
+    p = TMP / stem
+    if not p.exists():
+        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
+    return p
+
+
+def make(name, qs, kvs):
+    d = TMP / name; d.mkdir(exist_ok=True)
+    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+    rng = np.random.default_rng(0)
+    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
+    for n in ("k", "v"):
+        np.save(f[n], rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7))
+    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
+    return f
+
+
+files = {n: make(n, *shapes) for n, (shapes, _) in CASES.items()}
+for rep in range(1):
+    for runner in RUNNERS:
+        exe = unpack(runner)
+        for name, (_, extra) in CASES.items():
+            f = files[name]
+            cmd = [str(exe), *[a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(f[n]))], "--out", str(TMP / "o.npy"),
+                   "--precision", "fp8", "--kernel", "wgmma_fp8_sm90", "--split", "0", *extra, "--iters", "1",
+                   "--warmup", "0", "--soak", "300", "--streams", "4"]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=25)
+                line = next((json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")), None) or {}
+                rec = {"rep": rep, "runner": runner, "case": name, "rc": p.returncode, "kv_chunks": line.get("kv_chunks"),
+                       "grid": (line.get("grid") or [None])[0], "mismatched": line.get("soak_mismatched_elements"),
+                       "stderr": p.stderr[-160:]}
+            except subprocess.TimeoutExpired:
+                rec = {"rep": rep, "runner": runner, "case": name, "rc": "timeout"}
+            RES.write(json.dumps(rec) + "\n"); RES.flush(); print(json.dumps(rec), flush=True)
+RES.close()
