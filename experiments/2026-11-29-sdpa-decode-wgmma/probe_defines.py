@@ -2,7 +2,9 @@
 and the same with -DSDPA_SM90_VT_FAST=0 (the item V transpose), -DSDPA_SM90_ROWSUM_MMA=0 (row sums by FADD, V^T
 without its ones rows), -DSDPA_SM90_L2_PREFETCH_NEXT=0 (no L2 prefetch of the next wave's block), each on the two
 failing soaks of call 5: --split 2 at (64,32,8,16,512) and the key chunks at MQA (8,32,1,1,32768); once each (25 s limit per run).
-Inputs as soak_probe.py.   python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
+Call 7: RUNNERS=kv8,v_tail REPS=2 (v_tail: kv8 with -DSDPA_SM90_PRODUCER_TAIL=1, the producer's issuing thread waiting
+for the last NS K copies before it exits).
+Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n] python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
 import json, lzma, os, pathlib, subprocess
 import numpy as np
 
@@ -11,7 +13,7 @@ TMP = pathlib.Path("/tmp/probe9"); TMP.mkdir(exist_ok=True)
 RES = open(OUT / "defines.jsonl", "w")
 CASES = {"split2_one_chunk": (((64, 32, 16, 128), (64, 8, 512, 128)), ["--split", "2"]),
          "kv_mqa": (((8, 32, 1, 128), (8, 1, 32768, 128)), [])}
-RUNNERS = ("kv8", "v_vtfast0", "v_rowsum0", "v_pref0")
+RUNNERS = tuple(os.environ.get("RUNNERS", "kv8,v_vtfast0,v_rowsum0,v_pref0").split(","))
 
 
 def unpack(stem):
@@ -33,7 +35,7 @@ def make(name, qs, kvs):
 
 
 files = {n: make(n, *shapes) for n, (shapes, _) in CASES.items()}
-for rep in range(1):
+for rep in range(int(os.environ.get("REPS", "1"))):
     for runner in RUNNERS:
         exe = unpack(runner)
         for name, (_, extra) in CASES.items():
