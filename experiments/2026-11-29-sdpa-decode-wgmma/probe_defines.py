@@ -4,7 +4,9 @@ without its ones rows), -DSDPA_SM90_L2_PREFETCH_NEXT=0 (no L2 prefetch of the ne
 failing soaks of call 5: --split 2 at (64,32,8,16,512) and the key chunks at MQA (8,32,1,1,32768); once each (25 s limit per run).
 Call 7: RUNNERS=kv8,v_tail REPS=2 (v_tail: kv8 with -DSDPA_SM90_PRODUCER_TAIL=1, the producer's issuing thread waiting
 for the last NS K copies before it exits).
-Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n] python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
+Call 8: RUNNERS=v_ns4 REPS=3 COMPARE=kv8,v_ns4 (v_ns4: kv8 with four K stages in the split configuration at head dim
+128, fp8_traits.cuh NS; COMPARE: one launch of each of the two runners per case, outputs compared byte for byte).
+Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n COMPARE=a,b] python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
 import json, lzma, os, pathlib, subprocess
 import numpy as np
 
@@ -52,4 +54,18 @@ for rep in range(int(os.environ.get("REPS", "1"))):
             except subprocess.TimeoutExpired:
                 rec = {"rep": rep, "runner": runner, "case": name, "rc": "timeout"}
             RES.write(json.dumps(rec) + "\n"); RES.flush(); print(json.dumps(rec), flush=True)
+if os.environ.get("COMPARE"):
+    a_, b_ = os.environ["COMPARE"].split(",")
+    for name, (_, extra) in CASES.items():
+        outs = []
+        for runner in (a_, b_):
+            f, out = files[name], TMP / f"cmp_{runner}.npy"
+            cmd = [str(unpack(runner)), *[a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(f[n]))], "--out",
+                   str(out), "--precision", "fp8", "--kernel", "wgmma_fp8_sm90", "--split", "0", *extra, "--iters", "1",
+                   "--warmup", "0"]
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=25)
+            outs.append(np.load(out).view(np.uint16) if p.returncode == 0 else None)
+        same = outs[0] is not None and outs[1] is not None and np.array_equal(outs[0], outs[1])
+        rec = {"compare": [a_, b_], "case": name, "identical": bool(same)}
+        RES.write(json.dumps(rec) + "\n"); RES.flush(); print(json.dumps(rec), flush=True)
 RES.close()
