@@ -4,7 +4,7 @@ without its ones rows), -DSDPA_SM90_L2_PREFETCH_NEXT=0 (no L2 prefetch of the ne
 failing soaks of call 5: --split 2 at (64,32,8,16,512) and the key chunks at MQA (8,32,1,1,32768); once each (25 s limit per run).
 Call 7: RUNNERS=kv8,v_tail REPS=2 (v_tail: kv8 with -DSDPA_SM90_PRODUCER_TAIL=1, the producer's issuing thread waiting
 for the last NS K copies before it exits).
-Call 8: RUNNERS=v_ns4 REPS=3 COMPARE=kv8,v_ns4 (v_ns4: kv8 with four K stages in the split configuration at head dim
+Prepared, not run yet: RUNNERS=v_ns4 REPS=3 COMPARE=kv8,v_ns4 (v_ns4: kv8 with four K stages in the split configuration at head dim
 128, fp8_traits.cuh NS; COMPARE: one launch of each of the two runners per case, outputs compared byte for byte).
 Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n COMPARE=a,b] python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
 import json, lzma, os, pathlib, subprocess
