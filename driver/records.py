@@ -341,6 +341,9 @@ class SdpaLine(Record):
     bn: int | None = Field(default=None, ge=1)  # keys per tile of the config that ran
     # The Hopper kernel's full and short row tiles per (b, h) (tile_plan.cuh; [0, 0] for mma_sync_sm80)
     tiles: Annotated[list[NonNegativeInt], Field(min_length=2, max_length=2)] | None = None
+    # The Hopper kernel's key chunks per packed K/V head (its configuration for decode-shaped cases, since 2026-11-29:
+    # kernels_cuda/sdpa_fp8_sm90 README "Decode-shaped cases"); None where another configuration ran
+    kv_chunks: int | None = Field(default=None, ge=1)
     # The fp8 tier's Q in Q K^T: 1 or 2 E4M3 terms (kernel.cuh select_config, SDPA_SM90_FP8_Q2); None: the fp16
     # tier, a peer, or a line from before 2026-11-26 (one term).
     q_terms: int | None = Field(default=None, ge=1, le=2)

@@ -1,13 +1,15 @@
 """The split-KV decode kernel (kernels_cuda/sdpa_decode/) on the GPU: both tiers, both variants, against the float64
 reference with the head groups and the bottom-right mask, within the tier's bounds, baseline and cpasync bit for
-bit; what --kernel auto picks for decode-shaped cases; a soak on several streams (one workspace each)."""
+bit; what --kernel auto picks for decode-shaped cases; a soak on several streams (one workspace each). Since
+2026-11-29 the same for the Hopper kernel's key chunks (kernels_cuda/sdpa_fp8_sm90, the fp16 tier's configuration for
+these cases, which --kernel auto takes from 33 rows per K/V head on sm_90)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from driver import thresholds
+from driver import device, thresholds
 from driver.config import PRECISIONS
 from driver.gates import sdpa_correctness
 from driver.records import SdpaLine
@@ -80,5 +82,62 @@ def test_soak_on_four_streams_is_bitwise_stable(exe_dir, workers, tmp_path, case
     case = CASES[1]
     files, _ = cases(case)
     line, _ = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "decode_sm89", "--soak", "100",
+                  "--streams", "4")
+    assert line.soak_launches == 100 and line.soak_mismatched_elements == 0
+
+
+# The Hopper kernel's key chunks (fp16 tier, forced with --kernel wgmma_sm90 on decode-shaped cases): 64 rows with the
+# mask over 8 chunks (head dim 128) and 2 (head dim 64), 32 rows (MQA) over chunks with a tail, 16 rows of one query head
+# per K/V head (G 1), a single tile (one chunk: the block writes O).
+KV_CASES = [
+    ((1, 16, 16, 128), (1, 4, 4000, 128), True),
+    ((1, 8, 16, 64), (1, 2, 1000, 64), True),
+    ((2, 32, 1, 128), (2, 1, 3000, 128), False),
+    ((1, 4, 16, 128), (1, 4, 2000, 128), False),
+    ((3, 8, 8, 128), (3, 2, 100, 128), True),
+]
+
+
+def hopper_here(exe_dir) -> None:
+    why = sdpa.hopper_not_offered(device.arch_of(0), exe_dir.name)
+    if why:
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("case", KV_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
+def test_key_chunks_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case):
+    hopper_here(exe_dir)
+    files, expected = cases(case)
+    got = {}
+    for impl in sdpa.VARIANTS:
+        line, out = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "wgmma_sm90")
+        assert line.kernel == "wgmma_sm90" and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
+        m = sdpa.tier_errors(out, expected, GATES, "fp16", "normal", impl)
+        verdict = sdpa_correctness(m, GATES, "fp16", "normal")
+        assert verdict.passed, (verdict.reasons, m)
+        got[impl] = out
+    assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(exe_dir, workers, tmp_path, cases, precision):
+    """64 rows per K/V head: --kernel auto runs the Hopper kernel's key chunks in the fp16 tier, the decode kernel in
+    the fp8 tier; 16 rows: the decode kernel in both."""
+    hopper_here(exe_dir)
+    files, _ = cases(KV_CASES[0])
+    line, _ = run(exe_dir, workers, tmp_path, files, "cpasync", precision, KV_CASES[0][2])
+    assert line.kernel == ("wgmma_sm90" if precision == "fp16" else DECODE[precision])
+    files, _ = cases(CASES[1])
+    line, _ = run(exe_dir, workers, tmp_path, files, "cpasync", precision, CASES[1][2])
+    assert line.kernel == DECODE[precision]
+
+
+@pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
+def test_key_chunks_soak_on_four_streams_is_bitwise_stable(exe_dir, workers, tmp_path, cases, impl):
+    """Launches of the key chunks in flight on four streams, each stream with its own workspace and counters."""
+    hopper_here(exe_dir)
+    case = KV_CASES[0]
+    files, _ = cases(case)
+    line, _ = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "wgmma_sm90", "--soak", "100",
                   "--streams", "4")
     assert line.soak_launches == 100 and line.soak_mismatched_elements == 0
