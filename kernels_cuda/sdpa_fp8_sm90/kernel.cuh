@@ -302,14 +302,12 @@ constexpr int64_t kKvMaxRows = 64;
 inline bool kv_shaped(const AttnShape& a) { return !a.square_mha() && a.group() * a.Sq <= kKvMaxRows; }
 // The tiers that have them: the fp16 tier.  The fp8 tier's (the same code on its split traits) passed every single-launch
 // check (float64 at 136 cases, racecheck, synccheck, memcheck) but its cpasync variant hung or failed with a launch
-// error in a 4-stream soak at (8,32,1,1,32768) and (64,32,8,16,512), which its baseline and the fp16 tier passed
-// (experiments/2026-11-29-sdpa-decode-wgmma, call 3): not understood, so the fp8 tier keeps the decode kernel there.
+// error in a 4-stream soak at (8,32,1,1,32768) and (64,32,8,16,512), which its baseline and the fp16 tier passed; so
+// does the fp8 split configuration's per-head units on large grids (--split 2).  The likely cause, not yet tested on
+// a GPU: its 3 K stages at head dim 128 (an odd count) with the warpgroups on alternate tiles, which lets warpgroup 1
+// wait for a stage's second fill before its first has landed (mbarrier parity aliasing); branch ns4 makes the count
+// even (experiments/2026-11-29-sdpa-decode-wgmma).  Until then the fp8 tier keeps the decode kernel here.
 inline bool kv_tier(bool fp8) { return !fp8 || SDPA_SM90_KV_FP8 != 0; }
-// Key chunks per packed head (kv_plan): each consumer warpgroup keeps at least kKvMinTilesPerWg tiles of 128 keys in
-// a chunk (fewer spend the block on its pipeline's fill), and the merge's weights fit the Q buffer (64 rows x 8 bytes
-// per chunk: 16 chunks at head dim 64, 32 at 128).  The count: with base = B * Hkv blocks short of one per SM,
-// floor(SMs / base) chunks (one wave, every SM streaming to the end, as the decode kernel's plan does); with a wave or
-// more, 1 .. kKvMaxWaveChunks chunks, the count whose last wave is fullest (the fewest on a tie).
 // The runner's --kernel auto on an sm_90 GPU takes these kernels over the decode kernel (../sdpa_decode, mma.sync) for
 // decode-shaped cases of at least kKvAutoMinRows query rows per K/V head, where the warpgroup MMA's rate pays
 // (experiments/2026-11-29-sdpa-decode-wgmma); fewer rows stay with the decode kernel (64-row tiles would be mostly
@@ -318,6 +316,11 @@ constexpr int64_t kKvAutoMinRows = 33;
 inline bool kv_auto_preferred(bool fp8, const AttnShape& a) {
     return kv_tier(fp8) && kv_shaped(a) && a.group() * a.Sq >= kKvAutoMinRows;
 }
+// Key chunks per packed head (kv_plan): each consumer warpgroup keeps at least kKvMinTilesPerWg tiles of 128 keys in
+// a chunk (fewer spend the block on its pipeline's fill), and the merge's weights fit the Q buffer (64 rows x 8 bytes
+// per chunk: 16 chunks at head dim 64, 32 at 128).  The count: with base = B * Hkv blocks short of one per SM,
+// floor(SMs / base) chunks (one wave, every SM streaming to the end, as the decode kernel's plan does); with a wave or
+// more, 1 .. kKvMaxWaveChunks chunks, the count whose last wave is fullest (the fewest on a tie).
 constexpr int kKvMinTilesPerWg = 2;
 constexpr int kKvMaxWaveChunks = 4;
 inline int kv_max_chunks(int D) { return D * 2 * 64 / (64 * 8); }
