@@ -5,10 +5,21 @@ from __future__ import annotations
 import pytest
 
 from driver import build, device, paths
+from driver.suites import sdpa
+from driver.suites.sdpa import HOPPER_FP16_KERNEL, HOPPER_KERNEL
 from driver.workers import Pool, served
 from tests.conftest import gpu_skip_reason
 
 _REASON = gpu_skip_reason()
+HOPPER_BY_TIER = {"fp16": HOPPER_FP16_KERNEL, "fp8": HOPPER_KERNEL}
+
+
+def hopper_only(precision: str, exe_dir) -> str:
+    """The Hopper kernel of a tier; the test skips where it does not run."""
+    why = sdpa.hopper_not_offered(device.arch_of(0), exe_dir.name)
+    if why:
+        pytest.skip(why)
+    return HOPPER_BY_TIER[precision]
 
 
 def pytest_collection_modifyitems(config, items):

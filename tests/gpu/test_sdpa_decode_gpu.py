@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from driver import device, thresholds
+from driver import thresholds
 from driver.config import PRECISIONS
 from driver.gates import sdpa_correctness
 from driver.records import SdpaLine
 from driver.suites import sdpa
-from tests.gpu.conftest import serve_lines
+from tests.gpu.conftest import hopper_only, serve_lines
 
 GATES = thresholds.load().sdpa
 DECODE = {"fp16": "decode_sm89", "fp8": "decode_fp8_sm89"}
@@ -98,20 +98,14 @@ KV_CASES = [
 ]
 
 
-def hopper_here(exe_dir) -> None:
-    why = sdpa.hopper_not_offered(device.arch_of(0), exe_dir.name)
-    if why:
-        pytest.skip(why)
-
-
 @pytest.mark.parametrize("case", KV_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
 def test_key_chunks_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case):
-    hopper_here(exe_dir)
+    kernel = hopper_only("fp16", exe_dir)
     files, expected = cases(case)
     got = {}
     for impl in sdpa.VARIANTS:
-        line, out = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "wgmma_sm90")
-        assert line.kernel == "wgmma_sm90" and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
+        line, out = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", kernel)
+        assert line.kernel == kernel and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
         m = sdpa.tier_errors(out, expected, GATES, "fp16", "normal", impl)
         verdict = sdpa_correctness(m, GATES, "fp16", "normal")
         assert verdict.passed, (verdict.reasons, m)
@@ -123,10 +117,10 @@ def test_key_chunks_match_reference_and_variants_agree(exe_dir, workers, tmp_pat
 def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(exe_dir, workers, tmp_path, cases, precision):
     """64 rows per K/V head: --kernel auto runs the Hopper kernel's key chunks in the fp16 tier, the decode kernel in
     the fp8 tier; 16 rows: the decode kernel in both."""
-    hopper_here(exe_dir)
+    kernel = hopper_only("fp16", exe_dir)
     files, _ = cases(KV_CASES[0])
     line, _ = run(exe_dir, workers, tmp_path, files, "cpasync", precision, KV_CASES[0][2])
-    assert line.kernel == ("wgmma_sm90" if precision == "fp16" else DECODE[precision])
+    assert line.kernel == (kernel if precision == "fp16" else DECODE[precision])
     files, _ = cases(CASES[1])
     line, _ = run(exe_dir, workers, tmp_path, files, "cpasync", precision, CASES[1][2])
     assert line.kernel == DECODE[precision]
@@ -135,9 +129,9 @@ def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(exe_dir, workers, t
 @pytest.mark.parametrize("impl", list(sdpa.VARIANTS))
 def test_key_chunks_soak_on_four_streams_is_bitwise_stable(exe_dir, workers, tmp_path, cases, impl):
     """Launches of the key chunks in flight on four streams, each stream with its own workspace and counters."""
-    hopper_here(exe_dir)
+    kernel = hopper_only("fp16", exe_dir)
     case = KV_CASES[0]
     files, _ = cases(case)
-    line, _ = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", "wgmma_sm90", "--soak", "100",
+    line, _ = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", kernel, "--soak", "100",
                   "--streams", "4")
     assert line.soak_launches == 100 and line.soak_mismatched_elements == 0

@@ -15,8 +15,7 @@ from driver.launch import launch
 from driver.records import SdpaLine
 from driver.reference.sdpa import DISTRIBUTIONS
 from driver.suites import sdpa
-from driver.suites.sdpa import HOPPER_FP16_KERNEL, HOPPER_KERNEL
-from tests.gpu.conftest import serve_lines
+from tests.gpu.conftest import hopper_only, serve_lines
 
 GATES = thresholds.load().sdpa
 
@@ -26,7 +25,6 @@ EXTRA_SHAPES = [(1, 1, 1, 64), (1, 1, 1, 128), (1, 2, 129, 64), (1, 3, 77, 128),
                 (3, 5, 777, 64), (1, 4, 300, 128)]
 # Every input distribution is checked on these (seed 0): both head dims, split and unsplit, tails in S.
 DISTRIBUTION_SHAPES = ("small", "mission", "tail", "odd", "unsplit3_d64", "unsplit_d128")
-HOPPER_BY_TIER = {"fp16": HOPPER_FP16_KERNEL, "fp8": HOPPER_KERNEL}
 
 
 def kernel_for(precision: str, exe_dir) -> str:
@@ -35,14 +33,6 @@ def kernel_for(precision: str, exe_dir) -> str:
     if kernel is None:
         pytest.skip(sdpa.fp8_not_offered(device.arch_of(0), exe_dir.name))
     return kernel
-
-
-def hopper_only(precision: str, exe_dir) -> str:
-    """The Hopper kernel of a tier; the test skips where it does not run."""
-    why = sdpa.hopper_not_offered(device.arch_of(0), exe_dir.name)
-    if why:
-        pytest.skip(why)
-    return HOPPER_BY_TIER[precision]
 
 
 _POOL: list = []  # the session's worker pool (tests/gpu/conftest.py `workers`), set by the autouse fixture
