@@ -98,7 +98,14 @@ struct Fp8TraitsN {
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
     // producer fills K); K is read by the consumers' wgmma in place, V by the producer's transpose.
-    static constexpr int NS = D == 64 ? 4 : BN == 128 ? 3 : 2;
+    // The split configuration needs an even count: its warpgroups take alternate tiles, so with an odd count a stage
+    // is filled for one warpgroup, then the other, and warpgroup 1 can wait for a stage's second fill (mbarrier
+    // parity 1) before its first has landed (parity 0), whose wait then returns at once (2026-11-29: 3 stages at head
+    // dim 128 gave mismatches, hangs and launch failures in 4-stream soaks on grids of many short blocks;
+    // experiments/2026-11-29-sdpa-decode-wgmma).  An even count keeps each stage to one warpgroup, which waits for its
+    // fills in order.
+    static constexpr int NS = D == 64 ? 4 : BN == 128 ? (SPLIT_ ? 4 : 3) : 2;
+    static_assert(!SPLIT_ || NS % 2 == 0, "split: an even count of K stages (one warpgroup per stage)");
     // BN 192: Q K^T takes Q's E4M3 codes from shared memory (each consumer warpgroup writes its 64
     // rows over its own 8 KiB of the fp16 Q tile once it has read them), not from 16 registers.
     static constexpr bool Q_SMEM = BN == 192 || LEAN;
