@@ -226,6 +226,20 @@ static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90
 #endif
 // The key-chunk configuration (KVCHUNK, tile_plan.cuh; kernel.cuh kv_tier) in the fp8 tier too: 0 (default) = the
 // fp16 tier's only, 1 = both (a probe: its cpasync variant failed the 4-stream soak, experiments/2026-11-29-sdpa-decode-wgmma).
+// The fp16 tier's key-chunk kernels (KVCHUNK, cpasync) with V decoded by the consumer warpgroup that reads it, from
+// the copy engine's stage into its own fp16 V buffer, right after issuing Q K^T of its next tile (the producer
+// decodes K only): 0 (default) = the producer decodes both.  (Probe: the producer's decode bounds these kernels at about
+// 20 GB/s of codes per SM, experiments/2026-11-29-sdpa-decode-wgmma.)
+#ifndef SDPA_SM90_KV_VDEC
+#define SDPA_SM90_KV_VDEC 0
+#endif
+static_assert(SDPA_SM90_KV_VDEC == 0 || SDPA_SM90_KV_VDEC == 1, "SDPA_SM90_KV_VDEC: 0 or 1");
+#ifndef SDPA_SM90_KV_VDEC_PRODUCER_REGS
+#define SDPA_SM90_KV_VDEC_PRODUCER_REGS 56
+#endif
+#ifndef SDPA_SM90_KV_VDEC_BATCH
+#define SDPA_SM90_KV_VDEC_BATCH 4
+#endif
 #ifndef SDPA_SM90_KV_FP8
 #define SDPA_SM90_KV_FP8 0
 #endif

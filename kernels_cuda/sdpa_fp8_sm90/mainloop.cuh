@@ -361,7 +361,26 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_KEMPTY + k.i));
     };
     auto release_v = [&](const Ring<T::NVB>& v) {
-        if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + v.i));
+        if constexpr (!T::VDEC)
+            if (!kNoLoads && lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + v.i));
+    };
+    // VDEC (tile_plan.cuh CaseTraits): this warpgroup decodes V of tile t from the copy engine's stage (the block's tile
+    // g0 + t: stage (g0 + t) % NS, which only this warpgroup uses) into its own V buffer, then hands the stage back to
+    // the producer (dec_v, before its next Q K^T, while S is not live: fewer registers); else get_v waits for the
+    // producer's decode.
+    auto dec_v = [&](const Ring<T::NVB>& v, int t) {
+        if constexpr (T::VDEC) {
+            const int g = g0 + t, st8 = g % T::NS;
+            mbar_wait(bar(T::BAR_VRAW + st8), (uint32_t)(g / T::NS) & 1u);
+            decode_tile_smem<T, T::VDEC_BATCH>(smem + T::OFF_VRAW + st8 * T::U8_TILE, smem + T::OFF_VB + v.i * T::VB_BYTES,
+                                               ctid);
+            fence_proxy_async();
+            consumer_wg_barrier<T::NCWG>(cw);
+            if (lane == 0) mbar_arrive(bar(T::BAR_VEMPTY + st8));
+        }
+    };
+    auto get_v = [&](const Ring<T::NVB>& v, int t) {
+        if constexpr (!T::VDEC) wait_v(v, t);
     };
 
     // Split: this warpgroup's rows are rows 0..63 of the (64-row) Q tile.
@@ -495,11 +514,12 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
             // (Waiting for K and V^T before taking the turn was 2-4% slower with three warpgroups:
             // experiments/2026-11-23-sdpa-fp8-profile.)
             wait_turn();
+            dec_v(vr, tp);
             wait_k(kr, t);
             wgmma_fence();
             issue_qk<T>(s, qa, qd, kdesc(kr));
             wgmma_commit();
-            wait_v(vr, tp);
+            get_v(vr, tp);
             issue_pv<T>(st.o, rs, p, vdesc(vr), od);
             wgmma_commit();
             pass_turn();
@@ -528,7 +548,8 @@ __device__ __forceinline__ void consumer_mainloop(ConsumerState<T>& st, uint8_t*
         if constexpr (T::ROWSUM) fence_regs(rs);
         fence_regs(p);
         wait_turn();
-        wait_v(vr, tp);
+        dec_v(vr, tp);
+        get_v(vr, tp);
         wgmma_fence();
         issue_pv<T>(st.o, rs, p, vdesc(vr), od);
         wgmma_commit();

@@ -242,15 +242,29 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 decode_tile_smem<T>(kraw + s * T::U8_TILE, kst + kb * T::K_TILE, ptid);
                 fence_proxy_async();
                 mbar_arrive(bar(T::BAR_KFULL + kb));
-                mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
-                if (g >= T::NVB) mbar_wait(bar(T::BAR_VEMPTY + vb), (uint32_t)(g / T::NVB - 1) & 1u);
-                decode_tile_smem<T>(vraw + s * T::U8_TILE, vt + vb * T::VB_BYTES, ptid);
-                fence_proxy_async();
-                mbar_arrive(bar(T::BAR_VFULL + vb));
-                // Stage s is free once every producer thread has read it (named barrier): tile g + NS.
-                if (g + T::NS < nload) {
-                    named_barrier<kBarProducer, 128>();
-                    if (ptid == 0) issue(g, T::NS);
+                if constexpr (T::VDEC) {
+                    // The consumers decode V (mainloop.cuh get_v): K's stage is refilled once every producer thread
+                    // has read it; V of tile g goes into the stage of tile g - NS once its warpgroup has decoded that
+                    // (it does so after Q K^T of tile g, whose K was just decoded: no wait on anything later).
+                    if (g + T::NS < nload) {
+                        named_barrier<kBarProducer, 128>();
+                        if (ptid == 0) issue_k(g, T::NS);
+                    }
+                    if (ptid == 0 && g >= T::NS) {
+                        mbar_wait(bar(T::BAR_VEMPTY + s), (uint32_t)((g - T::NS) / T::NS) & 1u);
+                        issue_v(g, 0);
+                    }
+                } else {
+                    mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
+                    if (g >= T::NVB) mbar_wait(bar(T::BAR_VEMPTY + vb), (uint32_t)(g / T::NVB - 1) & 1u);
+                    decode_tile_smem<T>(vraw + s * T::U8_TILE, vt + vb * T::VB_BYTES, ptid);
+                    fence_proxy_async();
+                    mbar_arrive(bar(T::BAR_VFULL + vb));
+                    // Stage s is free once every producer thread has read it (named barrier): tile g + NS.
+                    if (g + T::NS < nload) {
+                        named_barrier<kBarProducer, 128>();
+                        if (ptid == 0) issue(g, T::NS);
+                    }
                 }
             }
             // The tiles of unit i after which the next Q is issued (two Q buffers) or its L2 prefetch (one);

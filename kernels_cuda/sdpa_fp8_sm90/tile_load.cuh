@@ -58,13 +58,13 @@ __device__ __forceinline__ void decode16(uint4 w, uint4& lo, uint4& hi) {
 }
 
 // uint8 tile in shared memory -> fp16 tile, all 128 producer threads.
-template <class T>
+template <class T, int BATCH = T::DECODE_BATCH>
 __device__ __forceinline__ void decode_tile_smem(const uint8_t* u8, uint8_t* t16, int ptid) {
     const DecodeMap<T> map(ptid);
     const uint8_t* src = u8 + map.src();
     // All loads of a batch first: the compiler may not move a shared load above a shared store
-    // (they might alias), so a load-decode-store loop would wait out every load's latency.
-    constexpr int BATCH = T::DECODE_BATCH;
+    // (they might alias), so a load-decode-store loop would wait out every load's latency.  (BATCH: chunks in
+    // flight per thread; the consumers' decode of V, SDPA_SM90_KV_VDEC, takes fewer.)
     static_assert(T::CHUNKS_PER_THREAD % BATCH == 0, "batches");
 #pragma unroll
     for (int i0 = 0; i0 < T::CHUNKS_PER_THREAD; i0 += BATCH) {

@@ -107,6 +107,17 @@ struct CaseTraits : T {
     static constexpr bool CAUSAL = C;
     static constexpr bool KVCHUNK = KV;
     static constexpr bool ROWMASK = ROWMASK_;
+    // SDPA_SM90_KV_VDEC (config.cuh): the consumers decode V (fp16 tier, cpasync); the producer's V barriers serve as
+    // the V stages' "decoded" barriers (BAR_VEMPTY[s]: one arrival per warp of the decoding warpgroup).
+    // (Head dim 128: two stages, two V buffers, one of each per consumer warpgroup; head dim 64's four stages would
+    // need four such barriers.)
+    static constexpr bool VDEC = KV && !T::FP8 && T::ASYNC && T::NS == 2 && T::NVB == 2 && SDPA_SM90_KV_VDEC != 0;
+    // Its registers (config.cuh SDPA_SM90_KV_VDEC_PRODUCER_REGS, _BATCH): the consumers decode V before their next Q K^T
+    // (O, P and Q live: 128), in batches of 4 chunks, at 224 beside a 56-register producer, without spills (nvcc 13.0;
+    // decoding while Q K^T was in flight, S live too, spilled 8-64 bytes; a 40-register producer spilled 40-52).
+    static constexpr int PRODUCER_REGS = VDEC ? SDPA_SM90_KV_VDEC_PRODUCER_REGS : T::PRODUCER_REGS;
+    static constexpr int CONSUMER_REGS = VDEC ? (T::LAUNCH_REGS * 3 - PRODUCER_REGS) / 2 / 8 * 8 : T::CONSUMER_REGS;
+    static constexpr int VDEC_BATCH = SDPA_SM90_KV_VDEC_BATCH;
     static constexpr int SMEM_USED = T::OFF_NEXT + (C ? 8 : 0);
     static constexpr int SMEM = SMEM_USED + 1024;  // + slack to align the base to 1024
     static_assert(SMEM <= 227 * 1024, "sm_90 shared memory per block");
