@@ -327,7 +327,10 @@ TIMING_CASES = [  # (B, Hq, Hkv, Sq, Skv, causal); D 128: issue 50's Sq 16 and M
     (8, 32, 8, 8, 32768, False), (8, 64, 8, 1, 32768, False), (8, 64, 8, 4, 32768, False),
     (1, 32, 8, 16, 32768, True), (1, 32, 1, 1, 32768, False), (64, 32, 8, 16, 4096, True),
     (8, 32, 8, 16, 4096, True), (1, 32, 8, 8, 131072, False), (64, 32, 8, 16, 32768, True),
-]
+] + ([  # call 11: 4 rows per K/V head (Sq 1 at G 4), and one more 32-row case at a short length
+    (8, 32, 8, 1, 32768, False), (1, 32, 8, 1, 32768, False), (64, 32, 8, 1, 4096, False), (1, 32, 8, 1, 131072, False),
+    (8, 32, 8, 8, 4096, False),
+] if os.environ.get("KV_FP8_WG") == "1" else [])
 DEADLINE_S = float(os.environ.get("DECODE_DEADLINE_S", "270"))  # stop starting cases past this (the call's limit)
 T_START = time.time()
 ITERS, WARMUP = 100, 10
@@ -364,11 +367,13 @@ def timing(copy_gbps: float, res: dict) -> list[dict]:
         rec = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Skv": Skv, "D": D, "causal": causal, "kv_elems": B * Hkv * Skv * D,
                "bytes_e4m3": kv_bytes + qo_bytes, "bytes_fp16": 2 * kv_bytes + qo_bytes}
         outs = {}
-        # the key-chunk kernel (wg) and the decode kernel (dec), cpasync, both tiers, cold then hot; the baseline
-        # variant of the key-chunk kernel once (cold), for the bit comparison
-        # (the fp8 tier: its decode kernel only; the key-chunk configuration is the fp16 tier's)
-        runs = [("fp16", "cpasync", kind, mode) for kind in ("wg", "dec") for mode in ("cold", "hot")] + \
-               [("fp8", "cpasync", "dec", mode) for mode in ("cold", "hot")] + [("fp16", "baseline", "wg", "cold")]
+        # the key-chunk kernel (wg) and the decode kernel (dec), cpasync, cold then hot; the baseline variant of the
+        # key-chunk kernel once (cold), for the bit comparison.  Calls 1-10: the fp8 tier's decode kernel only (its key
+        # chunks were off, SDPA_SM90_KV_FP8=0); call 11 (KV_FP8_WG=1): both tiers' key chunks.
+        tiers_wg = ("fp16", "fp8") if os.environ.get("KV_FP8_WG") == "1" else ("fp16",)
+        runs = [(tier, "cpasync", kind, mode) for tier in ("fp16", "fp8") for kind in ("wg", "dec")
+                for mode in ("cold", "hot") if kind == "dec" or tier in tiers_wg] + \
+               [(tier, "baseline", "wg", "cold") for tier in tiers_wg]
         for tier, variant, kind, mode in runs:
             out_path = folder / f"o_{tier}_{variant}_{kind}.npy"
             rc, line, err = run_ours(variant, files, out_path, tier, causal,

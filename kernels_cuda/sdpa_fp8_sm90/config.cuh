@@ -224,14 +224,13 @@ static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
 #define SDPA_SM90_BN256_PRODUCER_REGS 24
 #endif
-// The key-chunk configuration (KVCHUNK, tile_plan.cuh; kernel.cuh kv_tier) in the fp8 tier too: 0 (default) = the
-// fp16 tier's only, 1 = both (a probe: its cpasync variant failed the 4-stream soak, experiments/2026-11-29-sdpa-decode-wgmma).
-// The fp16 tier's key-chunk kernels (KVCHUNK, cpasync) with V decoded by the consumer warpgroup that reads it, from
-// the copy engine's stage into its own fp16 V buffer, right after issuing Q K^T of its next tile (the producer
-// decodes K only): 0 (default) = the producer decodes both.  (Probe: the producer's decode bounds these kernels at about
-// 20 GB/s of codes per SM, experiments/2026-11-29-sdpa-decode-wgmma.)
+// The fp16 tier's key-chunk kernels (KVCHUNK, cpasync, head dim 128) with V decoded by the consumer warpgroup that
+// reads it, from the copy engine's stage into its own fp16 V buffer, before its next Q K^T (the producer decodes K
+// only): 1 (default), 0 = the producer decodes both (the ablation).  The producer's decode of K and V bounded these
+// kernels at about 20 GB/s of codes per SM; with V off its path they are 9-15% faster at 64 rows per K/V head, bit
+// for bit the same (2026-11-29, 1x H200, experiments/2026-11-29-sdpa-decode-wgmma call 10).
 #ifndef SDPA_SM90_KV_VDEC
-#define SDPA_SM90_KV_VDEC 0
+#define SDPA_SM90_KV_VDEC 1
 #endif
 static_assert(SDPA_SM90_KV_VDEC == 0 || SDPA_SM90_KV_VDEC == 1, "SDPA_SM90_KV_VDEC: 0 or 1");
 #ifndef SDPA_SM90_KV_VDEC_PRODUCER_REGS
@@ -240,8 +239,12 @@ static_assert(SDPA_SM90_KV_VDEC == 0 || SDPA_SM90_KV_VDEC == 1, "SDPA_SM90_KV_VD
 #ifndef SDPA_SM90_KV_VDEC_BATCH
 #define SDPA_SM90_KV_VDEC_BATCH 4
 #endif
+// The key-chunk configuration (KVCHUNK, tile_plan.cuh; kernel.cuh kv_tier) in the fp8 tier too: 1 (default) = both
+// tiers, 0 = the fp16 tier's only (the fp8 tier's decode-shaped cases then go to the decode kernel alone).  It was 0
+// until the split configuration's K stages were made even at head dim 128 (fp8_traits.cuh NS): with 3 its cpasync
+// variant failed 4-stream soaks; with 4 the same soaks pass (experiments/2026-11-29-sdpa-decode-wgmma calls 5-8).
 #ifndef SDPA_SM90_KV_FP8
-#define SDPA_SM90_KV_FP8 0
+#define SDPA_SM90_KV_FP8 1
 #endif
 static_assert(SDPA_SM90_KV_FP8 == 0 || SDPA_SM90_KV_FP8 == 1, "SDPA_SM90_KV_FP8: 0 or 1");
 

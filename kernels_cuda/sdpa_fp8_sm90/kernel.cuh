@@ -300,13 +300,10 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
 // override or an ablation (those run the per-head units as before).
 constexpr int64_t kKvMaxRows = 64;
 inline bool kv_shaped(const AttnShape& a) { return !a.square_mha() && a.group() * a.Sq <= kKvMaxRows; }
-// The tiers that have them: the fp16 tier.  The fp8 tier's (the same code on its split traits) passed every single-launch
-// check (float64 at 136 cases, racecheck, synccheck, memcheck) but its cpasync variant hung or failed with a launch
-// error in a 4-stream soak at (8,32,1,1,32768) and (64,32,8,16,512), which its baseline and the fp16 tier passed; so
-// does the fp8 split configuration's per-head units on large grids (--split 2).  The likely cause, not yet tested on
-// a GPU: its 3 K stages at head dim 128 (an odd count) with the warpgroups on alternate tiles, which lets warpgroup 1
-// wait for a stage's second fill before its first has landed (mbarrier parity aliasing); branch ns4 makes the count
-// even (experiments/2026-11-29-sdpa-decode-wgmma).  Until then the fp8 tier keeps the decode kernel here.
+// The tiers that have them: both (SDPA_SM90_KV_FP8, config.cuh; 0 leaves the fp8 tier's decode-shaped cases to the
+// decode kernel).  The fp8 tier's failed 4-stream soaks while its split configuration had 3 K stages at head dim 128
+// (mbarrier parity aliasing between the warpgroups' alternate tiles); with 4 they pass
+// (experiments/2026-11-29-sdpa-decode-wgmma calls 5-8).
 inline bool kv_tier(bool fp8) { return !fp8 || SDPA_SM90_KV_FP8 != 0; }
 // The runner's --kernel auto on an sm_90 GPU takes these kernels over the decode kernel (../sdpa_decode, mma.sync) for
 // decode-shaped cases of at least kKvAutoMinRows query rows per K/V head, where the warpgroup MMA's rate pays
