@@ -251,8 +251,8 @@ CAUSAL_PREFILL_CASES: dict[str, AttnCase] = {
 SANITIZER_CASES: dict[str, AttnCase] = {
     "san_decode_split": AttnCase((2, 8, 1, 128), (2, 2, 3000, 128)),
     "san_decode_rows32": AttnCase((1, 32, 1, 128), (1, 1, 2000, 128)),
-    # 64 rows per K/V head: since 2026-11-29 the fp16 tier runs these on the Hopper kernel's key chunks (kernels_cuda/
-    # sdpa_fp8_sm90 KVCHUNK: 2 chunks, the packed rows' mask), the fp8 tier on the decode kernel's four-warp groups;
+    # 64 rows per K/V head: since 2026-11-29 both tiers run these on the Hopper kernel's key chunks (kernels_cuda/
+    # sdpa_fp8_sm90 KVCHUNK: 2 chunks, the packed rows' mask; san_decode_rows32 too in the fp8 tier, from 17 rows);
     # san_kv_chunks_d128 the key chunks without the mask over 3 chunks (12 tiles, the last with a tail).
     "san_decode_rows64_d64": AttnCase((1, 8, 16, 64), (1, 2, 1000, 64), causal=True),
     "san_kv_chunks_d128": AttnCase((1, 16, 16, 128), (1, 4, 1500, 128)),

@@ -664,29 +664,30 @@ def expected_kv(shape, sms: int) -> tuple[int, int]:
     return _cdiv(tiles, ct), ct
 
 
-def test_decode_shaped_cases_take_key_chunks_in_the_fp16_tier(fp8):
-    """G * Sq <= 64 query rows per K/V head, not square MHA: the fp16 tier's split configuration on the packed case
-    (one block of 64 rows per K/V head, BM 64, 128-key tiles) with the keys cut into kv_plan's chunks; the grid is
-    one block per (K/V head, chunk), every row and tile covered once (the native program's "cover"). The fp8 tier
-    (SDPA_SM90_KV_FP8=0), a --split override, an ablation, square MHA and more than 64 rows keep the per-head units."""
+def test_decode_shaped_cases_take_key_chunks_in_both_tiers(fp8):
+    """G * Sq <= 64 query rows per K/V head, not square MHA: each tier's split configuration on the packed case (one
+    block of 64 rows per K/V head, BM 64, 128-key tiles) with the keys cut into kv_plan's chunks; the grid is one block
+    per (K/V head, chunk), every row and tile covered once (the native program's "cover"). A --split override, an
+    ablation, square MHA and more than 64 rows keep the per-head units. (The fp8 tier since its split configuration has
+    an even count of K stages at head dim 128: fp8_traits.cuh NS and its static_assert.)"""
     shapes = [(b, hq, hkv, sq, skv, d, c) for d in (64, 128) for (b, hq, hkv) in ((1, 4, 4), (8, 32, 8), (8, 32, 1),
                                                                                   (64, 32, 8), (2, 8, 2))
               for sq in (1, 4, 16) for skv in (1, 100, 777, 4096, 32768) for c in (0, 1)
               if (hq // hkv) * sq <= 64 and not (c and sq > skv) and not (hq == hkv and sq == skv and not c)]
-    for sms in (132, 66):
-        got = fp8([(s, sms, 0, 1) for s in shapes], fp8=False)
-        for s, r in zip(shapes, got):
-            chunks, _ = expected_kv(s, sms)
-            assert r["cover"] and r["kv_chunks"] == chunks, (s, sms, r)
-            assert r["grid"] == s[0] * s[2] * chunks and r["bm"] == 64 and r["bn"] == 128 and r["split"] == 2, (s, r)
-            assert r["causal_kernel"] == bool(s[6]) and not r["persistent"], (s, r)
-        assert all(r["kv_chunks"] == 0 for r in fp8([(s, sms, 0, 1) for s in shapes], fp8=True))
-        for split in (1, 2):
-            assert all(r["kv_chunks"] == 0 for r in fp8([(s, sms, split, 1) for s in shapes], fp8=False))
-    assert all(r["kv_chunks"] == 0 for r in fp8([(s, 132, 0, 1) for s in shapes if not s[6]], fp8=False, ablate=1))
-    others = [(2, 16, 16, 2048, 2048, 128, 0), (1, 32, 8, 17, 4096, 128, 0), (1, 4, 1, 17, 4096, 64, 1),
-              (1, 8, 8, 1, 1, 64, 0)]
-    assert all(r["kv_chunks"] == 0 and r["cover"] for r in fp8([(s, 132, 0, 1) for s in others], fp8=False))
+    for tier in (False, True):
+        for sms in (132, 66):
+            got = fp8([(s, sms, 0, 1) for s in shapes], fp8=tier)
+            for s, r in zip(shapes, got):
+                chunks, _ = expected_kv(s, sms)
+                assert r["cover"] and r["kv_chunks"] == chunks, (tier, s, sms, r)
+                assert r["grid"] == s[0] * s[2] * chunks and r["bm"] == 64 and r["bn"] == 128 and r["split"] == 2, (s, r)
+                assert r["causal_kernel"] == bool(s[6]) and not r["persistent"], (s, r)
+            for split in (1, 2):
+                assert all(r["kv_chunks"] == 0 for r in fp8([(s, sms, split, 1) for s in shapes], fp8=tier))
+        assert all(r["kv_chunks"] == 0 for r in fp8([(s, 132, 0, 1) for s in shapes if not s[6]], fp8=tier, ablate=1))
+        others = [(2, 16, 16, 2048, 2048, 128, 0), (1, 32, 8, 17, 4096, 128, 0), (1, 4, 1, 17, 4096, 64, 1),
+                  (1, 8, 8, 1, 1, 64, 0)]
+        assert all(r["kv_chunks"] == 0 and r["cover"] for r in fp8([(s, 132, 0, 1) for s in others], fp8=tier))
 
 
 def test_key_chunks_at_the_issue_cases(fp8):
@@ -701,27 +702,32 @@ def test_key_chunks_at_the_issue_cases(fp8):
         assert r["tiles_max_block"] == _cdiv(_cdiv(s[4], 128), chunks), (s, r)
 
 
-def test_auto_takes_key_chunks_from_33_rows_in_the_fp16_tier(fp8):
+def test_auto_takes_key_chunks_from_33_rows_fp16_and_17_rows_fp8(fp8):
     """The runner's --kernel auto (kernel.cuh kv_auto_preferred): the key-chunk configuration over the decode kernel
-    for decode-shaped cases of 33..64 query rows per K/V head, the fp16 tier only. 1x H200 (experiments/
-    2026-11-29-sdpa-decode-wgmma, call 4, cold): at 64 rows 1.05-1.42x the decode kernel's speed, at 32 rows
-    0.70-0.81x (the decode kernel's two-warp groups), at 8 and 16 rows 0.70x; from 33 rows the decode kernel runs its
-    four-warp groups, its 64-row configuration."""
-    cases = [((8, 32, 8, sq, 32768, 128, 0), sq * 4) for sq in (1, 4, 8, 9, 12, 16)] + \
+    for decode-shaped cases of 33..64 query rows per K/V head in the fp16 tier, 17..64 in the fp8 tier. 1x H200
+    (experiments/2026-11-29-sdpa-decode-wgmma, call 11, cold): fp16 at 64 rows 1.11-1.68x the decode kernel's speed,
+    at 32 rows and fewer 0.73-0.94x (the producer's decode of K bounds the key chunks); fp8 (no decode) at 64 rows
+    1.30-2.58x, at 32 rows 1.01-1.37x (0.87x at B 1 MQA), at 4-16 rows 0.92-1.02x."""
+    cases = [((8, 32, 8, sq, 32768, 128, 0), sq * 4) for sq in (1, 4, 5, 8, 9, 12, 16)] + \
             [((8, 32, 1, 1, 32768, 128, 0), 32), ((8, 64, 8, 5, 4096, 64, 1), 40), ((2, 8, 8, 64, 8192, 128, 1), 64),
-             ((2, 8, 8, 65, 8192, 128, 1), 65)]
-    for tier in (False, True):
+             ((2, 8, 8, 65, 8192, 128, 1), 65), ((8, 16, 1, 1, 4096, 64, 0), 16), ((8, 17, 1, 1, 4096, 64, 0), 17)]
+    for tier, lo in ((False, 33), (True, 17)):
         got = fp8([(s, 132, 0, 1) for s, _ in cases], fp8=tier)
-        assert [r["kv_auto"] for r in got] == [(not tier) and 33 <= rows <= 64 for _, rows in cases], tier
+        assert [r["kv_auto"] for r in got] == [lo <= rows <= 64 for _, rows in cases], tier
 
 
 def test_sanitizer_cases_reach_the_key_chunk_kernels(fp8):
     """config.SANITIZER_CASES: san_decode_rows64_d64 (the mask, head dim 64) and san_kv_chunks_d128 (no mask, a tail)
-    reach the fp16 tier's key-chunk kernels under --kernel auto on 132 SMs, with more than one chunk (the merge)."""
+    reach both tiers' key-chunk kernels under --kernel auto on 132 SMs, with more than one chunk (the merge); the
+    32-row MQA case san_decode_rows32 reaches the fp8 tier's and stays with the fp16 tier's decode kernel."""
     from driver.config import SANITIZER_CASES
 
-    for name, (causal, chunks) in {"san_decode_rows64_d64": (True, 2), "san_kv_chunks_d128": (False, 3)}.items():
+    want = {"san_decode_rows64_d64": (True, 2, (True, True)), "san_kv_chunks_d128": (False, 3, (True, True)),
+            "san_decode_rows32": (False, 4, (False, True))}
+    for name, (causal, chunks, auto) in want.items():
         c = SANITIZER_CASES[name]
         (b, hq, sq, d), (_, hkv, skv, _) = c.q_shape, c.kv_shape
-        (r,) = fp8([((b, hq, hkv, sq, skv, d, int(c.causal)), 132, 0, 1)], fp8=False)
-        assert r["kv_auto"] and r["kv_chunks"] == chunks and r["causal_kernel"] == causal and r["cover"], (name, r)
+        for tier in (False, True):
+            (r,) = fp8([((b, hq, hkv, sq, skv, d, int(c.causal)), 132, 0, 1)], fp8=tier)
+            assert r["kv_auto"] == auto[tier], (name, tier, r)
+            assert r["kv_chunks"] == chunks and r["causal_kernel"] == causal and r["cover"], (name, tier, r)

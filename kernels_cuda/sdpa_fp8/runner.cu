@@ -14,9 +14,9 @@
 // and the decode kernel serve cases other than square, non-causal MHA; mma_sync_sm80 refuses them with exit 5.
 //   decode_sm89, decode_fp8_sm89: the split-KV decode kernel of each tier (kernels_cuda/sdpa_decode/, every build),
 //                  taken by --kernel auto for G * Sq <= 64 query rows per K/V head (not square MHA), any case when
-//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.  On an sm_90 GPU the fp16
-//                  tier's auto takes wgmma_sm90's key chunks instead from 33 rows (sdpa_sm90 kv_auto_preferred); with
-//                  --split 0 the line then carries "kv_chunks".
+//                  forced; the block of this file marked "sdpa_decode" holds its dispatch.  On an sm_90 GPU auto takes
+//                  the Hopper kernel's key chunks instead from 33 rows in the fp16 tier, 17 in the fp8 tier (sdpa_sm90
+//                  kv_auto_preferred); with --split 0 the line then carries "kv_chunks".
 //
 // --precision picks the tier (default fp16): what the matrix products compute in.
 //   fp16: the seeds' contract: K/V stored as E4M3, decoded to fp16, fp16 MMA with fp32 accumulators.
@@ -436,7 +436,7 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
     bool use_decode = decode_forced || (kernel_req == "auto" && !tuned && ablate == sdpa_fp8::kAblNone && sdpa_decode::decode_shaped(shape));
 #if SDPA_SM90A
     // --kernel auto on an sm_90 GPU: the Hopper kernel's key-chunk configuration (sdpa_sm90 kv_shaped) instead, where
-    // the case has at least kKvAutoMinRows query rows per K/V head (decided once the GPU is known, below).
+    // the case has at least kv_auto_min_rows query rows per K/V head (decided once the GPU is known, below).
     const bool kv_auto = use_decode && !decode_forced && split == 0 && sdpa_sm90::kv_auto_preferred(fp8, shape);
 #else
     const bool kv_auto = false;

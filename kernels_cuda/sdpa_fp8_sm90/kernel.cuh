@@ -306,12 +306,20 @@ inline bool kv_shaped(const AttnShape& a) { return !a.square_mha() && a.group() 
 // (experiments/2026-11-29-sdpa-decode-wgmma calls 5-8).
 inline bool kv_tier(bool fp8) { return !fp8 || SDPA_SM90_KV_FP8 != 0; }
 // The runner's --kernel auto on an sm_90 GPU takes these kernels over the decode kernel (../sdpa_decode, mma.sync) for
-// decode-shaped cases of at least kKvAutoMinRows query rows per K/V head, where the warpgroup MMA's rate pays
-// (experiments/2026-11-29-sdpa-decode-wgmma); fewer rows stay with the decode kernel (64-row tiles would be mostly
-// padding).
-constexpr int64_t kKvAutoMinRows = 33;
+// decode-shaped cases of at least kv_auto_min_rows query rows per K/V head, where the warpgroup MMA's rate pays; fewer
+// rows stay with the decode kernel (64-row tiles would be mostly padding).  Measured on 1x H200, cold
+// (experiments/2026-11-29-sdpa-decode-wgmma call 11):
+// - fp16 tier, from 33 rows: at 64 rows 1.11-1.68x the decode kernel; at 32 rows and fewer 0.73-0.94x (the key chunks
+//   decode every K tile in the producer: about 185 us at B 8, Skv 32K whatever the rows), where the decode kernel
+//   runs its two-warp groups (from 33 rows its four-warp groups, its 64-row cost).
+// - fp8 tier, from 17 rows: no decode, so the key chunks stream at 0.84-0.86 of the copy bandwidth at B 8, Skv 32K: at 64
+//   rows 1.30-2.58x the decode kernel, at 32 rows 1.01-1.37x but 0.87x at B 1 MQA (34.1 against 29.8 us), at 4-16
+//   rows 0.92-1.02x (a tie at large B, behind at small).
+constexpr int64_t kKvAutoMinRowsFp16 = 33;
+constexpr int64_t kKvAutoMinRowsFp8 = 17;
+inline int64_t kv_auto_min_rows(bool fp8) { return fp8 ? kKvAutoMinRowsFp8 : kKvAutoMinRowsFp16; }
 inline bool kv_auto_preferred(bool fp8, const AttnShape& a) {
-    return kv_tier(fp8) && kv_shaped(a) && a.group() * a.Sq >= kKvAutoMinRows;
+    return kv_tier(fp8) && kv_shaped(a) && a.group() * a.Sq >= kv_auto_min_rows(fp8);
 }
 // Key chunks per packed head (kv_plan): each consumer warpgroup keeps at least kKvMinTilesPerWg tiles of 128 keys in
 // a chunk (fewer spend the block on its pipeline's fill), and the merge's weights fit the Q buffer (64 rows x 8 bytes
