@@ -84,11 +84,14 @@ def test_sdpa_resource_gates_on_real_ptxas_report(meta, name, arch):
     # and with the mask
     # Since 2026-11-29 the fp16 tier's key-chunk kernels (decode-shaped cases, tile_plan.cuh KVCHUNK): the entry's
     # overload with a KvChunks argument, split traits without ablation, head dim 64 and 128, without and with the
-    # packed rows' mask: 4 more entries, counted apart below.
+    # packed rows' mask: 4 more entries, counted apart below; since the fp8 tier's split configuration has an even
+    # count of K stages (fp8_traits.cuh NS), the fp8 tier's too (SDPA_SM90_KV_FP8=1, one Q term): 4 more.
     on90 = arch == "sm_90"
     kv = [k for k in hopper if "NS_8KvChunksE" in k.name]
-    assert len(kv) == (4 if on90 else 0)
-    assert all(re.search(r"Fp16TraitsILi(64|128)ELb[01]ELi0ELb1EEELb[01]EEEv", k.name) for k in kv), kv
+    assert len(kv) == (8 if on90 else 0)
+    kv16 = [k for k in kv if re.search(r"Fp16TraitsILi(64|128)ELb[01]ELi0ELb1EEELb[01]EEEv", k.name)]
+    kv8 = [k for k in kv if re.search(r"Fp8TraitsILi(64|128)ELb[01]ELi0ELb1ELi128ELb0EEELb[01]EEEv", k.name)]
+    assert len(kv16) == len(kv8) == (4 if on90 else 0), kv
     hopper = [k for k in hopper if k not in kv]
     causal = [k for k in hopper if "ELb1EEEvNS_8TileMaps" in k.name]
     assert len(causal) + len([k for k in hopper if "ELb0EEEvNS_8TileMaps" in k.name]) == len(hopper)
