@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "../sdpa_fp8/attn_shape.h"
+#include "../sdpa_fp8/chunk_workspace.h"
 #include "plan.h"
 #include "ptx.cuh"
 #include "tier_ops.cuh"
@@ -367,31 +368,16 @@ inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_ove
 
 // The chunks' partials and the counters of one stream's launches (launches in flight at once on different streams
 // need one each).  Counters are zeroed here and by every launch's last blocks after.
-struct Workspace {
-    float* part_o = nullptr;
-    float* part_ml = nullptr;
-    int* counters = nullptr;
-};
+using Workspace = sdpa_chunks::Workspace;  // (../sdpa_fp8/chunk_workspace.h, shared with the Hopper kernel's key chunks)
+using sdpa_chunks::workspace_free;
 
+// A block's rows are its slots; one counter per (b, hkv, mblock) group of nsplit blocks.
 inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {
     *ws = Workspace{};
     const Plan& p = li.plan;
     if (p.nsplit <= 1) return cudaSuccess;
-    const size_t groups = (size_t)(p.blocks / p.nsplit);
-    const size_t slots = (size_t)p.blocks * (size_t)p.rows_per_block;
-    cudaError_t e = cudaMalloc(&ws->part_o, slots * (size_t)li.D * sizeof(float));
-    if (e == cudaSuccess) e = cudaMalloc(&ws->part_ml, slots * 2 * sizeof(float));
-    if (e == cudaSuccess) e = cudaMalloc(&ws->counters, groups * sizeof(int));
-    if (e == cudaSuccess) e = cudaMemset(ws->counters, 0, groups * sizeof(int));
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the zeros land before any launch on another stream
-    return e;
-}
-
-inline void workspace_free(Workspace* ws) {
-    cudaFree(ws->part_o);
-    cudaFree(ws->part_ml);
-    cudaFree(ws->counters);
-    *ws = Workspace{};
+    return sdpa_chunks::workspace_alloc((size_t)p.blocks * (size_t)p.rows_per_block, li.D, (size_t)(p.blocks / p.nsplit),
+                                        ws);
 }
 
 inline cudaError_t launch(const LaunchInfo& li, const Workspace& ws, const AttnShape& s, const __half* q,

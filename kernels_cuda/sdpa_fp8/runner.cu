@@ -629,40 +629,27 @@ int run_case(const std::vector<std::string>& args, std::string* error) try {
         if (me != cudaSuccess) die(EXIT_CUDA_ERROR, std::string("tensor maps: ") + (why ? why : cudaGetErrorString(me)));
     }
 #endif
-    // sdpa_decode: one workspace (chunk partials, counters) per stream, made at the stream's first launch (the output
-    // run on `st`; the soak streams), freed with the case.
-    std::vector<std::pair<cudaStream_t, sdpa_decode::Workspace>> dec_ws;
-    auto free_dec_ws = scope_exit([&] {
-        for (auto& w : dec_ws) sdpa_decode::workspace_free(&w.second);
-    });
+    // The kernels with key chunks merged by a last block (sdpa_decode; sdpa_sm90's key chunks): one workspace (chunk
+    // partials, counters) per stream, made at the stream's first launch (the output run on `st`; the soak streams),
+    // freed with the case (../sdpa_fp8/chunk_workspace.h PerStream).
+    sdpa_chunks::PerStream dec_ws;
 #if SDPA_SM90A
-    // The Hopper kernel's key chunks: likewise one workspace per stream (sdpa_sm90 Workspace).
-    std::vector<std::pair<cudaStream_t, sdpa_sm90::Workspace>> kv_ws;
-    auto free_kv_ws = scope_exit([&] {
-        for (auto& w : kv_ws) sdpa_sm90::workspace_free(&w.second);
-    });
+    sdpa_chunks::PerStream kv_ws;
 #endif
     auto launch = [&](__half* out, cudaStream_t stream) -> cudaError_t {
+        const sdpa_chunks::Workspace* ws = nullptr;
         if (use_decode) {
-            auto it = std::find_if(dec_ws.begin(), dec_ws.end(), [&](const auto& w) { return w.first == stream; });
-            if (it == dec_ws.end()) {
-                dec_ws.emplace_back(stream, sdpa_decode::Workspace{});
-                it = dec_ws.end() - 1;
-                const cudaError_t e = sdpa_decode::workspace_alloc(ldec, &it->second);
-                if (e != cudaSuccess) return e;
-            }
-            return sdpa_decode::launch(ldec, it->second, shape, dq, dk, dv, out, k_scale, v_scale, stream);
+            const cudaError_t e =
+                dec_ws.get(stream, [&](sdpa_chunks::Workspace* w) { return sdpa_decode::workspace_alloc(ldec, w); }, &ws);
+            if (e != cudaSuccess) return e;
+            return sdpa_decode::launch(ldec, *ws, shape, dq, dk, dv, out, k_scale, v_scale, stream);
         }
 #if SDPA_SM90A
         if (use_sm90 && l90.kv) {
-            auto it = std::find_if(kv_ws.begin(), kv_ws.end(), [&](const auto& w) { return w.first == stream; });
-            if (it == kv_ws.end()) {
-                kv_ws.emplace_back(stream, sdpa_sm90::Workspace{});
-                it = kv_ws.end() - 1;
-                const cudaError_t e = sdpa_sm90::workspace_alloc(l90, &it->second);
-                if (e != cudaSuccess) return e;
-            }
-            return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream, it->second);
+            const cudaError_t e =
+                kv_ws.get(stream, [&](sdpa_chunks::Workspace* w) { return sdpa_sm90::workspace_alloc(l90, w); }, &ws);
+            if (e != cudaSuccess) return e;
+            return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream, *ws);
         }
         if (use_sm90) return sdpa_sm90::launch(l90, maps90, dq, dk, dv, out, k_scale, v_scale, stream);
 #endif

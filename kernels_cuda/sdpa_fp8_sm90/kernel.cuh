@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "../sdpa_fp8/attn_shape.h"
+#include "../sdpa_fp8/chunk_workspace.h"
 #include "epilogue.cuh"
 #include "fp8_traits.cuh"
 #include "mainloop.cuh"
@@ -537,27 +538,13 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
 // The KVCHUNK kernels' chunk partials and counters (tile_plan.cuh KvChunks) for one stream's launches (launches in
 // flight at once on different streams need one each); nothing for the other kernels or one chunk.  The counters are
 // zeroed here and by every launch's last blocks after.
-struct Workspace {
-    float* part_o = nullptr;
-    float* part_ml = nullptr;
-    int* counters = nullptr;
-};
+using Workspace = sdpa_chunks::Workspace;  // (../sdpa_fp8/chunk_workspace.h, shared with the decode kernel)
+using sdpa_chunks::workspace_free;
+// 64 slots (rows) per block; one counter per packed head.
 inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {
     *ws = Workspace{};
     if (!li.kv || li.kv_chunks <= 1) return cudaSuccess;
-    const size_t slots = (size_t)li.grid * 64;
-    cudaError_t e = cudaMalloc(&ws->part_o, slots * (size_t)li.D * sizeof(float));
-    if (e == cudaSuccess) e = cudaMalloc(&ws->part_ml, slots * 2 * sizeof(float));
-    if (e == cudaSuccess) e = cudaMalloc(&ws->counters, (size_t)li.plan.bh * sizeof(int));
-    if (e == cudaSuccess) e = cudaMemset(ws->counters, 0, (size_t)li.plan.bh * sizeof(int));
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();  // the zeros land before any launch on another stream
-    return e;
-}
-inline void workspace_free(Workspace* ws) {
-    cudaFree(ws->part_o);
-    cudaFree(ws->part_ml);
-    cudaFree(ws->counters);
-    *ws = Workspace{};
+    return sdpa_chunks::workspace_alloc((size_t)li.grid * 64, li.D, (size_t)li.plan.bh, ws);
 }
 
 // The case is in li.plan (with_case); ws: the stream's workspace (KVCHUNK kernels of more than one chunk).
