@@ -276,6 +276,11 @@ SANITIZER_CASES: dict[str, AttnCase] = {
 # --sanitizer-shapes` runs others.
 SANITIZED_SHAPES = ("small", "mission", "tail", "unsplit3_d64", "unsplit_d128", "unsplit_wide_d128", "short_d128",
                     "short_split_d128", "split_odd_d128", *SANITIZER_CASES)
+# Sanitizer cases that also run with each tier's decode kernel forced (`--kernel decode_sm89|decode_fp8_sm89`): on an
+# sm_90 GPU `--kernel auto` gives their rows to the Hopper kernel's key chunks (from 33 rows per K/V head in the fp16
+# tier, 17 in the fp8 tier: kernels_cuda/sdpa_fp8_sm90 kv_auto_min_rows), and the decode kernel's two- and four-warp
+# groups are still what sm_89 builds and `--kernel decode_*` run. (Elsewhere a forced run repeats auto's.)
+SANITIZER_FORCED_DECODE = ("san_decode_rows32", "san_decode_rows64_d64")
 # Every named case: the square shapes above, then the inference presets.
 SDPA_CASES: dict[str, AttnCase] = {**{n: AttnCase.of(d) for n, d in SDPA_SHAPES.items()}, **DECODE_CASES,
                                    **CHUNKED_PREFILL_CASES, **CAUSAL_PREFILL_CASES, **SANITIZER_CASES}

@@ -214,3 +214,38 @@ def test_sanitizers_run_the_cases_named_with_their_mask(monkeypatch, tmp_path):
     named = sanitized("--sanitizer-shapes", "san_decode_split,1x4x3x64:1x2x90x64:causal")
     assert list(named) == ["san_decode_split", "1x4x3x64:1x2x90x64:causal"]
     assert "--causal" in named["1x4x3x64:1x2x90x64:causal"] and "--causal" not in named["san_decode_split"]
+
+
+def test_decode_sanitizer_cases_also_run_the_decode_kernel_forced(monkeypatch, tmp_path):
+    """config.SANITIZER_FORCED_DECODE: on an sm_90 GPU --kernel auto gives 32 (fp8 tier) and 64 rows per K/V head to
+    the Hopper kernel's key chunks, so those cases run a second time per tier and variant with the tier's decode
+    kernel forced; every other case runs once, with auto."""
+    from types import SimpleNamespace
+
+    from driver import config
+    from driver.options import RunOptions
+    from driver.records import DeviceInfo, GpuInfo
+    from driver.suites import stress
+    from driver.thresholds import load
+
+    runs: list[tuple[str, list[str]]] = []
+
+    def fake_sanitize(opts, tool, cmd, kernel, cfg, dev, sha):
+        runs.append((cfg, cmd))
+        return SimpleNamespace(kernel=kernel)
+
+    monkeypatch.setattr(stress, "sanitize", fake_sanitize)
+    monkeypatch.setattr(stress, "sdpa_tiers", lambda opts, exe_dir, result: ("fp16", "fp8"))
+    monkeypatch.setattr(stress.sdpa, "write_inputs", lambda folder, shape, seed: {})
+    monkeypatch.setattr(stress.sdpa, "file_args", lambda files: [])
+    dev = DeviceInfo(driver_version="580.159.04", gpus=[GpuInfo(index=0, name="NVIDIA H200", memory_mib=143771)])
+    opts = RunOptions(suites=("stress",), stress_parts=("sdpa", "sanitizers"), shapes=())
+    stress.run(opts, tmp_path, dev, load(), "0" * 40)
+    per_tool = len(runs) // len(stress.SANITIZER_TOOLS)
+    assert per_tool == (len(config.SANITIZED_SHAPES) + len(config.SANITIZER_FORCED_DECODE)) * 2 * len(stress.sdpa.VARIANTS)
+    assert len(runs) == stress.planned_steps(opts, (), ("fp16", "fp8"))
+    forced = {(cfg, cmd[cmd.index("--kernel") + 1]) for cfg, cmd in runs if "--kernel" in cmd}
+    assert forced == {(f"{name}/{tier}/{kernel}", kernel) for name in config.SANITIZER_FORCED_DECODE
+                      for tier, kernel in (("fp16", "decode_sm89"), ("fp8", "decode_fp8_sm89"))}
+    assert all(f"--precision {cfg.split('/')[1]}" in " ".join(cmd) for cfg, cmd in runs)
+    assert set(config.SANITIZER_FORCED_DECODE) <= set(config.SANITIZER_CASES)

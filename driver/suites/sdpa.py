@@ -31,6 +31,7 @@ from driver.gates import sdpa_correctness, sdpa_runner_resources, tier_skip
 from driver.options import RunOptions
 from driver.parse import launch_lines
 from driver.records import (
+    SDPA_KERNEL_PRECISION,
     SDPA_PEER_PRECISION,
     ArchivedRecord,
     CopyLine,
@@ -63,6 +64,8 @@ TARGETS = "sdpa"
 VARIANTS = registry.View(lambda: {name: v.target for name, v in registry.SDPA.variants.items()})
 PEERS = registry.View(lambda: dict.fromkeys(peers.of_suite("sdpa")))
 HOPPER_KERNEL, HOPPER_FP16_KERNEL, MMA_SYNC_KERNEL = "wgmma_fp8_sm90", "wgmma_sm90", "mma_sync_sm80"
+# Each tier's split-KV decode kernel (kernels_cuda/sdpa_decode; `--kernel` forces it), from records' kernel list.
+DECODE_KERNEL = {tier: k for k, tier in SDPA_KERNEL_PRECISION.items() if k.startswith("decode_")}
 TIMED_DISTRIBUTION = "normal"  # the inputs every timing runs on: a launch's time does not depend on the values
 
 

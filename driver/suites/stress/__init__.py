@@ -34,7 +34,15 @@ import tempfile
 from pathlib import Path
 
 from driver import device, phases
-from driver.config import ALLREDUCE_KERNEL_NAMES, SANITIZED_SHAPES, SDPA_CASES, SUPPORTED_NGPUS, AttnCase, kernel_flags
+from driver.config import (
+    ALLREDUCE_KERNEL_NAMES,
+    SANITIZED_SHAPES,
+    SANITIZER_FORCED_DECODE,
+    SDPA_CASES,
+    SUPPORTED_NGPUS,
+    AttnCase,
+    kernel_flags,
+)
 from driver.gates import tier_skip
 from driver.options import RunOptions
 from driver.records import DeviceInfo, Skip
@@ -80,6 +88,12 @@ def sanitizer_cases(opts: RunOptions) -> tuple[tuple[str, AttnCase], ...]:
     return tuple((name, SDPA_CASES[name]) for name in SANITIZED_SHAPES)
 
 
+def sanitizer_kernels(case_name: str, tier: str) -> tuple[str | None, ...]:
+    """The --kernel each sanitizer run of a case asks for: auto (None), then for config.SANITIZER_FORCED_DECODE the
+    tier's decode kernel (on sm_90 auto takes the Hopper kernel's key chunks for those rows)."""
+    return (None, sdpa.DECODE_KERNEL[tier]) if case_name in SANITIZER_FORCED_DECODE else (None,)
+
+
 def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, ...]) -> int:
     """The soak and sanitizer steps this run takes at least (each a line of progress, for done / total and
     the ETA): every allreduce soak process and SDPA soak case, every sanitizer run. --minutes only adds
@@ -91,7 +105,8 @@ def planned_steps(opts: RunOptions, counts: tuple[int, ...], tiers: tuple[str, .
     if "sdpa" in opts.stress_parts:
         steps += len(tiers) * len(sdpa.VARIANTS) * len(opts.shapes) * sdpa_soak_steps(opts)
     if "sanitizers" in opts.stress_parts:
-        per_tool = len(sanitizer_cases(opts)) * len(tiers) * len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
+        per_tool = sum(len(sanitizer_kernels(name, tier)) for name, _ in sanitizer_cases(opts) for tier in tiers) * \
+            len(sdpa.VARIANTS) if "sdpa" in opts.stress_parts else 0
         per_tool += len(soak_kernels(opts)) * len(counts) if "allreduce" in opts.stress_parts else 0
         steps += len(SANITIZER_TOOLS) * per_tool
     return steps
@@ -140,12 +155,14 @@ def run(opts: RunOptions, exe_dir: Path, dev: DeviceInfo, gates: Thresholds, git
             for tool in SANITIZER_TOOLS:
                 for shape_name, files in inputs.items():  # empty unless the sdpa part runs
                     for tier in tiers:
-                        for impl, exe_name in sdpa.VARIANTS.items():
-                            cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out", str(Path(tmp) / "o.npy"),
-                                   "--iters", "2", "--warmup", "0", "--no-spin", "--precision", tier,
-                                   *sdpa.case_args(cases[shape_name])]
-                            result.records.append(sanitize(opts, tool, cmd, exe_name, f"{shape_name}/{tier}", dev,
-                                                           git_sha))
+                        for kernel in sanitizer_kernels(shape_name, tier):
+                            forced = ["--kernel", kernel] if kernel else []
+                            config = f"{shape_name}/{tier}" + (f"/{kernel}" if kernel else "")
+                            for impl, exe_name in sdpa.VARIANTS.items():
+                                cmd = [str(exe_dir / exe_name), *sdpa.file_args(files), "--out",
+                                       str(Path(tmp) / "o.npy"), "--iters", "2", "--warmup", "0", "--no-spin",
+                                       "--precision", tier, *forced, *sdpa.case_args(cases[shape_name])]
+                                result.records.append(sanitize(opts, tool, cmd, exe_name, config, dev, git_sha))
                 for kernel in soak_kernels(opts) if "allreduce" in opts.stress_parts else ():
                     if not counts:
                         result.records.append(not_measured(dev, git_sha, "sanitizer", kernel,
