@@ -160,7 +160,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             fetch_k_stage<D>(kr, stage, g, t);
             float S[4][4];
             ops.qk(S, kr);
-            softmax_tile<D>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
+            softmax_tile<D, Ops::kLazy>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
             VRegs<D> vr;
             fetch_v_stage<D>(vr, stage, g, t);
             ops.pv(O, L, S, vr);
@@ -187,7 +187,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             if (it > 0) fetch(it);
             float S[4][4];
             ops.qk(S, kr);
-            softmax_tile<D>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
+            softmax_tile<D, Ops::kLazy>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
             ops.pv(O, L, S, vr);
         }
     }
