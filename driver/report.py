@@ -565,7 +565,7 @@ def cluster_markdown(report: ClusterReport, runs: list[RunArchive]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---- the README's headline: ours against the fastest peer, per suite, GPU kind and part, newest run each
+# ---- the README's headline: ours against the fastest peer, per suite, GPU kind and part, newest run per config
 README_FILE = paths.ROOT / "README.md"
 HEADLINE_BEGIN = ("<!-- headline:begin (written by `python -m driver index` from bench_results/; "
                   "edits here are overwritten) -->")
@@ -609,25 +609,32 @@ def _speedups(run: RunArchive) -> dict[tuple[str, str], list[tuple[float, str, s
 
 
 def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
-    """The README's headline: per suite, GPU kind and part (allreduce: GPU count; SDPA: precision tier), the
-    newest archived run that timed ours and a peer there, and its speedups over the configs it timed."""
-    newest: dict[tuple[str, str, str], tuple[Path, RunArchive, list[tuple[float, str, str]]]] = {}
+    """The README's headline: per suite, GPU kind and part (allreduce: GPU count; SDPA: precision tier), every config
+    an archived run timed ours and a peer at, each from the newest such run, and the runs that gave them (newest
+    first).  (Per config, not per run: a run of a few shapes, decode say, must not stand for the part's other shapes,
+    whose newest numbers are in an older run.)"""
+    newest: dict[tuple[str, str, str], dict[str, tuple[float, str, str, Path, RunArchive]]] = {}
     for folder, run in sorted(runs, key=lambda fr: fr[1].created_utc):
         for (suite, part), speedups in _speedups(run).items():
-            newest[(suite, run.device.kind, part)] = (folder, run, sorted(speedups))
+            per_config = newest.setdefault((suite, run.device.kind, part), {})
+            for s, cfg, peer in speedups:
+                per_config[cfg] = (s, cfg, peer, folder, run)
     if not newest:
         return "No archived run timed ours and a peer in the same run.\n"
     lines = [(f"Speedup: the fastest correct peer's {HEADLINE_MODE} p50 over our fastest correct variant's per config, "
-             "newest run timing both (>1: ours faster; within 5%: tie)."), "",
-             "| suite | device | part | configs (ahead/tie/behind) | speedup (median) | lowest at | run |",
+              "each config from the newest run timing both there (>1: ours faster; within 5%: tie); runs newest first."),
+             "", "| suite | device | part | configs (ahead/tie/behind) | speedup (median) | lowest at | runs |",
              "|---|---|---|---|---|---|---|"]
-    for (suite, kind, part), (folder, run, sp) in sorted(newest.items()):
+    for (suite, kind, part), per_config in sorted(newest.items()):
+        sp = sorted((s, c, p) for s, c, p, _f, _r in per_config.values())
         ties = sum(1 for s, _c, _p in sp if reading(s) == "negligible")
         ahead = sum(1 for s, _c, _p in sp if s > 1 and reading(s) != "negligible")
         low, high, mid = sp[0], sp[-1], statistics.median(s for s, _c, _p in sp)
+        folders = sorted({(r.created_utc, f.name, r.run_id) for _s, _c, _p, f, r in per_config.values()}, reverse=True)
+        links = ", ".join(f"[{rid.split('-')[0]}](bench_results/{name}/COMPARE.md)" for _t, name, rid in folders[:3])
+        links += f" and {len(folders) - 3} older" if len(folders) > 3 else ""
         lines.append(f"| {suite} | {kind} | {part} | {len(sp)} ({ahead}/{ties}/{len(sp) - ahead - ties}) | "
-                     f"{low[0]:.2f}x-{high[0]:.2f}x ({mid:.2f}x) | {low[1]} vs {low[2]} | "
-                     f"[{run.run_id.split('-')[0]}](bench_results/{folder.name}/COMPARE.md) |")
+                     f"{low[0]:.2f}x-{high[0]:.2f}x ({mid:.2f}x) | {low[1]} vs {low[2]} | {links} |")
     return "\n".join(lines) + "\n"
 
 

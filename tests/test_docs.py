@@ -669,6 +669,27 @@ def test_the_headline_skips_wrong_peers_and_takes_the_newest_run():
         assert f"{low[0]:.2f}x-{max(ratios)[0]:.2f}x" in table and f"{low[1]} vs {low[2]}" in table
 
 
+def test_a_newer_run_of_a_few_configs_does_not_hide_the_others():
+    """A run that timed a few configs (decode shapes, one message size) replaces those configs' ratios and no more:
+    every other config keeps its newest ratio from the older run, and the row names both runs, newest first."""
+    from driver import archive, report
+
+    folder = ROOT / "bench_results" / "20261127T023724Z-e94797dc-4xH200"
+    run = archive.load_run(folder)
+    old = report._speedups(run)[("allreduce", "4 GPUs")]
+    low_config = min(old)[1]
+    few = run.model_copy(update={"created_utc": "2099-01-01T00:00:00Z", "run_id": "20990101T000000Z-few", "records": [
+        r.model_copy(update={"measurement": r.measurement.model_copy(update={"p50_us": 4 * r.measurement.p50_us})})
+        if r.impl == "ours" else r for r in run.records if r.config.split("/seed")[0] == low_config]})
+    assert set(report._speedups(few)) == {("allreduce", "4 GPUs")}
+    newer = Path("20990101T000000Z-few")
+    row = next(line for line in report.headline_table([(folder, run), (newer, few)]).splitlines()
+               if line.startswith("| allreduce | 4xH200 | 4 GPUs |"))
+    assert row.startswith(f"| allreduce | 4xH200 | 4 GPUs | {len(old)} (")  # every config, not the newer run's one
+    assert f"{min(old)[0] / 4:.2f}x-{max(old)[0]:.2f}x" in row and f"| {low_config} vs " in row
+    assert row.index("20990101T000000Z") < row.index("20261127T023724Z")
+
+
 def page_problems(page: Path, label: str) -> list[str]:
     """Everything this file finds wrong with one page of the map (for a page that is not the checkout's:
     `python -m tests.test_docs /tmp/old.md`)."""
