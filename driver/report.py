@@ -610,8 +610,8 @@ def _speedups(run: RunArchive) -> dict[tuple[str, str], list[tuple[float, str, s
 
 def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
     """The README's headline: per suite, GPU kind and part (allreduce: GPU count; SDPA: precision tier), every config
-    an archived run timed ours and a peer at, each from the newest such run, and the runs that gave them (newest
-    first).  (Per config, not per run: a run of a few shapes, decode say, must not stand for the part's other shapes,
+    an archived run timed ours and a peer at, each from the newest such run; the newest of the runs that gave them
+    is linked, the others counted.  (Per config, not per run: a run of a few shapes, decode say, must not stand for the part's other shapes,
     whose newest numbers are in an older run.)"""
     newest: dict[tuple[str, str, str], dict[str, tuple[float, str, str, Path, RunArchive]]] = {}
     for folder, run in sorted(runs, key=lambda fr: fr[1].created_utc):
@@ -622,7 +622,7 @@ def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
     if not newest:
         return "No archived run timed ours and a peer in the same run.\n"
     lines = [(f"Speedup: the fastest correct peer's {HEADLINE_MODE} p50 over our fastest correct variant's per config, "
-              "each config from the newest run timing both there (>1: ours faster; within 5%: tie); runs newest first."),
+              "each from its newest run timing both (>1: ours faster; within 5%: tie; +N: older runs)."),
              "", "| suite | device | part | configs (ahead/tie/behind) | speedup (median) | lowest at | runs |",
              "|---|---|---|---|---|---|---|"]
     for (suite, kind, part), per_config in sorted(newest.items()):
@@ -631,8 +631,8 @@ def headline_table(runs: list[tuple[Path, RunArchive]]) -> str:
         ahead = sum(1 for s, _c, _p in sp if s > 1 and reading(s) != "negligible")
         low, high, mid = sp[0], sp[-1], statistics.median(s for s, _c, _p in sp)
         folders = sorted({(r.created_utc, f.name, r.run_id) for _s, _c, _p, f, r in per_config.values()}, reverse=True)
-        links = ", ".join(f"[{rid.split('-')[0]}](bench_results/{name}/COMPARE.md)" for _t, name, rid in folders[:3])
-        links += f" and {len(folders) - 3} older" if len(folders) > 3 else ""
+        links = f"[{folders[0][2].split('-')[0]}](bench_results/{folders[0][1]}/COMPARE.md)"
+        links += f" +{len(folders) - 1}" if len(folders) > 1 else ""
         lines.append(f"| {suite} | {kind} | {part} | {len(sp)} ({ahead}/{ties}/{len(sp) - ahead - ties}) | "
                      f"{low[0]:.2f}x-{high[0]:.2f}x ({mid:.2f}x) | {low[1]} vs {low[2]} | {links} |")
     return "\n".join(lines) + "\n"
