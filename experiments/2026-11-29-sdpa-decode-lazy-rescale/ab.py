@@ -5,42 +5,21 @@ last tile that every query scores about 10 above the rest), both runners; determ
 compute-sanitizer memcheck / racecheck / synccheck; then cold and hot p50 under --kernel auto (the decode kernel at
 these cases), 3 rounds, the runners alternating.
 Runners in $BIN (xz), named on the command line: the first is the reference runner.
-  python3 ab.py main lz1     (results under $OUT/ab.jsonl)"""
-import json, lzma, os, pathlib, shutil, subprocess, sys, time
+  python3 ab.py main lz1     (results under $OUT/ab.jsonl)
+(As run, the helpers of ../ab_kit.py were this script's own; the same code.)"""
+import pathlib, shutil, sys
+
 import numpy as np
 
-OUT = pathlib.Path(os.environ.get("OUT", "/tmp/lz_out")); OUT.mkdir(parents=True, exist_ok=True)
-TMP = pathlib.Path("/tmp/lz"); TMP.mkdir(exist_ok=True)
-RES = open(OUT / "ab.jsonl", "w")
-T0, BUDGET_S = time.time(), float(os.environ.get("AB_BUDGET_S", "400"))
-CASES = {  # name: (q_shape, kv_shape, causal) (driver/config.py's presets of the same names)
-    "decode_b8_32k_mqa": ((8, 32, 1, 128), (8, 1, 32768, 128), False),
-    "decode_b1_4k": ((1, 32, 1, 128), (1, 8, 4096, 128), False),
-    "decode_b1_32k": ((1, 32, 1, 128), (1, 8, 32768, 128), False),
-    "decode_b1_128k": ((1, 32, 1, 128), (1, 8, 131072, 128), False),
-    "decode_b8_4k": ((8, 32, 1, 128), (8, 8, 4096, 128), False),
-    "decode_b8_32k": ((8, 32, 1, 128), (8, 8, 32768, 128), False),
-    "decode_b8_32k_sq4": ((8, 32, 4, 128), (8, 8, 32768, 128), True),
-    "san_decode_split": ((2, 8, 1, 128), (2, 2, 3000, 128), False),
-    "san_decode_rows32": ((1, 32, 1, 128), (1, 1, 2000, 128), False),
-    "san_decode_rows64_d64": ((1, 8, 16, 64), (1, 2, 1000, 64), True),
-}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
+
+lab = ab_kit.Lab("lz", 400)
+CASES = {n: c for n, c in ab_kit.DECODE_CASES.items() if n not in ('decode_b8_32k_hq64',)}  # the presets but hq64
 ACCURACY = ("decode_b8_32k_mqa", "decode_b1_32k", "decode_b8_32k_sq4", "san_decode_rows64_d64")
 TIMED = ("decode_b8_32k_mqa", "decode_b1_4k", "decode_b1_32k", "decode_b1_128k", "decode_b8_4k", "decode_b8_32k",
          "decode_b8_32k_sq4")
 SCALES = (1 / 64, 1 / 64)
-
-
-def log(rec):
-    RES.write(json.dumps(rec) + "\n"); RES.flush(); print(json.dumps(rec), flush=True)
-
-
-def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path(os.environ.get("BIN", "bin")) / f"{stem}.xz").read_bytes()))
-        p.chmod(0o755)
-    return p
 
 
 def e4m3(codes):  # E4M3 code -> value (no NaN codes are made here)
@@ -49,26 +28,26 @@ def e4m3(codes):  # E4M3 code -> value (no NaN codes are made here)
     return s * np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7.0))
 
 
-def make(name, qs, kvs, dist):
-    d = TMP / f"{name}_{dist}"; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    if f["scales"].exists():
-        return f
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal(qs, dtype=np.float32) * (8.0 if dist == "large_logits" else 1.0)
-    k = rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7)
-    v = rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7)
-    if dist == "late_sinks":  # a shared direction u per K/V head in its queries (+4 u), and two keys along it (15/64 u):
-        G = qs[1] // kvs[1]     # one in the middle, one last; their scores about 10 above the rest (e^10)
+def late_sinks(qs, kvs):
+    """A shared direction u per K/V head in its queries (+4 u), and two keys along it (15/64 u): one in the middle,
+    one last; their scores about 10 above the rest (e^10)."""
+    def edit(q, k, v, rng):
+        G = qs[1] // kvs[1]
         for b in range(kvs[0]):
             for h in range(kvs[1]):
                 u = rng.integers(0, 2, size=qs[3]) * 2 - 1
                 q[b, h * G:(h + 1) * G] += 4.0 * u
                 code = np.where(u > 0, 0x57, 0xD7).astype(np.uint8)
                 k[b, h, -1] = code; k[b, h, kvs[2] // 2] = code
-    np.save(f["q"], q.astype(np.float16)); np.save(f["k"], k); np.save(f["v"], v)
-    np.save(f["scales"], np.array(SCALES, dtype=np.float32))
-    return f
+    return edit
+
+
+def make(name, qs, kvs, dist):
+    folder = lab.tmp / f"{name}_{dist}"
+    if (folder / "scales.npy").exists():
+        return {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+    edit = {"codes": None, "large_logits": lambda q, k, v, rng: q.__imul__(8.0), "late_sinks": late_sinks(qs, kvs)}[dist]
+    return ab_kit.code_inputs(folder, qs, kvs, scales=SCALES, edit=edit)
 
 
 def reference(f, causal):
@@ -88,18 +67,11 @@ def reference(f, causal):
 
 
 def run(exe, f, causal, kernel, extra, out, timeout=60, pre=()):
-    cmd = [*pre, str(exe), *[a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(f[n]))], "--out", str(out),
-           "--precision", "fp16", "--kernel", kernel, *(["--causal"] if causal else []), *extra]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"rc": "timeout"}
-    line = next((json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")), None) or {}
-    return {"rc": p.returncode, "line": line, "stdout": p.stdout[-400:], "stderr": p.stderr[-300:]}
+    return ab_kit.launch(exe, f, causal, ["--precision", "fp16", "--kernel", kernel, *extra], out, timeout, pre)
 
 
 names = sys.argv[1:] or ["main", "lz1"]
-exes = {k: unpack(k) for k in names}
+exes = {k: lab.unpack(k) for k in names}
 for name in ACCURACY:
     qs, kvs, causal = CASES[name]
     for dist in ("codes", "large_logits", "late_sinks"):
@@ -108,35 +80,34 @@ for name in ACCURACY:
         for k, exe in exes.items():
             outs = []
             for rep in range(3):
-                r = run(exe, f, causal, "decode_sm89", ["--iters", "1", "--warmup", "0"], TMP / f"o_{k}_{rep}.npy")
-                outs.append(np.load(TMP / f"o_{k}_{rep}.npy").astype(np.float64) if r["rc"] == 0 else None)
+                r = run(exe, f, causal, "decode_sm89", ["--iters", "1", "--warmup", "0"], lab.tmp / f"o_{k}_{rep}.npy")
+                outs.append(np.load(lab.tmp / f"o_{k}_{rep}.npy").astype(np.float64) if r["rc"] == 0 else None)
             o = outs[0]
             same = all(x is not None and np.array_equal(x, o) for x in outs)
             err = {} if o is None else {"rel_l2": float(np.linalg.norm(o - ref) / np.linalg.norm(ref)),
                                         "max_abs_over_max_ref": float(np.abs(o - ref).max() / np.abs(ref).max()),
                                         "finite": bool(np.isfinite(o).all())}
-            log({"step": "accuracy", "case": name, "dist": dist, "runner": k, "rc": r["rc"], "deterministic": same, **err})
+            lab.log({"step": "accuracy", "case": name, "dist": dist, "runner": k, "rc": r["rc"], "deterministic": same, **err})
 files = {n: make(n, qs, kvs, "codes") for n, (qs, kvs, _) in CASES.items()}
 san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
 for k in names[1:]:
     r = run(exes[k], files["decode_b8_32k_mqa"], False, "decode_sm89", ["--iters", "1", "--warmup", "0", "--soak", "300",
-            "--streams", "4"], TMP / "o_s.npy", timeout=90)
-    log({"step": "soak", "case": "decode_b8_32k_mqa", "runner": k, "rc": r["rc"],
-         "mismatched": r.get("line", {}).get("soak_mismatched_elements"), "stderr": r.get("stderr", "")[-200:]})
+            "--streams", "4"], lab.tmp / "o_s.npy", timeout=90)
+    lab.log({"step": "soak", "case": "decode_b8_32k_mqa", "runner": k, "rc": r["rc"],
+             "mismatched": r.get("line", {}).get("soak_mismatched_elements"), "stderr": r.get("stderr", "")[-200:]})
     for name in ("san_decode_split", "san_decode_rows32", "san_decode_rows64_d64"):
         for tool in ("memcheck", "racecheck", "synccheck"):
             r = run(exes[k], files[name], CASES[name][2], "decode_sm89", ["--iters", "1", "--warmup", "0", "--timing", "hot"],
-                    TMP / "o_san.npy", timeout=120, pre=(san, "--tool", tool, "--error-exitcode", "3"))
-            log({"step": "sanitizer", "case": name, "tool": tool, "runner": k, "rc": r["rc"], "tail": r.get("stdout", "")[-90:]})
+                    lab.tmp / "o_san.npy", timeout=120, pre=(san, "--tool", tool, "--error-exitcode", "3"))
+            lab.log({"step": "sanitizer", "case": name, "tool": tool, "runner": k, "rc": r["rc"], "tail": r.get("stdout", "")[-90:]})
 for rnd in range(3):
     for name in TIMED:
         for mode in ("cold", "hot"):
-            for k in (names if rnd % 2 == 0 else names[::-1]):
-                if time.time() - T0 > BUDGET_S:
-                    log({"step": "time", "skipped": "budget"}); RES.close(); raise SystemExit(0)
+            for k in ab_kit.in_turn(names, rnd):
+                if lab.over_budget():
+                    lab.log({"step": "time", "skipped": "budget"}); lab.close(); raise SystemExit(0)
                 r = run(exes[k], files[name], CASES[name][2], "auto", ["--iters", "50", "--warmup", "10", "--timing", mode],
-                        TMP / "o_t.npy")
-                s = sorted(r.get("line", {}).get("samples_us") or [float("nan")])
-                log({"step": "time", "round": rnd, "case": name, "mode": mode, "runner": k, "rc": r["rc"],
-                     "kernel": r.get("line", {}).get("kernel"), "p50_us": s[len(s) // 2]})
-RES.close()
+                        lab.tmp / "o_t.npy")
+                lab.log({"step": "time", "round": rnd, "case": name, "mode": mode, "runner": k, "rc": r["rc"],
+                         "kernel": r.get("line", {}).get("kernel"), "p50_us": ab_kit.p50_us(r)})
+lab.close()
