@@ -29,6 +29,15 @@ DECODE_CASES = {
     "san_decode_rows64_d64": ((1, 8, 16, 64), (1, 2, 1000, 64), True),
 }
 
+# 64 query rows per K/V head (the key chunks under --kernel auto in both tiers), as name: (q_shape, kv_shape, causal).
+ROWS64_CASES = {
+    "decode_b8_32k_sq16": ((8, 32, 16, 128), (8, 8, 32768, 128), True),
+    "b64_sq16_4k": ((64, 32, 16, 128), (64, 8, 4096, 128), True),
+    "b8_sq16_4k": ((8, 32, 16, 128), (8, 8, 4096, 128), True),
+    "b1_sq16_32k": ((1, 32, 16, 128), (1, 8, 32768, 128), True),
+    "b8_g8_sq8_32k": ((8, 64, 8, 128), (8, 8, 32768, 128), False),
+}
+
 
 class Lab:
     """$OUT/<results> (JSON lines, each also printed), a scratch folder, and the budget $AB_BUDGET_S."""
@@ -50,15 +59,19 @@ class Lab:
         return time.time() - self.t0 > self.budget_s
 
     def unpack(self, stem: str) -> pathlib.Path:
-        """Runner `stem` from $BIN/stem.xz (default bin/), unpacked once into the scratch folder."""
-        p = self.tmp / stem
-        if not p.exists():
-            p.write_bytes(lzma.decompress((pathlib.Path(os.environ.get("BIN", "bin")) / f"{stem}.xz").read_bytes()))
-            p.chmod(0o755)
-        return p
+        return unpack(self.tmp, stem)
 
     def close(self) -> None:
         self.res.close()
+
+
+def unpack(folder: pathlib.Path, stem: str) -> pathlib.Path:
+    """Runner `stem` from $BIN/stem.xz (default bin/), unpacked once into folder."""
+    p = folder / stem
+    if not p.exists():
+        p.write_bytes(lzma.decompress((pathlib.Path(os.environ.get("BIN", "bin")) / f"{stem}.xz").read_bytes()))
+        p.chmod(0o755)
+    return p
 
 
 def code_inputs(folder: pathlib.Path, q_shape, kv_shape, *, seed: int = 0, scales=(1 / 64, 1 / 64), edit=None) -> dict:

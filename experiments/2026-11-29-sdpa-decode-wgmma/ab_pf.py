@@ -4,9 +4,13 @@ ahead of the copy engine's stages (SDPA_SM90_KV_PREFETCH_AHEAD = 4, 8: branch kv
   2. a 4-stream soak of 300 launches per prefetching runner (every launch bit-identical), Sq 16 fp16 and MQA fp8;
   3. cold and hot p50, the runners in rotating order, 2 rounds, --iters 50.
 Runners in bin/ (xz): main (f94fb86's cpasync build), pf4, pf8.  Inputs: seed 0, Q ~ N(0,1) fp16, K and V random E4M3
-codes below 16 in magnitude, scale 1/64.     python3 ab_pf.py   (results under $OUT/pf.jsonl)"""
-import json, lzma, os, pathlib, subprocess, time
+codes below 16 in magnitude, scale 1/64.     python3 ab_pf.py   (results under $OUT/pf.jsonl)
+(As run, its unpack and make were written out here; they are ../ab_kit.py's since, the same code and inputs.)"""
+import json, os, pathlib, subprocess, time, sys
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
 
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/pf_out")); OUT.mkdir(parents=True, exist_ok=True)
 TMP = pathlib.Path("/dev/shm/kvpf"); TMP.mkdir(exist_ok=True)
@@ -29,21 +33,11 @@ def log(rec):
 
 
 def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
-    return p
+    return ab_kit.unpack(TMP, stem)
 
 
 def make(name, qs, kvs):
-    d = TMP / name; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    rng = np.random.default_rng(0)
-    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
-    for n in ("k", "v"):
-        np.save(f[n], rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7))
-    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
-    return f
+    return ab_kit.code_inputs(TMP / name, qs, kvs)
 
 
 def run(exe, f, tier, causal, extra, out, timeout=60):

@@ -6,21 +6,19 @@
   3. cold and hot p50, the two runners alternating, 2 rounds, --iters 50.
 Runners in bin/ (xz): main (main's default cpasync build), vdec (branch kvvdec, -DSDPA_SM90_KV_VDEC=1).  Inputs as
 soak_probe.py (seed 0: Q ~ N(0,1) fp16, K and V random E4M3 codes below 16 in magnitude, scale 1/64).
-  python3 ab_vdec.py   (results under $OUT/vdec.jsonl)"""
-import json, lzma, os, pathlib, subprocess, time
+  python3 ab_vdec.py   (results under $OUT/vdec.jsonl)
+(As run, its unpack, make and cases were written out here; they are ../ab_kit.py's since, the same code and inputs.)"""
+import json, os, pathlib, subprocess, time, sys
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
 
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/vdec_out")); OUT.mkdir(parents=True, exist_ok=True)
 TMP = pathlib.Path("/tmp/vdec"); TMP.mkdir(exist_ok=True)
 RES = open(OUT / "vdec.jsonl", "w")
 T0, BUDGET_S = time.time(), float(os.environ.get("AB_BUDGET_S", "200"))
-CASES = {  # name: (q_shape, kv_shape, causal): 64 rows per K/V head (the key chunks under --kernel auto)
-    "decode_b8_32k_sq16": ((8, 32, 16, 128), (8, 8, 32768, 128), True),
-    "b64_sq16_4k": ((64, 32, 16, 128), (64, 8, 4096, 128), True),
-    "b8_sq16_4k": ((8, 32, 16, 128), (8, 8, 4096, 128), True),
-    "b1_sq16_32k": ((1, 32, 16, 128), (1, 8, 32768, 128), True),
-    "b8_g8_sq8_32k": ((8, 64, 8, 128), (8, 8, 32768, 128), False),
-}
+CASES = dict(ab_kit.ROWS64_CASES)  # 64 rows per K/V head (the key chunks under --kernel auto)
 
 
 def log(rec):
@@ -28,21 +26,11 @@ def log(rec):
 
 
 def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
-    return p
+    return ab_kit.unpack(TMP, stem)
 
 
 def make(name, qs, kvs):
-    d = TMP / name; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    rng = np.random.default_rng(0)
-    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
-    for n in ("k", "v"):
-        np.save(f[n], rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7))
-    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
-    return f
+    return ab_kit.code_inputs(TMP / name, qs, kvs)
 
 
 def run(exe, f, causal, extra, out, timeout=60):

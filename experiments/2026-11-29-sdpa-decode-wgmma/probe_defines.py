@@ -6,9 +6,13 @@ Call 7: RUNNERS=kv8,v_tail REPS=2 (v_tail: kv8 with -DSDPA_SM90_PRODUCER_TAIL=1,
 for the last NS K copies before it exits).
 Prepared, not run yet: RUNNERS=v_ns4 REPS=3 COMPARE=kv8,v_ns4 (v_ns4: kv8 with four K stages in the split configuration at head dim
 128, fp8_traits.cuh NS; COMPARE: one launch of each of the two runners per case, outputs compared byte for byte).
-Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n COMPARE=a,b] python3 probe_defines.py   (results under $OUT/defines.jsonl)"""
-import json, lzma, os, pathlib, subprocess
+Inputs as soak_probe.py.   [RUNNERS=a,b REPS=n COMPARE=a,b] python3 probe_defines.py   (results under $OUT/defines.jsonl)
+(As run, its unpack and make were written out here; they are ../ab_kit.py's since, the same code and inputs.)"""
+import json, os, pathlib, subprocess, sys
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
 
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/probe_out")); OUT.mkdir(parents=True, exist_ok=True)
 TMP = pathlib.Path("/tmp/probe9"); TMP.mkdir(exist_ok=True)
@@ -19,21 +23,11 @@ RUNNERS = tuple(os.environ.get("RUNNERS", "kv8,v_vtfast0,v_rowsum0,v_pref0").spl
 
 
 def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
-    return p
+    return ab_kit.unpack(TMP, stem)
 
 
 def make(name, qs, kvs):
-    d = TMP / name; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    rng = np.random.default_rng(0)
-    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
-    for n in ("k", "v"):
-        np.save(f[n], rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7))
-    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
-    return f
+    return ab_kit.code_inputs(TMP / name, qs, kvs)
 
 
 files = {n: make(n, *shapes) for n, (shapes, _) in CASES.items()}

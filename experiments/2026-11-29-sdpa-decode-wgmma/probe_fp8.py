@@ -1,9 +1,12 @@
 """Where the fp8 tier's 4-stream soak fails (call 3: its key-chunk kernel, cpasync): the key-chunk kernel built with
 -DSDPA_SM90_KV_FP8=1 (runner kv8) against the split configuration's per-head units forced with --split 2 (every
 runner has them), at grids of one wave and of several, and memcheck on a failing case.  Inputs as soak_probe.py.
-  python3 probe_fp8.py   (from the payload folder holding bin/*.xz; results under $OUT/probe.jsonl)"""
-import json, lzma, os, pathlib, shutil, subprocess
-import numpy as np
+  python3 probe_fp8.py   (from the payload folder holding bin/*.xz; results under $OUT/probe.jsonl)
+(As run, its unpack and make were written out here; they are ../ab_kit.py's since, the same code and inputs.)"""
+import json, os, pathlib, shutil, subprocess, sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
 
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/probe_out")); OUT.mkdir(parents=True, exist_ok=True)
 TMP = pathlib.Path("/tmp/probe8"); TMP.mkdir(exist_ok=True)
@@ -27,21 +30,11 @@ def log(rec):
 
 
 def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
-    return p
+    return ab_kit.unpack(TMP, stem)
 
 
 def make(name, qs, kvs):
-    d = TMP / name; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    rng = np.random.default_rng(0)
-    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
-    for n in ("k", "v"):
-        np.save(f[n], rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7))
-    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
-    return f
+    return ab_kit.code_inputs(TMP / name, qs, kvs)
 
 
 def run(exe, f, causal, tier, extra, wrap=(), timeout=60):

@@ -1,9 +1,12 @@
 """Which kernel configurations keep every launch of a 4-stream soak bit-identical (the runner's --soak), and what
 compute-sanitizer says of the fp8 tier's key-chunk kernel.  Inputs with numpy (seed 0): Q ~ N(0,1) fp16, K and V random
 E4M3 codes below 16 in magnitude with scale 1/64.
-  python3 soak_probe.py   (from the payload folder holding bin/*.xz; results under $OUT/soak.jsonl)"""
-import json, lzma, os, pathlib, shutil, subprocess, time
-import numpy as np
+  python3 soak_probe.py   (from the payload folder holding bin/*.xz; results under $OUT/soak.jsonl)
+(As run, its unpack and make were written out here; they are ../ab_kit.py's since, the same code and inputs.)"""
+import json, os, pathlib, shutil, subprocess, time, sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import ab_kit  # noqa: E402
 
 OUT = pathlib.Path(os.environ.get("OUT", "/tmp/soak_out")); OUT.mkdir(parents=True, exist_ok=True)
 TMP = pathlib.Path("/tmp/soakp"); TMP.mkdir(exist_ok=True)
@@ -24,22 +27,11 @@ def log(rec):
 
 
 def unpack(stem):
-    p = TMP / stem
-    if not p.exists():
-        p.write_bytes(lzma.decompress((pathlib.Path("bin") / f"{stem}.xz").read_bytes())); p.chmod(0o755)
-    return p
+    return ab_kit.unpack(TMP, stem)
 
 
 def make(name, qs, kvs):
-    d = TMP / name; d.mkdir(exist_ok=True)
-    f = {n: d / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    rng = np.random.default_rng(0)
-    np.save(f["q"], rng.standard_normal(qs, dtype=np.float32).astype(np.float16))
-    for n in ("k", "v"):
-        c = rng.integers(0, 0x58, size=kvs, dtype=np.uint8) | (rng.integers(0, 2, size=kvs, dtype=np.uint8) << 7)
-        np.save(f[n], c)
-    np.save(f["scales"], np.array([1 / 64, 1 / 64], dtype=np.float32))
-    return f
+    return ab_kit.code_inputs(TMP / name, qs, kvs)
 
 
 def run(exe, f, causal, kernel, tier, extra, wrap=(), timeout=120):

@@ -5,7 +5,7 @@ racecheck / synccheck at a small case, then cold and hot p50, the runners altern
 Runners in $BIN (default bin/; xz), named on the command line: the first is the reference.  Inputs: seed 0, Q ~ N(0,1) fp16, K and
 V random E4M3 codes below 16 in magnitude, scale 1/64.
   python3 ab.py main mbar     (results under $OUT/ab.jsonl)
-(As run, the helpers of ../ab_kit.py were this script's own; the same code.)"""
+(As run, the helpers and cases of ../ab_kit.py were this script's own; the same code.)"""
 import pathlib, shutil, sys
 
 import numpy as np
@@ -14,13 +14,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import ab_kit  # noqa: E402
 
 lab = ab_kit.Lab("kvp", 400)
-CASES = {  # name: (q_shape, kv_shape, causal): 64 rows per K/V head (the key chunks under --kernel auto)
-    "decode_b8_32k_sq16": ((8, 32, 16, 128), (8, 8, 32768, 128), True),
-    "b64_sq16_4k": ((64, 32, 16, 128), (64, 8, 4096, 128), True),
-    "b8_sq16_4k": ((8, 32, 16, 128), (8, 8, 4096, 128), True),
-    "b1_sq16_32k": ((1, 32, 16, 128), (1, 8, 32768, 128), True),
-    "b8_g8_sq8_32k": ((8, 64, 8, 128), (8, 8, 32768, 128), False),
-}
+CASES = dict(ab_kit.ROWS64_CASES)  # 64 rows per K/V head (the key chunks under --kernel auto)
 SAN = ("san_sq16_2k", ((1, 32, 16, 128), (1, 8, 2048, 128), True))
 KERNEL = ["--precision", "fp16", "--kernel", "wgmma_sm90", "--split", "0"]
 
