@@ -369,7 +369,6 @@ inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_ove
 // The chunks' partials and the counters of one stream's launches (launches in flight at once on different streams
 // need one each).  Counters are zeroed here and by every launch's last blocks after.
 using Workspace = sdpa_chunks::Workspace;  // (../sdpa_fp8/chunk_workspace.h, shared with the Hopper kernel's key chunks)
-using sdpa_chunks::workspace_free;
 
 // A block's rows are its slots; one counter per (b, hkv, mblock) group of nsplit blocks.
 inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {

@@ -539,7 +539,6 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
 // flight at once on different streams need one each); nothing for the other kernels or one chunk.  The counters are
 // zeroed here and by every launch's last blocks after.
 using Workspace = sdpa_chunks::Workspace;  // (../sdpa_fp8/chunk_workspace.h, shared with the decode kernel)
-using sdpa_chunks::workspace_free;
 // 64 slots (rows) per block; one counter per packed head.
 inline cudaError_t workspace_alloc(const LaunchInfo& li, Workspace* ws) {
     *ws = Workspace{};
