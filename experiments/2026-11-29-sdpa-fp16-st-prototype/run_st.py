@@ -1,7 +1,7 @@
 """Issue 50's Sq 16 case: the S^T prototype (st_proto.cu, built here) against the fp16 tier's key-chunk kernel (main's
 runner, --kernel wgmma_sm90 --split 0) at the 64-row cases, in one call: the prototype's error against float64 at two
 (b, hkv) and its cold / hot p50, then the runner's, alternating, 2 rounds.  Runner: $BIN/envf.xz (main's runner when
-SDPA_KV_CHUNKS_FORCE is unset); prototype: $BIN/st_proto.
+SDPA_KV_CHUNKS_FORCE is unset); prototype: $BIN/st_proto, or $BIN/$PROTO.
   python3 run_st.py     (results under $OUT/st.jsonl)"""
 import json
 import os
@@ -15,7 +15,7 @@ import ab_kit
 lab = ab_kit.Lab("st", 480, "st.jsonl")
 os.environ.pop("SDPA_KV_CHUNKS_FORCE", None)
 runner = lab.unpack("envf")
-proto = pathlib.Path(os.environ.get("BIN", "bin")) / "st_proto"
+proto = pathlib.Path(os.environ.get("BIN", "bin")) / os.environ.get("PROTO", "st_proto")  # PROTO: another build
 # name: (B, Hq, Sq, Skv, Hkv, chunks as kv_plan picks them, causal)
 CASES = {"small_causal": (1, 32, 16, 2048, 8, 1, 1), "small": (1, 32, 16, 2048, 8, 1, 0),
          "decode_b8_32k_sq16": (8, 32, 16, 32768, 8, 2, 1), "b8_g8_sq8_32k": (8, 64, 8, 32768, 8, 2, 0),
