@@ -76,6 +76,16 @@ if os.environ.get("AB_CALL") == "5":
     TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
             (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
     TIMED_RUNNERS = list(RUNNERS)
+# Call 6 (AB_CALL=6): the 256-key loop 0 with the exponentials taking turns as the products do (SDPA_SM90_BN256_LOOP=3,
+# et.patch.gz), after ../2026-11-29-sm90-tensor-mufu-overlap found the two warpgroups' softmax phases colliding on MUFU.
+if os.environ.get("AB_CALL") == "6":
+    RUNNERS = {k: k for k in ("base", "et")}
+    BITWISE = [("base", "et")]
+    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
+             (2, 32, 4096, 128, False)]
+    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
+            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
+    TIMED_RUNNERS = list(RUNNERS)
 ROUNDS = int(os.environ.get("AB_ROUNDS", "2"))
 ITERS = 50
 
@@ -207,7 +217,7 @@ def timing(runners) -> None:
 
 # the four sanitizers on the new loop, at a shape that runs the 256-key kernel with two units per block
 SAN_CASE = (2, 16, 1024, 128, False)
-SAN_RUNNERS = ["rv"] if os.environ.get("AB_CALL") == "5" else ["ps32", "ps"]
+SAN_RUNNERS = {"5": ["rv"], "6": ["et"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
 
 
 def sanitizers(runners) -> None:
