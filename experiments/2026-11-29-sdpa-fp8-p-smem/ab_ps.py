@@ -86,6 +86,16 @@ if os.environ.get("AB_CALL") == "6":
     TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
             (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
     TIMED_RUNNERS = list(RUNNERS)
+# Call 7 (AB_CALL=7): FlashAttention-4's conditional rescale in the 256-key loop 0 (SDPA_SM90_FP8_LAZY_RESCALE = 5 or 8
+# tenths of a log2 unit, lz.patch.gz): a warp rescales O and l only when a row's max moves by more than that.
+if os.environ.get("AB_CALL") == "7":
+    RUNNERS = {k: k for k in ("base", "lz5", "lz8")}
+    BITWISE = []
+    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, False),
+             (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)]
+    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
+            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
+    TIMED_RUNNERS = list(RUNNERS)
 ROUNDS = int(os.environ.get("AB_ROUNDS", "2"))
 ITERS = 50
 
@@ -217,7 +227,7 @@ def timing(runners) -> None:
 
 # the four sanitizers on the new loop, at a shape that runs the 256-key kernel with two units per block
 SAN_CASE = (2, 16, 1024, 128, False)
-SAN_RUNNERS = {"5": ["rv"], "6": ["et"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
+SAN_RUNNERS = {"5": ["rv"], "6": ["et"], "7": ["lz5"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
 
 
 def sanitizers(runners) -> None:

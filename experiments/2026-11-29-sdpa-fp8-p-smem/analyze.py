@@ -1,6 +1,6 @@
 """The tables of README.md from the stored raw data: python3 analyze.py
 
-calls 1, 3, 5, 6 (ab_ps.py results): p50 per case and runner, the median of the rounds, and each runner's time over base's;
+calls 1, 3, 5, 6, 7 (ab_ps.py results): p50 per case and runner, the median of the rounds, and each runner's time over base's;
 call 2 (profile.sh): pipe activity, issue and cycles of base, ps32 and cuDNN FP8, and the stall samples by reason;
 call 4 (profile_cudnn_sass.sh, reduced to call4_1xH200_cudnn_summary.json): the synchronization and MMA instructions
 of cuDNN FP8's per-tile loop in order, its opcode counts and stall samples."""
@@ -122,7 +122,7 @@ def cudnn_loop() -> None:
         tops = ", ".join(f"{o} {c / total * 100:.1f}%" for o, c in list(d["stall_samples_top_opcodes"][k].items())[:3])
         print(f"    {k:16s} {v / total * 100:5.1f}%   ({tops})")
 
-for c in (1, 3, 5, 6):
+for c in (1, 3, 5, 6, 7):
     timing_table(c)
 profile()
 cudnn_loop()
