@@ -2,6 +2,7 @@
 
 calls 1, 3, 5, 6, 7 (ab_ps.py results): p50 per case and runner, the median of the rounds, and each runner's time over base's;
 call 2 (profile.sh): pipe activity, issue and cycles of base, ps32 and cuDNN FP8, and the stall samples by reason;
+call 8 (trace.py): the timeline of block 0's two consumer warpgroups, per-tile phases and how their softmax phases overlap;
 call 4 (profile_cudnn_sass.sh, reduced to call4_1xH200_cudnn_summary.json): the synchronization and MMA instructions
 of cuDNN FP8's per-tile loop in order, its opcode counts and stall samples."""
 import collections
@@ -11,6 +12,8 @@ import io
 import json
 import pathlib
 import statistics
+
+import numpy as np
 
 here = pathlib.Path(__file__).parent
 
@@ -122,7 +125,49 @@ def cudnn_loop() -> None:
         tops = ", ".join(f"{o} {c / total * 100:.1f}%" for o, c in list(d["stall_samples_top_opcodes"][k].items())[:3])
         print(f"    {k:16s} {v / total * 100:5.1f}%   ({tops})")
 
+def timeline() -> None:
+    """Call 8: per tile of each warpgroup (tiles 1 .. n-1 of the traced unit), the median cycles of each phase: the turn
+    (k0 - k5 of the tile before), P V issued and waited for (k1 - k0), Q K^T issued and the turn passed (k2 - k1), the wait
+    for S (k3 - k2), the softmax (k4 - k3), the O rescale and packing (k5 - k4); and the share of each warpgroup's
+    softmax cycles during which the other ran its products (k0 .. k3) or its own softmax (k3 .. k4)."""
+    with gzip.open(here / "call8" / "call8_1xH200_trace.jsonl.gz", "rt") as f:
+        recs = [json.loads(line) for line in f]
+    print("call 8: one block's two consumer warpgroups (clock64 cycles; median per tile)")
+    for d in recs:
+        if "stamps" not in d:
+            continue
+        a = np.array(d["stamps"], dtype=np.int64)
+        nt = max(t for t in range(65) if a[0, t, 0] > 0)  # the last entry: the last P V
+        a = np.where(a > 0, a - a[a > 0].min(), -1)
+        print(f"  {d['case']} (bn {d['bn']}, {nt} tiles)")
+        for cw in range(2):
+            ph = np.array([[a[cw, t, 0] - a[cw, t - 1, 5], a[cw, t, 1] - a[cw, t, 0], a[cw, t, 2] - a[cw, t, 1],
+                            a[cw, t, 3] - a[cw, t, 2], a[cw, t, 4] - a[cw, t, 3], a[cw, t, 5] - a[cw, t, 4]]
+                           for t in range(1, nt)])
+            med = np.median(ph, axis=0)
+            period = np.median(np.diff(a[cw, 1:nt, 0]))
+            other = 1 - cw
+            sm = [(a[cw, t, 3], a[cw, t, 4]) for t in range(1, nt)]
+
+            def share(lo, hi, sm=sm, other=other):
+                iv = [(a[other, t, lo], a[other, t, hi]) for t in range(1, nt)]
+                ov = sum(max(0, min(e, e2) - max(s, s2)) for s, e in sm for s2, e2 in iv)
+                return ov / sum(e - s for s, e in sm)
+
+            print(f"    warpgroup {cw}: turn {med[0]:.0f}, P V {med[1]:.0f}, Q K^T issue {med[2]:.0f}, S wait {med[3]:.0f}, "
+                  f"softmax {med[4]:.0f}, rescale + pack {med[5]:.0f}; period {period:.0f}; its softmax beside the other's "
+                  f"products {share(0, 3):.2f}, beside the other's softmax {share(3, 4):.2f}")
+    t = collections.defaultdict(list)
+    for d in recs:
+        if "p50_us" in d:
+            t[(d["case"], d["impl"])].append(d["p50_us"])
+    for (case, impl), v in sorted(t.items()):
+        print(f"  timing {case} {impl}: p50 {statistics.median(v):.1f} us (rounds {', '.join(f'{x:.1f}' for x in v)})")
+    print()
+
+
 for c in (1, 3, 5, 6, 7):
     timing_table(c)
+timeline()
 profile()
 cudnn_loop()
