@@ -24,7 +24,7 @@
 
 using namespace sdpa_sm90;
 
-enum Role { kIdle = 0, kTensor = 1, kMufu = 2, kFfma = 3, kMufuPure = 4, kTensorRS = 6 };
+enum Role { kIdle = 0, kTensor = 1, kMufu = 2, kFfma = 3, kMufuPure = 4, kTensorRS = 6, kSoftFfma = 7, kSoftFadd = 8 };
 
 __device__ __forceinline__ float rsq(float x) {
     float y;
@@ -91,6 +91,53 @@ __global__ void __launch_bounds__(256, 1) overlap_kernel(int iters, long long* c
           }
         }
         keep += o[0] + o[63];
+    } else if ((R1 == kSoftFfma || R1 == kSoftFadd) && wg == 1) {
+        // The fp8 loop's softmax on 128 scores per thread (rows r = 0, 1: scores 4j + 2r + e), in two forms:
+        //   soft_ffma: row maxima (four partial FMNMX chains, a tree, two shuffles), then 2^(s * scale + (8 - m * scale))
+        //     with the scale per row in a register (one FFMA and one MUFU.EX2 per score), packed to E4M3 (F2FP);
+        //   soft_fadd: the same with the scale already in the scores: 2^(s + (8 - m)) (one FADD per score).
+        // (Their loops: 493 instructions per iteration, FMNMX 130, FFMA or FADD 130, MUFU 128, F2FP 64.)
+        // The next iteration's scores are this one's probabilities (no extra instruction; they stay in [0, 256]).
+        float x[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) x[i] = 0.01f * (float)((i * 7 + ctid) & 63);
+        const float sc[2] = {0.1275f + 1e-7f * (float)ctid, 0.1276f - 1e-7f * (float)ctid};
+        uint32_t acc = 0;
+        for (int it = 0; it < iters; ++it) {
+            {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float m4[4];
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) m4[q] = fmaxf(x[4 * q + 2 * r], x[4 * q + 2 * r + 1]);
+#pragma unroll
+                    for (int j = 4; j < 32; ++j) m4[j & 3] = fmaxf(m4[j & 3], fmaxf(x[4 * j + 2 * r], x[4 * j + 2 * r + 1]));
+                    float m = fmaxf(fmaxf(m4[0], m4[1]), fmaxf(m4[2], m4[3]));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+                    if constexpr (R1 == kSoftFfma) {
+                        const float off = 8.f - m * sc[r];
+#pragma unroll
+                        for (int j = 0; j < 32; ++j)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) x[4 * j + 2 * r + e] = ex2(fmaf(x[4 * j + 2 * r + e], sc[r], off));
+                    } else {
+                        const float off = 8.f - m;
+#pragma unroll
+                        for (int j = 0; j < 32; ++j)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) x[4 * j + 2 * r + e] = ex2(x[4 * j + 2 * r + e] + off);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                    const float* y = x + 16 * k;
+                    acc ^= pack_e4m3x4(y[0], y[1], y[4], y[5]) ^ pack_e4m3x4(y[2], y[3], y[6], y[7]) ^
+                           pack_e4m3x4(y[8], y[9], y[12], y[13]) ^ pack_e4m3x4(y[10], y[11], y[14], y[15]);
+                }
+            }
+        }
+        keep += (float)(acc & 0xffu) + x[0];
     } else if (R1 != kIdle && wg == 1 || R0 == kMufu && wg == 0) {
         constexpr int kMine = R1;
         float x[128];
@@ -130,7 +177,7 @@ int main(int argc, char** argv) {
     float* sink;
     cudaMalloc(&cycles, sizeof(long long) * sms * 2);
     cudaMalloc(&sink, sizeof(float) * 256);
-    const char* names[] = {"idle", "tensor", "mufu", "ffma", "mufu_pure", "", "tensor_rs"};
+    const char* names[] = {"idle", "tensor", "mufu", "ffma", "mufu_pure", "", "tensor_rs", "soft_ffma", "soft_fadd"};
     auto run = [&](auto kernel, int r0, int r1) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up
@@ -173,5 +220,10 @@ int main(int argc, char** argv) {
     run(overlap_kernel<kTensorRS, kIdle>, kTensorRS, kIdle);
     run(overlap_kernel<kTensorRS, kMufuPure>, kTensorRS, kMufuPure);
     run(overlap_kernel<kTensorRS, kFfma>, kTensorRS, kFfma);
+    // call 3: the softmax in two forms, alone and beside the products
+    run(overlap_kernel<kIdle, kSoftFfma>, kIdle, kSoftFfma);
+    run(overlap_kernel<kTensor, kSoftFfma>, kTensor, kSoftFfma);
+    run(overlap_kernel<kIdle, kSoftFadd>, kIdle, kSoftFadd);
+    run(overlap_kernel<kTensor, kSoftFadd>, kTensor, kSoftFadd);
     return 0;
 }
