@@ -96,6 +96,17 @@ if os.environ.get("AB_CALL") == "7":
     TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
             (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
     TIMED_RUNNERS = list(RUNNERS)
+# Call 9 (AB_CALL=9): speculative exponentials in the 256-key loop 0 (SDPA_SM90_FP8_SPEC_EXP=5, sp.patch.gz): the
+# exponentials against the kept max with the tile's maxima beside them, moved to a new max only when a row's moves by
+# more than 0.5; sp5 takes S again past a jump of 100 (52 bytes of spills), sp5nj has no such path (N(0,1) inputs only).
+if os.environ.get("AB_CALL") == "9":
+    RUNNERS = {k: k for k in ("base", "sp5", "sp5nj")}
+    BITWISE = [("sp5", "sp5nj")]
+    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, False),
+             (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)]
+    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
+            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
+    TIMED_RUNNERS = list(RUNNERS)
 ROUNDS = int(os.environ.get("AB_ROUNDS", "2"))
 ITERS = 50
 
@@ -227,7 +238,7 @@ def timing(runners) -> None:
 
 # the four sanitizers on the new loop, at a shape that runs the 256-key kernel with two units per block
 SAN_CASE = (2, 16, 1024, 128, False)
-SAN_RUNNERS = {"5": ["rv"], "6": ["et"], "7": ["lz5"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
+SAN_RUNNERS = {"5": ["rv"], "6": ["et"], "7": ["lz5"], "9": ["sp5"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
 
 
 def sanitizers(runners) -> None:

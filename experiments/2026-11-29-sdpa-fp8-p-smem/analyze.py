@@ -1,6 +1,6 @@
 """The tables of README.md from the stored raw data: python3 analyze.py
 
-calls 1, 3, 5, 6, 7 (ab_ps.py results): p50 per case and runner, the median of the rounds, and each runner's time over base's;
+calls 1, 3, 5, 6, 7, 9 (ab_ps.py results): p50 per case and runner, the median of the rounds, and each runner's time over base's;
 call 2 (profile.sh): pipe activity, issue and cycles of base, ps32 and cuDNN FP8, and the stall samples by reason;
 call 8 (trace.py): the timeline of block 0's two consumer warpgroups, per-tile phases and how their softmax phases overlap;
 call 4 (profile_cudnn_sass.sh, reduced to call4_1xH200_cudnn_summary.json): the synchronization and MMA instructions
@@ -166,7 +166,7 @@ def timeline() -> None:
     print()
 
 
-for c in (1, 3, 5, 6, 7):
+for c in (1, 3, 5, 6, 7, 9):
     timing_table(c)
 timeline()
 profile()

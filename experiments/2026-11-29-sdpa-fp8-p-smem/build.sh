@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The runners of ab_ps.py and trace.py: the kernel sources of $BASE (default dcb3c01) with ps.patch.gz, rv.patch.gz,
-# et.patch.gz, lz.patch.gz or tr.patch.gz applied, built with experiments/2026-11-29-sdpa-fp8-vt-ldsm/build.sh (the
+# et.patch.gz, lz.patch.gz, tr.patch.gz or sp.patch.gz applied, built with experiments/2026-11-29-sdpa-fp8-vt-ldsm/build.sh (the
 # driver's nvcc flags, sm_90a, plus the defines named),
 # xz-compressed into $PAYLOAD/bin (default .gpu/ps/bin; a call carries only the runners it times: see README.md):
 #   bash build.sh
@@ -11,7 +11,7 @@ BASE=${BASE:-dcb3c01}
 b="$repo/experiments/2026-11-29-sdpa-fp8-vt-ldsm/build.sh"
 export BUILD=${BUILD:-/tmp/ps_build}
 PAYLOAD=${PAYLOAD:-$repo/.gpu/ps}
-for p in ps rv et lz tr; do
+for p in ps rv et lz tr sp; do
   src=$(mktemp -d)
   git -C "$repo" archive "$BASE" kernels_cuda | tar -x -C "$src"
   (cd "$src" && zcat "$here/$p.patch.gz" | patch -p1 -s)
@@ -30,12 +30,15 @@ for p in ps rv et lz tr; do
   elif [ "$p" = lz ]; then
     bash "$b" lz5 1 -DSDPA_SM90_FP8_LAZY_RESCALE=5
     bash "$b" lz8 1 -DSDPA_SM90_FP8_LAZY_RESCALE=8
-  else
+  elif [ "$p" = tr ]; then
     bash "$b" tr 1 -DSDPA_SM90_TRACE=2
+  else
+    bash "$b" sp5 1 -DSDPA_SM90_FP8_SPEC_EXP=5
+    bash "$b" sp5nj 1 -DSDPA_SM90_FP8_SPEC_EXP=5 -DSDPA_SM90_FP8_SPEC_JUMP=0
   fi
 done
 mkdir -p "$PAYLOAD/bin"
-for r in base ps ps32 p4 ps32p4 rv rvp4 et lz5 lz8 tr; do xz -T2 -6 -c "$BUILD/$r" > "$PAYLOAD/bin/$r.xz"; done
-(cd "$BUILD" && sha256sum base ps ps32 p4 ps32p4 rv rvp4 et lz5 lz8 tr) > "$PAYLOAD/bin/SHA256SUMS"
+for r in base ps ps32 p4 ps32p4 rv rvp4 et lz5 lz8 tr sp5 sp5nj; do xz -T2 -6 -c "$BUILD/$r" > "$PAYLOAD/bin/$r.xz"; done
+(cd "$BUILD" && sha256sum base ps ps32 p4 ps32p4 rv rvp4 et lz5 lz8 tr sp5 sp5nj) > "$PAYLOAD/bin/SHA256SUMS"
 cp "$here/ab_ps.py" "$here/run.sh" "$here/profile.sh" "$here/profile_cudnn_sass.sh" "$here/trace.py" "$here/run_trace.sh" "$PAYLOAD/"
 cp "$repo/experiments/ab_peer_kit.py" "$PAYLOAD/../"  # ab_ps.py imports it from its folder's parent
