@@ -149,7 +149,7 @@ def timeline() -> None:
             other = 1 - cw
             sm = [(a[cw, t, 3], a[cw, t, 4]) for t in range(1, nt)]
 
-            def share(lo, hi, sm=sm, other=other):
+            def share(lo, hi, sm=sm, other=other, a=a, nt=nt):
                 iv = [(a[other, t, lo], a[other, t, hi]) for t in range(1, nt)]
                 ov = sum(max(0, min(e, e2) - max(s, s2)) for s, e in sm for s2, e2 in iv)
                 return ov / sum(e - s for s, e in sm)
