@@ -7,6 +7,7 @@ A script imports it as `sys.path.insert(0, <experiments/>); import ab_peer_kit`;
 for the random-code inputs and the decode presets."""
 
 import json
+import lzma
 import math
 import pathlib
 import subprocess
@@ -128,3 +129,18 @@ def tflops(c, us: float) -> float:
     B, H, S, D, causal = c
     f = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
     return f / us / 1e6
+
+
+def case_name(c) -> str:
+    """(B, H, S, D, causal) as the results name it: "BxHxSxD" and " causal"."""
+    return "x".join(str(x) for x in c[:4]) + (" causal" if c[4] else "")
+
+
+def unpack_runner(src_dir: pathlib.Path, dst_dir: pathlib.Path, stem: str) -> pathlib.Path:
+    """Runner `stem` from src_dir/stem.xz into dst_dir, written again every time (a warm machine's /tmp may hold an
+    older runner of the same name)."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst = dst_dir / stem
+    dst.write_bytes(lzma.decompress((src_dir / f"{stem}.xz").read_bytes()))
+    dst.chmod(0o755)
+    return dst

@@ -23,7 +23,6 @@ added; what it shares with the earlier scripts is in ../ab_peer_kit.py, moved th
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import pathlib
 import subprocess
@@ -55,57 +54,37 @@ CHECK = [(1, 4, 17, 128, False), (7, 3, 333, 128, False), (1, 4, 1000, 128, True
 TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
         (4, 16, 4096, 128, False), (1, 32, 1024, 128, False), (1, 16, 16384, 128, False)]
 TIMED_RUNNERS = ["base", "ps", "ps32"]
-# Call 3 (AB_CALL=3): polynomial exponentials (SDPA_SM90_EXP2_POLY_D128 = 2 or 4 of every 16 eight-key chunks) in both
-# loops, after call 2's profile had the tensor pipe (53%) and MUFU (53%) of both our kernel and cuDNN's busy almost
-# never at the same time.
-if os.environ.get("AB_CALL") == "3":
-    # (three runners and the peer: what the device tool carries beside the repository)
-    RUNNERS = {k: k for k in ("base", "p4", "ps32p4")}
-    BITWISE = [("p4", "ps32p4")]
-    CHECK = [(2, 16, 2048, 128, False), (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)]
-    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
-            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False)]
-    TIMED_RUNNERS = list(RUNNERS)
-# Call 5 (AB_CALL=5): the 256-key loop 0 with cuDNN FP8's one meeting of the two consumer warpgroups per tile (call 4's
-# SASS of its kernel) instead of the turns (SDPA_SM90_BN256_LOOP=2), with and without polynomial exponentials.
-if os.environ.get("AB_CALL") == "5":
-    RUNNERS = {k: k for k in ("base", "rv", "rvp4")}
-    BITWISE = [("base", "rv")]
-    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
-             (2, 32, 4096, 128, False)]
-    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
-            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
-    TIMED_RUNNERS = list(RUNNERS)
-# Call 6 (AB_CALL=6): the 256-key loop 0 with the exponentials taking turns as the products do (SDPA_SM90_BN256_LOOP=3,
-# et.patch.gz), after ../2026-11-29-sm90-tensor-mufu-overlap found the two warpgroups' softmax phases colliding on MUFU.
-if os.environ.get("AB_CALL") == "6":
-    RUNNERS = {k: k for k in ("base", "et")}
-    BITWISE = [("base", "et")]
-    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
-             (2, 32, 4096, 128, False)]
-    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
-            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
-    TIMED_RUNNERS = list(RUNNERS)
-# Call 7 (AB_CALL=7): FlashAttention-4's conditional rescale in the 256-key loop 0 (SDPA_SM90_FP8_LAZY_RESCALE = 5 or 8
-# tenths of a log2 unit, lz.patch.gz): a warp rescales O and l only when a row's max moves by more than that.
-if os.environ.get("AB_CALL") == "7":
-    RUNNERS = {k: k for k in ("base", "lz5", "lz8")}
-    BITWISE = []
-    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, False),
-             (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)]
-    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
-            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
-    TIMED_RUNNERS = list(RUNNERS)
-# Call 9 (AB_CALL=9): speculative exponentials in the 256-key loop 0 (SDPA_SM90_FP8_SPEC_EXP=5, sp.patch.gz): the
-# exponentials against the kept max with the tile's maxima beside them, moved to a new max only when a row's moves by
-# more than 0.5; sp5 takes S again past a jump of 100 (52 bytes of spills), sp5nj has no such path (N(0,1) inputs only).
-if os.environ.get("AB_CALL") == "9":
-    RUNNERS = {k: k for k in ("base", "sp5", "sp5nj")}
-    BITWISE = [("sp5", "sp5nj")]
-    CHECK = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, False),
-             (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)]
-    TIME = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False),
-            (1, 16, 8192, 128, True), (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
+# The later calls (AB_CALL=N): their runners, the pairs equal bit for bit, the checked and the timed cases.
+# 3: polynomial exponentials (SDPA_SM90_EXP2_POLY_D128=4) in both loops, after call 2's profile had the tensor pipe
+#    (53%) and MUFU (53%) of our kernel and cuDNN's busy almost never at the same time (three runners and the peer:
+#    what the device tool carries beside the repository);
+# 5: loop 0 with cuDNN FP8's one meeting of the two consumer warpgroups per tile (call 4's SASS of its kernel) instead
+#    of the turns (SDPA_SM90_BN256_LOOP=2), with and without polynomial exponentials;
+# 6: loop 0 with the exponentials taking turns as the products do (SDPA_SM90_BN256_LOOP=3, et.patch.gz), after
+#    ../2026-11-29-sm90-tensor-mufu-overlap found the two warpgroups' softmax phases colliding on MUFU;
+# 7: FlashAttention-4's conditional rescale in loop 0 (SDPA_SM90_FP8_LAZY_RESCALE = 5 or 8 tenths of a log2 unit,
+#    lz.patch.gz): a warp rescales O and l only when a row's max moves by more than that;
+# 9: speculative exponentials in loop 0 (SDPA_SM90_FP8_SPEC_EXP=5, sp.patch.gz): the exponentials against the kept max
+#    with the tile's maxima beside them, moved to a new max only when a row's moves by more than 0.5; sp5 takes S again
+#    past a jump of 100 (52 bytes of spills), sp5nj has no such path (N(0,1) inputs only).
+_CHECK5 = [(1, 4, 1000, 128, True), (2, 16, 1024, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
+           (2, 32, 4096, 128, False)]
+_CHECK6 = _CHECK5[:3] + [(1, 16, 8192, 128, False)] + _CHECK5[3:]
+_TIME6 = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False), (2, 16, 2048, 128, False), (1, 16, 8192, 128, True),
+          (1, 32, 1024, 128, False), (4, 16, 4096, 128, False)]
+# call: (runners, bit-for-bit pairs, checked cases, timed cases, sanitized runners)
+CALLS = {
+    "3": (("base", "p4", "ps32p4"), [("p4", "ps32p4")],
+          [(2, 16, 2048, 128, False), (1, 16, 8192, 128, True), (2, 32, 4096, 128, False)], _TIME6[:5], []),
+    "5": (("base", "rv", "rvp4"), [("base", "rv")], _CHECK5, _TIME6, ["rv"]),
+    "6": (("base", "et"), [("base", "et")], _CHECK5, _TIME6, ["et"]),
+    "7": (("base", "lz5", "lz8"), [], _CHECK6, _TIME6, ["lz5"]),
+    "9": (("base", "sp5", "sp5nj"), [("sp5", "sp5nj")], _CHECK6, _TIME6, ["sp5"]),
+}
+SAN_RUNNERS = ["ps32", "ps"]
+if os.environ.get("AB_CALL") in CALLS:
+    _names, BITWISE, CHECK, TIME, SAN_RUNNERS = CALLS[os.environ["AB_CALL"]]
+    RUNNERS = {k: k for k in _names}
     TIMED_RUNNERS = list(RUNNERS)
 ROUNDS = int(os.environ.get("AB_ROUNDS", "2"))
 ITERS = 50
@@ -128,22 +107,12 @@ def say(*a) -> None:
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-def name(c) -> str:
-    return "x".join(str(x) for x in c[:4]) + (" causal" if c[4] else "")
+name = kit.case_name
 
 
 def unpack_runners() -> dict[str, pathlib.Path]:
-    bdir = TMP / "bin"
-    bdir.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for key, stem in RUNNERS.items():
-        src = HERE / "bin" / f"{stem}.xz"
-        dst = bdir / stem
-        if src.exists():
-            dst.write_bytes(lzma.decompress(src.read_bytes()))
-            dst.chmod(0o755)
-            out[key] = dst
-    return out
+    return {key: kit.unpack_runner(HERE / "bin", TMP / "bin", stem) for key, stem in RUNNERS.items()
+            if (HERE / "bin" / f"{stem}.xz").exists()}
 
 
 _CUDNN: kit.CudnnWorker | None = None
@@ -238,7 +207,6 @@ def timing(runners) -> None:
 
 # the four sanitizers on the new loop, at a shape that runs the 256-key kernel with two units per block
 SAN_CASE = (2, 16, 1024, 128, False)
-SAN_RUNNERS = {"5": ["rv"], "6": ["et"], "7": ["lz5"], "9": ["sp5"]}.get(os.environ.get("AB_CALL", ""), ["ps32", "ps"])
 
 
 def sanitizers(runners) -> None:

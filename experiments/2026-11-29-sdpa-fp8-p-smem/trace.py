@@ -11,7 +11,6 @@ Also times `tr` against `base` (cold, 50 launches, p50, 2 rounds) to show what t
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import pathlib
 import sys
@@ -28,11 +27,7 @@ CASES = [(1, 16, 8192, 128, False), (2, 32, 4096, 128, False)]
 
 
 def runner(stem: str) -> pathlib.Path:
-    TMP.mkdir(parents=True, exist_ok=True)
-    dst = TMP / stem
-    dst.write_bytes(lzma.decompress((HERE / "bin" / f"{stem}.xz").read_bytes()))
-    dst.chmod(0o755)
-    return dst
+    return kit.unpack_runner(HERE / "bin", TMP, stem)
 
 
 def main() -> None:
@@ -45,22 +40,18 @@ def main() -> None:
         o = TMP / "o_tr.npy"
         line = kit.run_runner(tr, files, c[4], ["--iters", "1", "--warmup", "0"], out=o, timeout=60.0)
         raw = np.load(o).view(np.uint8).reshape(-1)[: 2 * 65 * 6 * 8].copy().view(np.int64).reshape(2, 65, 6)
-        rec = {"case": kit_name(c), "bn": line.get("bn"), "stamps": raw.tolist()}
+        rec = {"case": kit.case_name(c), "bn": line.get("bn"), "stamps": raw.tolist()}
         res.write(json.dumps(rec) + "\n")
         res.flush()
         for r in range(2):
             for key, exe in (("base", base), ("tr", tr)):
                 line = kit.run_runner(exe, files, c[4], ["--timing", "cold", "--iters", "50", "--warmup", "5"],
                                       out=TMP / "o_t.npy", timeout=60.0)
-                rec = {"case": kit_name(c), "impl": key, "round": r, "p50_us": kit.p50(line)}
+                rec = {"case": kit.case_name(c), "impl": key, "round": r, "p50_us": kit.p50(line)}
                 res.write(json.dumps(rec) + "\n")
                 res.flush()
                 print(json.dumps(rec), flush=True)
     res.close()
-
-
-def kit_name(c) -> str:
-    return "x".join(str(x) for x in c[:4]) + (" causal" if c[4] else "")
 
 
 if __name__ == "__main__":
