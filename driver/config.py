@@ -251,6 +251,9 @@ CAUSAL_PREFILL_CASES: dict[str, AttnCase] = {
 SANITIZER_CASES: dict[str, AttnCase] = {
     "san_decode_split": AttnCase((2, 8, 1, 128), (2, 2, 3000, 128)),
     "san_decode_rows32": AttnCase((1, 32, 1, 128), (1, 1, 2000, 128)),
+    # 32 rows per K/V head in chunks long enough for the fp16 tier's two row tiles per warp (kernels_cuda/sdpa_decode
+    # plan.h: 16 tiles a key group): 48 (b, hkv) in 2 chunks of 128 tiles on 132 SMs, the mask.
+    "san_decode_two_tiles_d64": AttnCase((12, 32, 4, 64), (12, 4, 8192, 64), causal=True),
     # 64 rows per K/V head: since 2026-11-29 both tiers run these on the Hopper kernel's key chunks (kernels_cuda/
     # sdpa_fp8_sm90 KVCHUNK: 2 chunks, the packed rows' mask; san_decode_rows32 too in the fp8 tier, from 17 rows);
     # san_kv_chunks_d128 the key chunks without the mask over 3 chunks (12 tiles, the last with a tail).

@@ -1,9 +1,9 @@
 // Split-KV (flash-decoding) SDPA forward for few query rows on E4M3-stored K/V: `decode_sm89` (fp16 tier) and
 // `decode_fp8_sm89` (fp8 tier), sm_89 and newer (mma.sync; cvt and MMA on E4M3).  README.md has the design.
 //
-// Block (b, hkv, split, mblock) (plan.h): WK key groups of WM warps; warp (group, wm) holds the rows
-// 16 wm .. 16 wm + 15 of the block (all query heads of K/V head hkv times all queries: one K/V read serves them
-// all) and runs the online softmax over its group's 32-key tiles of the chunk:
+// Block (b, hkv, split, mblock) (plan.h): WK key groups of WM warps; warp (group, wm) holds RT 16-row tiles, the rows
+// 16 RT wm .. 16 RT (wm + 1) - 1 of the block (all query heads of K/V head hkv times all queries: one K/V read serves
+// them all) and runs the online softmax over its group's 32-key tiles of the chunk:
 //   baseline (USE_CP_ASYNC=0): each tile fetched straight from global memory into registers;
 //   cpasync: each group streams its tiles through a ring of kStages shared-memory stages with cp.async, kStages-1
 //            tiles ahead; per tile: wait -> group barrier -> refill the stage read one tile ago -> fetch -> math.
@@ -52,20 +52,24 @@ struct Params {
     int causal;
 };
 
-template <int D, int WM, bool FP8>
+template <int D, int WM, bool FP8, int RT = 1>
 struct Traits {
-    static constexpr int WK = WM == 4 ? 2 : 4;  // plan.h groups_for_warps
+    static_assert(RT == 1 || (RT == 2 && WM == 1 && !FP8), "two row tiles per warp: the fp16 tier, one warp per group");
+    static constexpr int WK = RT == 2 ? 8 : WM == 4 ? 2 : 4;  // plan.h groups_for
     static constexpr int TG = 32 * WM;          // threads per key group
     static constexpr int NT = TG * WK;          // threads per block
-    static constexpr int MB = kRowsPerWarp * WM;
+    static constexpr int MB = kRowsPerWarp * WM * RT;
     using Geo = TileGeom<D>;
+    using Ops = std::conditional_t<RT == 2, Fp16Ops2<D>, std::conditional_t<FP8, Fp8Ops<D>, Fp16Ops<D>>>;
     static constexpr int kRing = kAsync ? WK * Geo::kStages * Geo::kStageBytes : 0;
+    static constexpr int kQOff = kRing;  // RT 2: Q's fragments after the ring (dead before the merge buffer's use)
+    static constexpr int kQBytes = RT == 2 ? Fp16Ops2<D>::kQBytes : 0;
     static constexpr int kPitch = D + 8;  // merge buffer row (floats): column tile j, column n at 8 j + n
     static constexpr int kMerge = WK * MB * kPitch * 4 + 2 * WK * MB * 4;
     static constexpr int kFinal = 2 * kMaxSplitRows * 4;
-    static constexpr int kSmemA = kRing > kMerge ? kRing : kMerge;
+    static constexpr int kSmemA = kRing + kQBytes > kMerge ? kRing + kQBytes : kMerge;
     static constexpr int kSmem = kSmemA > kFinal ? kSmemA : kFinal;
-    static constexpr int kMinBlocks = blocks_per_sm_for_warps(WM);
+    static constexpr int kMinBlocks = blocks_per_sm_for(WM, RT);
     static_assert(WK + 1 <= 16, "named barriers 1..WK");
 };
 
@@ -81,11 +85,11 @@ __device__ __forceinline__ void group_sync(int grp) {
     }
 }
 
-template <int D, int WM, bool FP8>
+template <int D, int WM, bool FP8, int RT>
 __device__ __forceinline__ void decode_block(const Params& p) {
-    using T = Traits<D, WM, FP8>;
+    using T = Traits<D, WM, FP8, RT>;
     using Geo = TileGeom<D>;
-    using Ops = std::conditional_t<FP8, Fp8Ops<D>, Fp16Ops<D>>;
+    using Ops = typename T::Ops;
     constexpr int WK = T::WK, MB = T::MB, NT = T::NT;
     extern __shared__ __align__(128) uint8_t dec_smem[];
     uint8_t* smem = dec_smem;
@@ -106,33 +110,57 @@ __device__ __forceinline__ void decode_block(const Params& p) {
         split_tiles(p.tiles, p.chunk_tiles, split, rows_key_limit(p.Sq, p.Skv, p.causal != 0, m0, rows_valid));
     const int n_my = (int)group_tile_count(range, grp, WK);
 
-    // The warp's rows g and g+8, each with the keys it sees.
-    const int64_t r0 = m0 + 16 * wm + g;
-    int lim[2];
+    // The warp's rows g and g+8 of each of its tiles, each with the keys it sees.
+    const int64_t r0 = m0 + 16 * RT * wm + g;
+    int lim[RT][2];
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-        const int64_t r = r0 + 8 * rr;
-        lim[rr] = (int)(p.causal && r < p.rows ? r % p.Sq + 1 + p.Skv - p.Sq : p.Skv);
-    }
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const int64_t r = r0 + 16 * rt + 8 * rr;
+            lim[rt][rr] = (int)(p.causal && r < p.rows ? r % p.Sq + 1 + p.Skv - p.Sq : p.Skv);
+        }
     // Q after the first K/V loads are on their way (both variants), so that their latencies overlap.
     Ops ops;
     auto init_q = [&] {
-        QRegs<D> qr;
-        load_q<D>(qr, p.q + bh * p.rows * D, r0, p.rows, t);
-        ops.init(qr, p.score_scale);
+        if constexpr (RT == 2) {
+            ops.init(p.q + bh * p.rows * D, m0, p.rows, warp, lane, smem + T::kQOff, p.score_scale);
+            __syncthreads();  // warps 0 and 1 wrote every warp's Q fragments
+        } else {
+            QRegs<D> qr;
+            load_q<D>(qr, p.q + bh * p.rows * D, r0, p.rows, t);
+            ops.init(qr, p.score_scale);
+        }
+    };
+    // The tier's products on a tile: RT 1 takes one tile's arrays, RT 2 both.
+    auto qk = [&](float (&S)[RT][4][4], const KRegs<D>& kr) {
+        if constexpr (RT == 2) ops.qk(S, kr); else ops.qk(S[0], kr);
     };
 
     const float kNegInf = -__int_as_float(0x7f800000);
-    float m[2] = {kNegInf, kNegInf};
-    float L[4] = {0.f, 0.f, 0.f, 0.f};
-    float O[D / 8][4];
+    float m[RT][2];
+    float L[RT][4];
+    float O[RT][D / 8][4];
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.f;
+    for (int rt = 0; rt < RT; ++rt) {
+        m[rt][0] = m[rt][1] = kNegInf;
+        L[rt][0] = L[rt][1] = L[rt][2] = L[rt][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) O[rt][j][0] = O[rt][j][1] = O[rt][j][2] = O[rt][j][3] = 0.f;
+    }
 
     const uint64_t pol = kv_l2_policy();
     const uint8_t* kb = p.k + bh * p.Skv * D;
     const uint8_t* vb = p.v + bh * p.Skv * D;
     auto tile_key0 = [&](int it) { return (int)((range.begin + grp + (int64_t)it * WK) * kTileKeys); };
+    auto softmax = [&](float (&S)[RT][4][4], int it) {
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+            softmax_tile<D, Ops::kLazy>(S[rt], m[rt], O[rt], L[rt], ops.c, tile_key0(it), lim[rt], t, Ops::kPBias);
+    };
+    auto pv = [&](const float (&S)[RT][4][4], const VRegs<D>& vr) {
+        if constexpr (RT == 2) ops.pv(O, L, S, vr); else ops.pv(O[0], L[0], S[0], vr);
+    };
 
     if constexpr (kAsync) {
         uint8_t* ring = smem + grp * Geo::kStages * Geo::kStageBytes;
@@ -158,12 +186,12 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             const uint8_t* stage = ring + (it % Geo::kStages) * Geo::kStageBytes;
             KRegs<D> kr;
             fetch_k_stage<D>(kr, stage, g, t);
-            float S[4][4];
-            ops.qk(S, kr);
-            softmax_tile<D, Ops::kLazy>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
+            float S[RT][4][4];
+            qk(S, kr);
+            softmax(S, it);
             VRegs<D> vr;
             fetch_v_stage<D>(vr, stage, g, t);
-            ops.pv(O, L, S, vr);
+            pv(S, vr);
         }
         // Every group meets its barrier as often as group 0, which has the most tiles (at most one more than any
         // other).  The code is ordered without it (every ring read comes before the __syncthreads below); it is
@@ -174,21 +202,42 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     } else {
         KRegs<D> kr;
         VRegs<D> vr;
-        auto fetch = [&](int it) {
-            const int key0 = tile_key0(it);
-            const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
-            fetch_k_global<D>(kr, kb + (int64_t)key0 * D, valid, g, t, pol);
-            fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t, pol);
-        };
-        if (n_my > 0) fetch(0);
-        init_q();
+        auto valid_keys = [&](int key0) { return (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys); };
+        if constexpr (RT == 1) {  // K and V of a tile loaded together, before its Q K^T
+            auto fetch = [&](int it) {
+                const int key0 = tile_key0(it);
+                const int valid = valid_keys(key0);
+                fetch_k_global<D>(kr, kb + (int64_t)key0 * D, valid, g, t, pol);
+                fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t, pol);
+            };
+            if (n_my > 0) fetch(0);
+            init_q();
 #pragma unroll 1
-        for (int it = 0; it < n_my; ++it) {
-            if (it > 0) fetch(it);
-            float S[4][4];
-            ops.qk(S, kr);
-            softmax_tile<D, Ops::kLazy>(S, m, O, L, ops.c, tile_key0(it), lim, t, Ops::kPBias);
-            ops.pv(O, L, S, vr);
+            for (int it = 0; it < n_my; ++it) {
+                if (it > 0) fetch(it);
+                float S[RT][4][4];
+                qk(S, kr);
+                softmax(S, it);
+                pv(S, vr);
+            }
+        } else {  // K a 64-channel slice at a time, V after the softmax: two tiles' accumulators, S, K and V at once
+                  // spilled at head dim 128
+            init_q();
+#pragma unroll 1
+            for (int it = 0; it < n_my; ++it) {
+                float S[RT][4][4];
+#pragma unroll
+                const int key0 = tile_key0(it);
+                const int valid = valid_keys(key0);
+#pragma unroll
+                for (int h = 0; h < D / 64; ++h) {
+                    fetch_k_global_slice<D>(kr, kb + (int64_t)key0 * D, valid, g, t, pol, h);
+                    ops.qk_slice(S, kr, h);
+                }
+                softmax(S, it);
+                fetch_v_global<D>(vr, vb + (int64_t)key0 * D, valid, g, t, pol);
+                pv(S, vr);
+            }
         }
     }
 
@@ -199,20 +248,21 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     float* mo = reinterpret_cast<float*>(smem);  // [WK][MB][kPitch]
     float* mm = mo + WK * MB * T::kPitch;        // [WK][MB]
     float* ml = mm + WK * MB;                    // [WK][MB]
-    {
-        const int rl = 16 * wm + g;
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+        const int rl = 16 * (RT * wm + rt) + g;
         float* row0 = mo + (grp * MB + rl) * T::kPitch + 2 * t;
         float* row1 = row0 + 8 * T::kPitch;
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
-            *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(O[j][0], O[j][1]);
-            *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(O[j][2], O[j][3]);
+            *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(O[rt][j][0], O[rt][j][1]);
+            *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(O[rt][j][2], O[rt][j][3]);
         }
         if (t == 0) {
-            mm[grp * MB + rl] = m[0];
-            mm[grp * MB + rl + 8] = m[1];
-            ml[grp * MB + rl] = L[0];
-            ml[grp * MB + rl + 8] = L[2];
+            mm[grp * MB + rl] = m[rt][0];
+            mm[grp * MB + rl + 8] = m[rt][1];
+            ml[grp * MB + rl] = L[rt][0];
+            ml[grp * MB + rl + 8] = L[rt][2];
         }
     }
     __syncthreads();
@@ -300,15 +350,15 @@ __device__ __forceinline__ void decode_block(const Params& p) {
 }
 
 // The two tiers' entry points (their PTX names tell the build's gates the tiers apart: thresholds.toml).
-template <int D, int WM>
-__global__ void __launch_bounds__(Traits<D, WM, false>::NT, Traits<D, WM, false>::kMinBlocks)
+template <int D, int WM, int RT>
+__global__ void __launch_bounds__(Traits<D, WM, false, RT>::NT, Traits<D, WM, false, RT>::kMinBlocks)
     sdpa_decode_fp16_kernel(const Params p) {
-    decode_block<D, WM, false>(p);
+    decode_block<D, WM, false, RT>(p);
 }
 template <int D, int WM>
 __global__ void __launch_bounds__(Traits<D, WM, true>::NT, Traits<D, WM, true>::kMinBlocks)
     sdpa_decode_fp8_kernel(const Params p) {
-    decode_block<D, WM, true>(p);
+    decode_block<D, WM, true, 1>(p);
 }
 
 // ------------------------------------------------------------------------------------------------ host side
@@ -328,11 +378,15 @@ const void* kernel_for(Tier tier, int* smem) {
         return reinterpret_cast<const void*>(&sdpa_decode_fp8_kernel<D, WM>);
     }
     *smem = Traits<D, WM, false>::kSmem;
-    return reinterpret_cast<const void*>(&sdpa_decode_fp16_kernel<D, WM>);
+    return reinterpret_cast<const void*>(&sdpa_decode_fp16_kernel<D, WM, 1>);
 }
 
 template <int D>
-const void* kernel_for_d(Tier tier, int wm, int* smem) {
+const void* kernel_for_d(Tier tier, int wm, int rt, int* smem) {
+    if (rt == 2) {  // plan.h plan_decode: the fp16 tier, 8 key groups of one warp
+        *smem = Traits<D, 1, false, 2>::kSmem;
+        return reinterpret_cast<const void*>(&sdpa_decode_fp16_kernel<D, 1, 2>);
+    }
     return wm == 1 ? kernel_for<D, 1>(tier, smem) : wm == 2 ? kernel_for<D, 2>(tier, smem) : kernel_for<D, 4>(tier, smem);
 }
 
@@ -351,12 +405,16 @@ inline bool select(Tier tier, const AttnShape& s, int num_sms, int64_t split_ove
         *why = "the decode kernel needs B, Hkv, Sq, Skv >= 1, Hq a multiple of Hkv, and Sq <= Skv with the causal mask";
         return false;
     }
-    const int wm = warps_for_rows(s.group() * s.Sq);
     li->tier = tier;
     li->D = (int)s.D;
-    li->func = s.D == 64 ? kernel_for_d<64>(tier, wm, &li->smem) : kernel_for_d<128>(tier, wm, &li->smem);
-    li->blocks_per_sm = blocks_per_sm_for_warps(wm);
-    li->plan = plan_decode(s, num_sms, li->blocks_per_sm, split_override);
+    li->blocks_per_sm = blocks_per_sm_for_warps(warps_for_rows(s.group() * s.Sq));
+    li->plan = plan_decode(s, tier == Tier::kFp8, num_sms, li->blocks_per_sm, split_override);
+    const int wm = li->plan.wm, rt = li->plan.rt;
+    if (blocks_per_sm_for(wm, rt) != li->blocks_per_sm) {  // (plan.h: one block per SM in either plan there)
+        *why = "the decode kernel's plan counts on other blocks per SM than its kernel declares";
+        return false;
+    }
+    li->func = s.D == 64 ? kernel_for_d<64>(tier, wm, rt, &li->smem) : kernel_for_d<128>(tier, wm, rt, &li->smem);
     if (li->plan.blocks > INT32_MAX) {
         *why = "the decode kernel's grid is too large for this case (more than 2^31 - 1 blocks)";
         return false;

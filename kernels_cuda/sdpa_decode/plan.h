@@ -5,7 +5,7 @@
 //
 //   rows   M = G * Sq query rows share one K/V head (b, hkv): row r is query head hkv*G + r / Sq, query r % Sq,
 //          so a (b, hkv)'s rows are one contiguous slab of Q and O ([B, Hq, Sq, D] with Hq = Hkv * G).
-//   block  (b, hkv, split, mblock): WM * 16 rows (WM warps, one 16-row MMA tile each) x a chunk of the keys;
+//   block  (b, hkv, split, mblock): WM * RT * 16 rows (WM warps, RT 16-row MMA tiles each) x a chunk of the keys;
 //          WK key groups of WM warps each take the chunk's 32-key tiles in turn (tile j of the chunk: group j % WK),
 //          so every K/V byte of the chunk is read from memory once per block; with M <= 64 (mblocks = 1) once.
 //   split  the key tiles [0, ceil(Skv / 32)) cut into nsplit chunks of chunk_tiles; a block's partial softmax state
@@ -37,10 +37,11 @@ inline bool decode_shaped(const AttnShape& s) {
 }
 
 struct Plan {
-    int wm = 0;              // warps per key group = 16-row MMA tiles per block
+    int rt = 0;              // 16-row MMA tiles per warp (plan_decode)
+    int wm = 0;              // warps per key group
     int wk = 0;              // key groups per block
     int threads = 0;         // 32 * wm * wk
-    int rows_per_block = 0;  // 16 * wm
+    int rows_per_block = 0;  // 16 * wm * rt
     int64_t rows = 0;        // M = G * Sq
     int64_t mblocks = 0;     // ceil(M / rows_per_block)
     int64_t tiles = 0;       // ceil(Skv / 32)
@@ -55,9 +56,26 @@ DECODE_HD int warps_for_rows(int64_t rows) {
     const int64_t mt = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
     return mt <= 1 ? 1 : mt <= 2 ? 2 : 4;
 }
+// 16-row MMA tiles per warp (plan_decode): 2 in the fp16 tier at 17-32 rows per K/V head where each key group's share
+// of a chunk is at least kTwoTileMinTiles tiles: one warp holds all 32 rows and every K/V fragment it decodes serves
+// both tiles (two warps of 16 rows each decode the whole tile: twice the E4M3 decode per byte); else 1.  A warp's
+// tile takes longer with two tiles, which short chunks do not repay (1x H200, experiments/2026-11-29-sdpa-decode-two-
+// row-tiles: 0.86-0.96x the time at 16-64 tiles a group, 0.99-1.02x at 8, 1.03-1.5x at 2).  Not the fp8 tier: its
+// E4M3 MMA takes K and V as stored (no decode to share).
+constexpr int64_t kTwoTileMinTiles = 16;
+DECODE_HD bool two_tiles_eligible(int64_t rows, bool fp8) {
+    return !fp8 && rows > kRowsPerWarp && rows <= 2 * kRowsPerWarp;
+}
+// Warps per key group for M rows at rt tiles per warp.
+DECODE_HD int warps_for(int64_t rows, int rt) { return warps_for_rows((rows + rt - 1) / rt); }
 DECODE_HD int groups_for_warps(int wm) { return wm == 4 ? 2 : 4; }
 // Blocks per SM the kernel is built for (its launch bounds) and the plan counts on: two of 128 threads, one of 256.
 DECODE_HD constexpr int blocks_per_sm_for_warps(int wm) { return wm == 1 ? 2 : 1; }
+// With two row tiles per warp: 8 key groups of one warp (256 threads, one block per SM), so that a block holds as many
+// warps, and a case as many key chunks, as the two-warp groups it replaces (the final merge reads chunks x rows
+// partials in one block: 4 groups, two blocks per SM and twice the chunks made it 21-25% slower at MQA).
+DECODE_HD int groups_for(int wm, int rt) { return rt == 2 ? 8 : groups_for_warps(wm); }
+DECODE_HD constexpr int blocks_per_sm_for(int wm, int rt) { return rt == 2 ? 1 : blocks_per_sm_for_warps(wm); }
 
 // The keys any row of rows [r0, r0 + n) sees: Skv, or with the causal mask the last row's limit (bottom-right:
 // query i sees keys j <= i + Skv - Sq).  A row's query index is r % Sq.
@@ -86,7 +104,8 @@ DECODE_HD int64_t group_tile_count(TileRange r, int grp, int wk) {
     return n > 0 ? (n + wk - 1) / wk : 0;
 }
 
-// The plan for a case on num_sms SMs that hold blocks_per_sm of its blocks at once (the slots: one wave).
+// The plan for a case of a tier (fp8: the fp8 tier's, else the fp16 tier's) on num_sms SMs that hold blocks_per_sm
+// of its blocks at once (the slots: one wave).
 // split_override 0: the rule below; 1, 2, 4, ...: that many chunks (at most one per tile).  The rule: with
 // base = B * Hkv * mblocks blocks short of a wave, cut the keys into floor(slots / base) chunks: one wave, every
 // slot busy, every block streaming until the end (a partial second wave runs on few SMs, which cannot keep the
@@ -99,13 +118,14 @@ DECODE_HD double wave_fill(int64_t blocks, int64_t slots) {  // blocks / (waves 
     return (double)blocks / (double)(waves * slots);
 }
 
-inline Plan plan_decode(const AttnShape& s, int num_sms, int blocks_per_sm, int64_t split_override) {
+inline Plan plan_for_tiles(const AttnShape& s, int rt, int num_sms, int blocks_per_sm, int64_t split_override) {
     Plan p;
     p.rows = s.group() * s.Sq;
-    p.wm = warps_for_rows(p.rows);
-    p.wk = groups_for_warps(p.wm);
+    p.rt = rt;
+    p.wm = warps_for(p.rows, p.rt);
+    p.wk = groups_for(p.wm, p.rt);
     p.threads = 32 * p.wm * p.wk;
-    p.rows_per_block = kRowsPerWarp * p.wm;
+    p.rows_per_block = kRowsPerWarp * p.wm * p.rt;
     p.mblocks = (p.rows + p.rows_per_block - 1) / p.rows_per_block;
     p.tiles = (s.Skv + kTileKeys - 1) / kTileKeys;
     const int64_t base = s.B * s.Hkv * p.mblocks;
@@ -134,6 +154,17 @@ inline Plan plan_decode(const AttnShape& s, int num_sms, int blocks_per_sm, int6
     p.nsplit = (p.tiles + p.chunk_tiles - 1) / p.chunk_tiles;  // no empty chunk
     p.blocks = base * p.nsplit;
     return p;
+}
+
+// The plan of a tier (fp8: the fp8 tier's, else the fp16 tier's): two row tiles per warp where eligible and their
+// plan gives each key group at least kTwoTileMinTiles tiles of a chunk, else one.  blocks_per_sm: the one-tile plan's
+// (blocks_per_sm_for_warps; where two tiles are eligible, one block per SM either way).
+inline Plan plan_decode(const AttnShape& s, bool fp8, int num_sms, int blocks_per_sm, int64_t split_override) {
+    if (two_tiles_eligible(s.group() * s.Sq, fp8)) {
+        const Plan p2 = plan_for_tiles(s, 2, num_sms, blocks_per_sm, split_override);
+        if (p2.chunk_tiles >= kTwoTileMinTiles * p2.wk) return p2;
+    }
+    return plan_for_tiles(s, 1, num_sms, blocks_per_sm, split_override);
 }
 
 }  // namespace sdpa_decode

@@ -127,6 +127,103 @@ struct Fp16Ops {
     }
 };
 
+// The fp16 tier with two 16-row tiles per warp (plan.h plan_decode: 17-32 rows per K/V head with long chunks; 8 key
+// groups of one warp): rows g, g+8 of tile 0 and 16+g, 24+g of tile 1.  Per row the words, MMAs and their order are
+// Fp16Ops's (the outputs equal two warps of 16 rows bit for bit where the key groups take the same tiles), but each K
+// and V word is decoded once for both tiles.  Q's A fragments wait in shared memory, not in registers (two tiles'
+// worth, 64 registers at head dim 128, would not fit beside 128 accumulators): [tile][step][lane], 16 bytes a lane,
+// conflict-free, written by the block's warps 0 and 1 (every warp of the block holds the same rows).
+template <int D>
+struct Fp16Ops2 {
+    static constexpr float kPBias = 0.f;
+    static constexpr bool kLazy = SDPA_DECODE_LAZY_RESCALE != 0;
+    static constexpr int kSteps = D / 16;
+    static constexpr int kQBytes = 2 * kSteps * 32 * 16;  // the fragments' shared memory
+    const uint4* qs;  // this lane's fragment of tile rt, step s: qs[(rt * kSteps + s) * 32]
+    float c[2];
+
+    // qg: the (b, hkv)'s slab of rows; m0: the block's first row; buf: kQBytes of shared memory.  The caller syncs
+    // the block before the first qk.
+    __device__ __forceinline__ void init(const __half* qg, int64_t m0, int64_t rows, int warp, int lane, uint8_t* buf,
+                                         float score_scale) {
+        uint4* q4 = reinterpret_cast<uint4*>(buf);
+        if (warp < 2) {
+            QRegs<D> q;
+            load_q<D>(q, qg, m0 + 16 * warp + (lane >> 2), rows, lane & 3);
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+                const int h = s / 4, w = s % 4;  // Fp16Ops::init's words
+                q4[(warp * kSteps + s) * 32 + lane] =
+                    make_uint4(q.w[0][h][2 * w], q.w[1][h][2 * w], q.w[0][h][2 * w + 1], q.w[1][h][2 * w + 1]);
+            }
+        }
+        qs = q4 + lane;
+        c[0] = c[1] = score_scale;
+    }
+
+    // The k16 steps of K's 64-channel slice h (steps 4h .. 4h + 3; the first slice zeroes S): the baseline loads
+    // and multiplies one slice at a time (tile_load.cuh fetch_k_global's h).
+    __device__ __forceinline__ void qk_slice(float (&S)[2][4][4], const KRegs<D>& k, int h) const {
+        if (h == 0) {
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) S[rt][i][0] = S[rt][i][1] = S[rt][i][2] = S[rt][i][3] = 0.f;
+        }
+#pragma unroll
+        for (int s = 4 * h; s < 4 * h + 4; ++s) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt) {
+                const uint4 x = qs[(rt * kSteps + s) * 32];
+                a[rt][0] = x.x, a[rt][1] = x.y, a[rt][2] = x.z, a[rt][3] = x.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                uint32_t lo, hi;
+                decode4_e4m3(k.w[i][s], lo, hi);
+                mma_f16(S[0][i], a[0], lo, hi);
+                mma_f16(S[1][i], a[1], lo, hi);
+            }
+        }
+    }
+    __device__ __forceinline__ void qk(float (&S)[2][4][4], const KRegs<D>& k) const {
+#pragma unroll
+        for (int h = 0; h < D / 64; ++h) qk_slice(S, k, h);
+    }
+
+    __device__ __forceinline__ void pv(float (&O)[2][D / 8][4], float (&L)[2][4], const float (&P)[2][4][4],
+                                       const VRegs<D>& v) const {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt) {
+                a[rt][0] = pack_half2(P[rt][2 * s][0], P[rt][2 * s][1]);
+                a[rt][1] = pack_half2(P[rt][2 * s][2], P[rt][2 * s][3]);
+                a[rt][2] = pack_half2(P[rt][2 * s + 1][0], P[rt][2 * s + 1][1]);
+                a[rt][3] = pack_half2(P[rt][2 * s + 1][2], P[rt][2 * s + 1][3]);
+                mma_f16(L[rt], a[rt], 0x3C003C00u, 0x3C003C00u);
+            }
+#pragma unroll
+            for (int q = 0; q < D / 32; ++q) {
+                const uint32_t v0 = v.w[4 * s + 0][q], v1 = v.w[4 * s + 1][q];
+                const uint32_t v2 = v.w[4 * s + 2][q], v3 = v.w[4 * s + 3][q];
+                uint32_t b01[4], b23[4];
+                decode4_e4m3(prmt(v0, v1, 0x5140u), b01[0], b01[1]);
+                decode4_e4m3(prmt(v0, v1, 0x7362u), b01[2], b01[3]);
+                decode4_e4m3(prmt(v2, v3, 0x5140u), b23[0], b23[1]);
+                decode4_e4m3(prmt(v2, v3, 0x7362u), b23[2], b23[3]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    mma_f16(O[0][4 * q + e], a[0], b01[e], b23[e]);
+                    mma_f16(O[1][4 * q + e], a[1], b01[e], b23[e]);
+                }
+            }
+        }
+    }
+};
+
 // ------------------------------------------------------------------------------------------------ fp8 tier
 // Four codes of four rows -> four words, word e = byte e of each row (row k in byte k).
 __device__ __forceinline__ void transpose4x4(uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3, uint32_t (&o)[4]) {

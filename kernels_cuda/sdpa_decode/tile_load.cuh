@@ -80,6 +80,20 @@ __device__ __forceinline__ void fetch_k_global(KRegs<D>& r, const uint8_t* k, in
         }
     }
 }
+// Only the 64-channel slice h of each key (the words w[i][4h .. 4h + 3]).
+template <int D>
+__device__ __forceinline__ void fetch_k_global_slice(KRegs<D>& r, const uint8_t* k, int valid, int g, int t,
+                                                     uint64_t pol, int h) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = 8 * i + g;
+        const uint4 x = row < valid ? ldg16_kv(k + (int64_t)row * D + 64 * h + 16 * t, pol) : make_uint4(0, 0, 0, 0);
+        r.w[i][4 * h + 0] = x.x;
+        r.w[i][4 * h + 1] = x.y;
+        r.w[i][4 * h + 2] = x.z;
+        r.w[i][4 * h + 3] = x.w;
+    }
+}
 template <int D>
 __device__ __forceinline__ void fetch_v_global(VRegs<D>& r, const uint8_t* v, int valid, int g, int t, uint64_t pol) {
 #pragma unroll

@@ -65,6 +65,25 @@ def test_decode_kernel_matches_reference_and_variants_agree(exe_dir, workers, tm
     assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
 
 
+@pytest.mark.parametrize("case", [((1, 8, 4, 64), (1, 1, 4096, 64), True), ((2, 32, 1, 128), (2, 1, 8192, 128), False)],
+                         ids=["g8xsq4-d64-causal", "mqa-d128"])
+def test_two_row_tiles_per_warp_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case):
+    """The fp16 tier's two 16-row tiles per warp (kernels_cuda/sdpa_decode/plan.h: 17-32 rows, at least 16 tiles a key
+    group): --split 1 and 2 give these cases 128-tile chunks on any GPU, so the kernel takes them whatever its SMs."""
+    files, expected = cases(case)
+    split = "1" if case[1][2] == 4096 else "2"
+    got = {}
+    for impl in sdpa.VARIANTS:
+        line, out = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", DECODE["fp16"], "--split",
+                        split)
+        assert line.kernel == DECODE["fp16"]
+        m = sdpa.tier_errors(out, expected, GATES, "fp16", "normal", impl)
+        verdict = sdpa_correctness(m, GATES, "fp16", "normal")
+        assert verdict.passed, (verdict.reasons, m)
+        got[impl] = out
+    assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_auto_takes_the_decode_kernel_for_few_rows(exe_dir, workers, tmp_path, cases, precision):
     """G * Sq <= 64, not square MHA: --kernel auto runs the decode kernel of the tier (on sm_89 builds too, where

@@ -1,6 +1,6 @@
 // Host-only check of the decode kernel's work plan (sdpa_decode::plan_decode, kernels_cuda/sdpa_decode/plan.h),
 // run by tests/test_sdpa_decode_plan.py without a GPU; nothing is launched.  Reads one case per line on stdin,
-// "B Hq Hkv Sq Skv D causal num_sms blocks_per_sm split_override", and prints the plan as one JSON line, with "cover": whether
+// "B Hq Hkv Sq Skv D causal num_sms blocks_per_sm split_override fp8" (fp8: 1 = the fp8 tier's plan), and prints the plan as one JSON line, with "cover": whether
 // the kernel's own mapping (split_tiles cut at rows_key_limit, group_tile_count) visits, for every block of rows,
 // every 32-key tile a row of that block sees exactly once, and no tile past the last one any of its rows sees;
 // "decode_shaped": the runner's auto-dispatch rule; "declared_blocks_per_sm": the blocks per SM the kernel's
@@ -46,17 +46,17 @@ static bool covers(const AttnShape& s, const Plan& p) {
 
 int main() {
     long long B, Hq, Hkv, Sq, Skv, D, split;
-    int causal, sms, bps;
-    while (std::scanf("%lld %lld %lld %lld %lld %lld %d %d %d %lld", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms, &bps,
-                      &split) == 10) {
+    int causal, sms, bps, fp8;
+    while (std::scanf("%lld %lld %lld %lld %lld %lld %d %d %d %lld %d", &B, &Hq, &Hkv, &Sq, &Skv, &D, &causal, &sms, &bps,
+                      &split, &fp8) == 11) {
         AttnShape s;
         s.B = B, s.Hq = Hq, s.Hkv = Hkv, s.Sq = Sq, s.Skv = Skv, s.D = D, s.causal = causal != 0;
-        const Plan p = plan_decode(s, sms, bps, split);
-        std::printf("{\"wm\":%d,\"wk\":%d,\"threads\":%d,\"rows\":%lld,\"mblocks\":%lld,\"tiles\":%lld,\"nsplit\":%lld,"
+        const Plan p = plan_decode(s, fp8 != 0, sms, bps, split);
+        std::printf("{\"rt\":%d,\"wm\":%d,\"wk\":%d,\"threads\":%d,\"rows\":%lld,\"mblocks\":%lld,\"tiles\":%lld,\"nsplit\":%lld,"
                     "\"chunk_tiles\":%lld,\"blocks\":%lld,\"cover\":%s,\"decode_shaped\":%s,\"declared_blocks_per_sm\":%d}\n",
-                    p.wm, p.wk, p.threads, (long long)p.rows, (long long)p.mblocks, (long long)p.tiles,
+                    p.rt, p.wm, p.wk, p.threads, (long long)p.rows, (long long)p.mblocks, (long long)p.tiles,
                     (long long)p.nsplit, (long long)p.chunk_tiles, (long long)p.blocks, covers(s, p) ? "true" : "false",
-                    decode_shaped(s) ? "true" : "false", blocks_per_sm_for_warps(p.wm));
+                    decode_shaped(s) ? "true" : "false", blocks_per_sm_for(p.wm, p.rt));
     }
     return 0;
 }
