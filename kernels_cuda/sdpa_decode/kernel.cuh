@@ -226,7 +226,6 @@ __device__ __forceinline__ void decode_block(const Params& p) {
 #pragma unroll 1
             for (int it = 0; it < n_my; ++it) {
                 float S[RT][4][4];
-#pragma unroll
                 const int key0 = tile_key0(it);
                 const int valid = valid_keys(key0);
 #pragma unroll
