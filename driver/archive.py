@@ -35,6 +35,9 @@ from driver.records import BuildMeta, RunArchive
 # (tracked files count against the device tool's 64 MiB). Runs archived before 2026-11-26 21:00 UTC had
 # results.json, compressed in place since; the readers take either.
 RESULTS_FILE = "results.json.gz"
+# The build metadata of the run's executables, gzip-compressed since 2026-11-29 (about 130 KB of JSON a run, the
+# largest file of most; every tracked file travels with each GPU call, 64 MiB at most): `zcat` reads it.
+BUILD_META_FILE = "build_meta.json.gz"
 LEGACY_RESULTS_FILE = "results.json"
 RESULTS_HINT = "make it a writable folder, or point BENCH_RESULTS_DIR at one"
 # What an OSError while writing says about the request (ConfigError, exit 2: a folder the user named that is no
@@ -174,7 +177,7 @@ FileMap = dict[str, bytes]
 
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
               files: FileMap | Callable[[RunArchive], FileMap] | None = None) -> Path:
-    """results.json.gz, build_meta.json, the thresholds used and `files` (name -> bytes, or a function of the
+    """results.json.gz, build_meta.json.gz, the thresholds used and `files` (name -> bytes, or a function of the
     run that renders them), as one folder named by the run id it claimed, which its records carry.
 
     The name is claimed first (an empty folder, `_claim`), so two runs archived at once never share a name or a
@@ -189,7 +192,8 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
 
     def write(tmp: Path) -> None:
         own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
-               "build_meta.json": meta.model_dump_json(indent=1).encode(), "thresholds.toml": thresholds_text.encode()}
+               BUILD_META_FILE: gzip.compress(meta.model_dump_json(indent=1).encode(), mtime=0),
+               "thresholds.toml": thresholds_text.encode()}
         rendered = files(run) if callable(files) else files
         for name, data in itertools.chain(own.items(), ({} if rendered is None else rendered).items()):
             with paths.naming(tmp / name):  # a full disk's OSError names no file

@@ -1,5 +1,6 @@
 """Archive stage: run folders appear whole or not at all; compare reads them back."""
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -40,11 +41,12 @@ def _meta() -> BuildMeta:
 
 
 def test_write_run_is_whole_and_indexed(results_dir):
-    run = _run()
-    folder = report.publish(run, _meta(), "version = 1\n", {"plot.png": b"\x89PNG"})
+    run, meta = _run(), _meta()
+    folder = report.publish(run, meta, "version = 1\n", {"plot.png": b"\x89PNG"})
     assert sorted(p.name for p in folder.iterdir()) == [
-        "COMPARE.md", "build_meta.json", "plot.png", "results.json.gz", "thresholds.toml"]
+        "COMPARE.md", "build_meta.json.gz", "plot.png", "results.json.gz", "thresholds.toml"]
     assert archive.load_run(folder) == run
+    assert BuildMeta.model_validate_json(gzip.decompress((folder / archive.BUILD_META_FILE).read_bytes())) == meta
     assert run.run_id in (results_dir / "README.md").read_text()
     compare_md = (folder / "COMPARE.md").read_text()
     assert "![plot.png](plot.png)" in compare_md

@@ -49,7 +49,7 @@ def test_two_bench_runs_at_once_archive_both_whole(exe_dir, tmp_path: Path):
         assert not isinstance(run, archive.Unreadable), run.line()
         assert run.run_id == folder.name and run.records
         assert f"# Run {folder.name}" in (folder / report.COMPARE_FILE).read_text()
-        assert {"build_meta.json", "thresholds.toml", archive.RESULTS_FILE} <= {p.name for p in folder.iterdir()}
+        assert {archive.BUILD_META_FILE, "thresholds.toml", archive.RESULTS_FILE} <= {p.name for p in folder.iterdir()}
     assert not [p.name for p in results.iterdir() if p.name.startswith(".tmp-")]
     index = (results / "README.md").read_text()
     assert all(f"[{f.name}]({f.name}/COMPARE.md)" in index for f in folders)
