@@ -50,14 +50,14 @@ def run(exe_dir, workers, tmp_path, files, impl, precision, causal, *extra):
     return line, np.load(out)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
-def test_decode_kernel_matches_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case, precision):
+def check_variants(exe_dir, workers, tmp_path, cases, case, precision, kernel, *extra):
+    """Both variants on `kernel` (and `extra` flags): the line names the kernel and the case, each output within the
+    tier's bounds of the float64 reference, and the two outputs bit-identical."""
     files, expected = cases(case)
     got = {}
     for impl in sdpa.VARIANTS:
-        line, out = run(exe_dir, workers, tmp_path, files, impl, precision, case[2], "--kernel", DECODE[precision])
-        assert line.kernel == DECODE[precision] and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
+        line, out = run(exe_dir, workers, tmp_path, files, impl, precision, case[2], "--kernel", kernel, *extra)
+        assert line.kernel == kernel and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
         m = sdpa.tier_errors(out, expected, GATES, precision, "normal", impl)
         verdict = sdpa_correctness(m, GATES, precision, "normal")
         assert verdict.passed, (verdict.reasons, m)
@@ -65,23 +65,19 @@ def test_decode_kernel_matches_reference_and_variants_agree(exe_dir, workers, tm
     assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
 
 
-@pytest.mark.parametrize("case", [((1, 8, 4, 64), (1, 1, 4096, 64), True), ((2, 32, 1, 128), (2, 1, 8192, 128), False)],
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
+def test_decode_kernel_matches_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case, precision):
+    check_variants(exe_dir, workers, tmp_path, cases, case, precision, DECODE[precision])
+
+
+@pytest.mark.parametrize(("case", "split"), [(((1, 8, 4, 64), (1, 1, 4096, 64), True), "1"),
+                                             (((2, 32, 1, 128), (2, 1, 8192, 128), False), "2")],
                          ids=["g8xsq4-d64-causal", "mqa-d128"])
-def test_two_row_tiles_per_warp_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case):
+def test_two_row_tiles_per_warp_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case, split):
     """The fp16 tier's two 16-row tiles per warp (kernels_cuda/sdpa_decode/plan.h: 17-32 rows, at least 16 tiles a key
     group): --split 1 and 2 give these cases 128-tile chunks on any GPU, so the kernel takes them whatever its SMs."""
-    files, expected = cases(case)
-    split = "1" if case[1][2] == 4096 else "2"
-    got = {}
-    for impl in sdpa.VARIANTS:
-        line, out = run(exe_dir, workers, tmp_path, files, impl, "fp16", case[2], "--kernel", DECODE["fp16"], "--split",
-                        split)
-        assert line.kernel == DECODE["fp16"]
-        m = sdpa.tier_errors(out, expected, GATES, "fp16", "normal", impl)
-        verdict = sdpa_correctness(m, GATES, "fp16", "normal")
-        assert verdict.passed, (verdict.reasons, m)
-        got[impl] = out
-    assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
+    check_variants(exe_dir, workers, tmp_path, cases, case, "fp16", DECODE["fp16"], "--split", split)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -120,17 +116,7 @@ KV_CASES = [
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("case", KV_CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-{c[1][1]}x{c[1][2]}-{c[2]}")
 def test_key_chunks_match_reference_and_variants_agree(exe_dir, workers, tmp_path, cases, case, precision):
-    kernel = hopper_only(precision, exe_dir)
-    files, expected = cases(case)
-    got = {}
-    for impl in sdpa.VARIANTS:
-        line, out = run(exe_dir, workers, tmp_path, files, impl, precision, case[2], "--kernel", kernel)
-        assert line.kernel == kernel and line.q_shape == list(case[0]) and line.kv_shape == list(case[1])
-        m = sdpa.tier_errors(out, expected, GATES, precision, "normal", impl)
-        verdict = sdpa_correctness(m, GATES, precision, "normal")
-        assert verdict.passed, (verdict.reasons, m)
-        got[impl] = out
-    assert np.array_equal(got["baseline"].view(np.uint16), got["cpasync"].view(np.uint16))
+    check_variants(exe_dir, workers, tmp_path, cases, case, precision, hopper_only(precision, exe_dir))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
