@@ -64,7 +64,10 @@ struct Traits {
     static constexpr int kRing = kAsync ? WK * Geo::kStages * Geo::kStageBytes : 0;
     static constexpr int kQOff = kRing;  // RT 2: Q's fragments after the ring (dead before the merge buffer's use)
     static constexpr int kQBytes = RT == 2 ? Fp16Ops2<D>::kQBytes : 0;
-    static constexpr int kPitch = D + 8;  // merge buffer row (floats): column tile j, column n at 8 j + n
+    // merge buffer row (floats).  D 128: channels in order, 16-byte unit 4 n + (q ^ (n >> 1)) for channels
+    // 16 n + 4 q .. + 3 (column n of the MMA tiles; the XOR and the pitch of 36 units keep the writes' and the reads'
+    // 16-byte accesses free of bank conflicts); D 64: column tile j, column n at 8 j + n.
+    static constexpr int kPitch = D == 128 ? D + 16 : D + 8;
     static constexpr int kMerge = WK * MB * kPitch * 4 + 2 * WK * MB * 4;
     static constexpr int kFinal = 2 * kMaxSplitRows * 4;
     static constexpr int kSmemA = kRing + kQBytes > kMerge ? kRing + kQBytes : kMerge;
@@ -250,12 +253,27 @@ __device__ __forceinline__ void decode_block(const Params& p) {
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt) {
         const int rl = 16 * (RT * wm + rt) + g;
-        float* row0 = mo + (grp * MB + rl) * T::kPitch + 2 * t;
-        float* row1 = row0 + 8 * T::kPitch;
+        if constexpr (D == 128) {
+            float* row0 = mo + (grp * MB + rl) * T::kPitch;
+            float* row1 = row0 + 8 * T::kPitch;
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-            *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(O[rt][j][0], O[rt][j][1]);
-            *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(O[rt][j][2], O[rt][j][3]);
+            for (int e = 0; e < 2; ++e)  // column n = 2t + e: channels 16 n .. 16 n + 15 = column tiles j 0..15
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int at = 4 * (4 * (2 * t + e) + (q ^ t));
+                    *reinterpret_cast<float4*>(row0 + at) =
+                        make_float4(O[rt][4 * q][e], O[rt][4 * q + 1][e], O[rt][4 * q + 2][e], O[rt][4 * q + 3][e]);
+                    *reinterpret_cast<float4*>(row1 + at) = make_float4(O[rt][4 * q][2 + e], O[rt][4 * q + 1][2 + e],
+                                                                        O[rt][4 * q + 2][2 + e], O[rt][4 * q + 3][2 + e]);
+                }
+        } else {
+            float* row0 = mo + (grp * MB + rl) * T::kPitch + 2 * t;
+            float* row1 = row0 + 8 * T::kPitch;
+#pragma unroll
+            for (int j = 0; j < D / 8; ++j) {
+                *reinterpret_cast<float2*>(row0 + 8 * j) = make_float2(O[rt][j][0], O[rt][j][1]);
+                *reinterpret_cast<float2*>(row1 + 8 * j) = make_float2(O[rt][j][2], O[rt][j][3]);
+            }
         }
         if (t == 0) {
             mm[grp * MB + rl] = m[rt][0];
@@ -282,9 +300,18 @@ __device__ __forceinline__ void decode_block(const Params& p) {
             const float mw = mm[w * MB + row];
             const float wt = mw == kNegInf ? 0.f : fast_exp2(mw - mx);
             l += wt * ml[w * MB + row];
-            const float* src = mo + (w * MB + row) * T::kPitch + n;
+            if constexpr (D == 128) {
+                const float4 x = *reinterpret_cast<const float4*>(mo + (w * MB + row) * T::kPitch +
+                                                                  4 * (4 * n + (((d0 >> 2) & 3) ^ (n >> 1))));
+                o[0] += wt * x.x;
+                o[1] += wt * x.y;
+                o[2] += wt * x.z;
+                o[3] += wt * x.w;
+            } else {
+                const float* src = mo + (w * MB + row) * T::kPitch + n;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) o[c] += wt * src[8 * (j0 + c)];
+                for (int c = 0; c < 4; ++c) o[c] += wt * src[8 * (j0 + c)];
+            }
         }
         if (single) {
             const float f = p.v_scale / l;
