@@ -156,6 +156,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     const uint8_t* kb = p.k + bh * p.Skv * D;
     const uint8_t* vb = p.v + bh * p.Skv * D;
     auto tile_key0 = [&](int it) { return (int)((range.begin + grp + (int64_t)it * WK) * kTileKeys); };
+    auto valid_keys = [&](int key0) { return (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys); };
     auto softmax = [&](float (&S)[RT][4][4], int it) {
 #pragma unroll
         for (int rt = 0; rt < RT; ++rt)
@@ -170,7 +171,7 @@ __device__ __forceinline__ void decode_block(const Params& p) {
         const int gtid = tid - grp * T::TG;
         auto issue = [&](int it) {
             const int key0 = tile_key0(it);
-            const int valid = (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys);
+            const int valid = valid_keys(key0);
             issue_stage<D, T::TG>(ring + (it % Geo::kStages) * Geo::kStageBytes, kb + (int64_t)key0 * D,
                                   vb + (int64_t)key0 * D, valid, gtid, pol);
         };
@@ -205,7 +206,6 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     } else {
         KRegs<D> kr;
         VRegs<D> vr;
-        auto valid_keys = [&](int key0) { return (int)(p.Skv - key0 < kTileKeys ? p.Skv - key0 : kTileKeys); };
         if constexpr (RT == 1) {  // K and V of a tile loaded together, before its Q K^T
             auto fetch = [&](int it) {
                 const int key0 = tile_key0(it);

@@ -73,15 +73,36 @@ struct Fp16Ops {
     uint32_t qa[kSteps][4];  // A fragment of k16 step s = 4h + w: channels 64h + 16t + 4w + {0,1 | 2,3}
     float c[2];              // rows g, g+8: raw score -> log2 units
 
+    // Q's A fragment of k16 step s (Fp16Ops2 keeps the same words in shared memory).
+    __device__ __forceinline__ static void q_fragment(const QRegs<D>& q, int s, uint32_t (&a)[4]) {
+        const int h = s / 4, w = s % 4;
+        a[0] = q.w[0][h][2 * w];      // row g,   k 2t, 2t+1   <- channels +0, +1
+        a[1] = q.w[1][h][2 * w];      // row g+8
+        a[2] = q.w[0][h][2 * w + 1];  // row g,   k 2t+8, 2t+9 <- channels +2, +3
+        a[3] = q.w[1][h][2 * w + 1];
+    }
+    // P's A fragment of the tile's k16 step s (keys 16s ..: S column tiles 2s, 2s+1), rounded to fp16.
+    __device__ __forceinline__ static void p_fragment(const float (&P)[4][4], int s, uint32_t (&a)[4]) {
+        a[0] = pack_half2(P[2 * s][0], P[2 * s][1]);
+        a[1] = pack_half2(P[2 * s][2], P[2 * s][3]);
+        a[2] = pack_half2(P[2 * s + 1][0], P[2 * s + 1][1]);
+        a[3] = pack_half2(P[2 * s + 1][2], P[2 * s + 1][3]);
+    }
+    // V's B fragments of k16 step s and word q, decoded to fp16: keys 16s + 2t, +1 (k 2t, 2t+1) in b01 and
+    // 16s + 2t + 8, +9 (k 2t+8, 2t+9) in b23; byte e of word q is column tile 4q + e.
+    __device__ __forceinline__ static void v_fragments(const VRegs<D>& v, int s, int q, uint32_t (&b01)[4],
+                                                       uint32_t (&b23)[4]) {
+        const uint32_t v0 = v.w[4 * s + 0][q], v1 = v.w[4 * s + 1][q];
+        const uint32_t v2 = v.w[4 * s + 2][q], v3 = v.w[4 * s + 3][q];
+        decode4_e4m3(prmt(v0, v1, 0x5140u), b01[0], b01[1]);
+        decode4_e4m3(prmt(v0, v1, 0x7362u), b01[2], b01[3]);
+        decode4_e4m3(prmt(v2, v3, 0x5140u), b23[0], b23[1]);
+        decode4_e4m3(prmt(v2, v3, 0x7362u), b23[2], b23[3]);
+    }
+
     __device__ __forceinline__ void init(const QRegs<D>& q, float score_scale) {
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-            const int h = s / 4, w = s % 4;
-            qa[s][0] = q.w[0][h][2 * w];      // row g,   k 2t, 2t+1   <- channels +0, +1
-            qa[s][1] = q.w[1][h][2 * w];      // row g+8
-            qa[s][2] = q.w[0][h][2 * w + 1];  // row g,   k 2t+8, 2t+9 <- channels +2, +3
-            qa[s][3] = q.w[1][h][2 * w + 1];
-        }
+        for (int s = 0; s < kSteps; ++s) q_fragment(q, s, qa[s]);
         c[0] = c[1] = score_scale;
     }
 
@@ -105,21 +126,13 @@ struct Fp16Ops {
                                        const VRegs<D>& v) const {
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-            const uint32_t a[4] = {pack_half2(P[2 * s][0], P[2 * s][1]), pack_half2(P[2 * s][2], P[2 * s][3]),
-                                   pack_half2(P[2 * s + 1][0], P[2 * s + 1][1]),
-                                   pack_half2(P[2 * s + 1][2], P[2 * s + 1][3])};
+            uint32_t a[4];
+            p_fragment(P, s, a);
             mma_f16(L, a, 0x3C003C00u, 0x3C003C00u);  // B = ones (fp16 1.0)
 #pragma unroll
             for (int q = 0; q < D / 32; ++q) {
-                // keys 16s + 2t, +1 (k 2t, 2t+1) and 16s + 2t + 8, +9 (k 2t+8, 2t+9): byte e of word q is
-                // column tile 4q + e
-                const uint32_t v0 = v.w[4 * s + 0][q], v1 = v.w[4 * s + 1][q];
-                const uint32_t v2 = v.w[4 * s + 2][q], v3 = v.w[4 * s + 3][q];
                 uint32_t b01[4], b23[4];
-                decode4_e4m3(prmt(v0, v1, 0x5140u), b01[0], b01[1]);
-                decode4_e4m3(prmt(v0, v1, 0x7362u), b01[2], b01[3]);
-                decode4_e4m3(prmt(v2, v3, 0x5140u), b23[0], b23[1]);
-                decode4_e4m3(prmt(v2, v3, 0x7362u), b23[2], b23[3]);
+                v_fragments(v, s, q, b01, b23);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) mma_f16(O[4 * q + e], a, b01[e], b23[e]);
             }
@@ -152,9 +165,9 @@ struct Fp16Ops2 {
             load_q<D>(q, qg, m0 + 16 * warp + (lane >> 2), rows, lane & 3);
 #pragma unroll
             for (int s = 0; s < kSteps; ++s) {
-                const int h = s / 4, w = s % 4;  // Fp16Ops::init's words
-                q4[(warp * kSteps + s) * 32 + lane] =
-                    make_uint4(q.w[0][h][2 * w], q.w[1][h][2 * w], q.w[0][h][2 * w + 1], q.w[1][h][2 * w + 1]);
+                uint32_t a[4];
+                Fp16Ops<D>::q_fragment(q, s, a);
+                q4[(warp * kSteps + s) * 32 + lane] = make_uint4(a[0], a[1], a[2], a[3]);
             }
         }
         qs = q4 + lane;
@@ -199,21 +212,13 @@ struct Fp16Ops2 {
             uint32_t a[2][4];
 #pragma unroll
             for (int rt = 0; rt < 2; ++rt) {
-                a[rt][0] = pack_half2(P[rt][2 * s][0], P[rt][2 * s][1]);
-                a[rt][1] = pack_half2(P[rt][2 * s][2], P[rt][2 * s][3]);
-                a[rt][2] = pack_half2(P[rt][2 * s + 1][0], P[rt][2 * s + 1][1]);
-                a[rt][3] = pack_half2(P[rt][2 * s + 1][2], P[rt][2 * s + 1][3]);
+                Fp16Ops<D>::p_fragment(P[rt], s, a[rt]);
                 mma_f16(L[rt], a[rt], 0x3C003C00u, 0x3C003C00u);
             }
 #pragma unroll
             for (int q = 0; q < D / 32; ++q) {
-                const uint32_t v0 = v.w[4 * s + 0][q], v1 = v.w[4 * s + 1][q];
-                const uint32_t v2 = v.w[4 * s + 2][q], v3 = v.w[4 * s + 3][q];
                 uint32_t b01[4], b23[4];
-                decode4_e4m3(prmt(v0, v1, 0x5140u), b01[0], b01[1]);
-                decode4_e4m3(prmt(v0, v1, 0x7362u), b01[2], b01[3]);
-                decode4_e4m3(prmt(v2, v3, 0x5140u), b23[0], b23[1]);
-                decode4_e4m3(prmt(v2, v3, 0x7362u), b23[2], b23[3]);
+                Fp16Ops<D>::v_fragments(v, s, q, b01, b23);  // decoded once for both tiles
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     mma_f16(O[0][4 * q + e], a[0], b01[e], b23[e]);

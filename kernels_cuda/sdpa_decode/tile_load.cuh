@@ -65,34 +65,30 @@ struct VRegs {
 };
 
 // Baseline: the tile straight from global memory.  k, v point at key0's row; `valid` keys of the tile exist.
+// Key 8i + g's 64-channel slice h: the words w[i][4h .. 4h + 3].
+template <int D>
+__device__ __forceinline__ void fetch_k_global_word(KRegs<D>& r, const uint8_t* k, int valid, int g, int t,
+                                                    uint64_t pol, int i, int h) {
+    const int row = 8 * i + g;
+    const uint4 x = row < valid ? ldg16_kv(k + (int64_t)row * D + 64 * h + 16 * t, pol) : make_uint4(0, 0, 0, 0);
+    r.w[i][4 * h + 0] = x.x;
+    r.w[i][4 * h + 1] = x.y;
+    r.w[i][4 * h + 2] = x.z;
+    r.w[i][4 * h + 3] = x.w;
+}
 template <int D>
 __device__ __forceinline__ void fetch_k_global(KRegs<D>& r, const uint8_t* k, int valid, int g, int t, uint64_t pol) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = 8 * i + g;
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int h = 0; h < D / 64; ++h) {
-            const uint4 x = row < valid ? ldg16_kv(k + (int64_t)row * D + 64 * h + 16 * t, pol) : make_uint4(0, 0, 0, 0);
-            r.w[i][4 * h + 0] = x.x;
-            r.w[i][4 * h + 1] = x.y;
-            r.w[i][4 * h + 2] = x.z;
-            r.w[i][4 * h + 3] = x.w;
-        }
-    }
+        for (int h = 0; h < D / 64; ++h) fetch_k_global_word<D>(r, k, valid, g, t, pol, i, h);
 }
-// Only the 64-channel slice h of each key (the words w[i][4h .. 4h + 3]).
+// Only the 64-channel slice h of each key.
 template <int D>
 __device__ __forceinline__ void fetch_k_global_slice(KRegs<D>& r, const uint8_t* k, int valid, int g, int t,
                                                      uint64_t pol, int h) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = 8 * i + g;
-        const uint4 x = row < valid ? ldg16_kv(k + (int64_t)row * D + 64 * h + 16 * t, pol) : make_uint4(0, 0, 0, 0);
-        r.w[i][4 * h + 0] = x.x;
-        r.w[i][4 * h + 1] = x.y;
-        r.w[i][4 * h + 2] = x.z;
-        r.w[i][4 * h + 3] = x.w;
-    }
+    for (int i = 0; i < 4; ++i) fetch_k_global_word<D>(r, k, valid, g, t, pol, i, h);
 }
 template <int D>
 __device__ __forceinline__ void fetch_v_global(VRegs<D>& r, const uint8_t* v, int valid, int g, int t, uint64_t pol) {
