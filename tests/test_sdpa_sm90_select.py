@@ -566,6 +566,32 @@ def test_causal_three_warpgroup_kernel_keeps_full_tiles(fp8):
         assert r["ncwg"] == 3 and r["tiles"] == [11, 0] and r["cover"]
 
 
+# The fp8 tier's causal square cases at head dim 64 timed with both kernels on 1x H200, cold p50 of two consumer
+# warpgroups over three (experiments/2026-11-29-sdpa-fp8-causal-d64-warpgroups calls 2-3, the mean of 2 rounds;
+# (8,8,1024) is (1,64,1024)'s grid): (B, H, S): two / three.
+CAUSAL_D64_MEASURED = {(1, 64, 512): 0.832, (1, 64, 768): 1.042, (1, 64, 1024): 0.933, (1, 32, 1024): 0.883,
+                       (1, 32, 1280): 1.050, (1, 32, 1536): 1.108, (1, 32, 2048): 1.040, (1, 16, 3072): 1.185,
+                       (8, 8, 1024): 0.939, (2, 16, 2048): 1.041, (4, 32, 4096): 1.125}
+
+
+def test_causal_head_dim_64_takes_the_kernel_measured_faster(fp8):
+    """With the mask, policy 1 compares the two kernels' makespan model (tile_plan.cuh causal_makespan) and takes the
+    kernel measured faster at every case timed; without the mask, in the fp16 tier and under policies 0 and 2 the
+    choice is as before."""
+    shapes = list(CAUSAL_D64_MEASURED)
+    got = fp8([((b, h, h, s, s, 64, 1), 132, 0, 1) for b, h, s in shapes])
+    for (b, h, s), r in zip(shapes, got):
+        assert r["ncwg"] == (2 if CAUSAL_D64_MEASURED[(b, h, s)] < 1 else 3) and r["cover"] and r["causal_kernel"], (b, h, s, r)
+    for (b, h, s), r in zip(shapes, fp8([((b, h, s, 64), 132, 0, 1) for b, h, s in shapes])):
+        assert _pick(r) == _expected_base((b, h, s, 64), 132, 0, 1, True, 0), (b, h, s)
+    for pol, n in ((0, 2), (2, 3)):
+        assert {r["ncwg"] for r in fp8([((b, h, h, s, s, 64, 1), 132, 0, pol) for b, h, s in shapes])} == {n}
+    assert {r["ncwg"] for r in fp8([((b, h, h, s, s, 64, 1), 132, 0, 1) for b, h, s in shapes], fp8=False)} == {2}
+    # more than kMaxPlanWaves waves of three-warpgroup blocks: three, unmodelled
+    (r,) = fp8([((16, 64, 64, 8192, 8192, 64, 1), 132, 0, 1)])
+    assert r["ncwg"] == 3
+
+
 def test_bad_cases_are_errors(fp8):
     """select_config refuses what serves() refuses: Sq > Skv with the mask, Hq not a multiple of Hkv."""
     assert "error" in fp8([((1, 4, 4, 300, 100, 64, 1), 132, 0, 1)])[0]

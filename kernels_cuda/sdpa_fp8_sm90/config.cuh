@@ -124,7 +124,9 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 // setmaxnreg 56 / 152) and select_config (kernel.cuh) picks one at run time by this policy:
 //   0 = always two (as at head dim 128);
 //   1 (default) = three when the three-warpgroup unsplit grid fills at least one wave (blocks >=
-//       SMs), else two, with the split rule taken on the two-warpgroup grid;
+//       SMs), else two, with the split rule taken on the two-warpgroup grid; with the causal mask,
+//       two where their makespan model is the shorter (tile_plan.cuh causal_makespan: at S 512 and
+//       1024 two were 6-17% faster, 1x H200, experiments/2026-11-29-sdpa-fp8-causal-d64-warpgroups);
 //   2 = always three in the unsplit configuration (the split rule on the three-warpgroup grid).
 // On 1x H100 (2026-11-23, experiments/2026-11-23-sdpa-fp8-d64 run 2, cold p50, one call) rule /
 // two / three: (3,5,777,64) 15.84 / 15.79 / 18.13 us (75 blocks of 192 rows on 132 SMs: the rule

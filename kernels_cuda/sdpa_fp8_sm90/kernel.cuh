@@ -280,7 +280,9 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
 // Head dim 64, unsplit, FP8 tier: three consumer warpgroups (192 rows per block) or two (128) by
 // ncwg_policy (SDPA_SM90_NCWG3_D64, config.cuh): 0 = two; 1 = three when the three-warpgroup grid
 // has at least num_sms blocks (one full wave), the split rule taken on the two-warpgroup grid (so
-// every shape it splits splits as with two); 2 = three, the split rule on the three-warpgroup grid.
+// every shape it splits splits as with two), and with the causal mask only where the makespan model
+// (tile_plan.cuh causal_makespan) does not find two shorter; 2 = three, the split rule on the
+// three-warpgroup grid.
 // Then, unsplit (both tiers), the tile plan (tile_plan.cuh) by plan_policy
 // (SDPA_SM90_TILE_PLAN: it chooses only for three consumer warpgroups; two keep full tiles).
 // Head dim 128, FP8 tier: 128-, 192- or 256-key tiles by bn_policy (SDPA_SM90_BN_D128, config.cuh; fp8_traits.cuh
@@ -405,6 +407,11 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const long long blocks3 = ((long long)S + bm3 - 1) / bm3 * BH;
     if (2 * blocks2 > 0x7fffffffLL) { *err = "grid too large"; return false; }  // >= the split grid
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
+    // With the causal mask, policy 1 takes two consumer warpgroups where their makespan model is the shorter
+    // (tile_plan.cuh causal_makespan; grids of more than kMaxPlanWaves waves keep three, whose tiles cost less per row).
+    const bool causal_two = can3 && a.causal && ncwg_policy == 1 && blocks3 <= (long long)kMaxPlanWaves * num_sms &&
+                            causal_makespan(BH, S, Skv, 2, KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN, num_sms) <
+                                causal_makespan(BH, S, Skv, 3, KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::BN, num_sms);
     // Keys per K/V tile: head dim 128 in the FP8 tier by Skv, else the traits' own.  Policy 0: 128 or 192 by bn_d128,
     // then 256 where prefers_bn256 says and that launch is unsplit with Q in one term (fp8_traits.cuh); policy 128,
     // 192 or 256: that width.  The 256-key kernel runs unsplit and without ablation: a launch that would split on its
@@ -426,7 +433,7 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         const int ntiles = (Skv + bn - 1) / bn;
         const long long split_blocks = can3 && ncwg_policy == 2 ? blocks3 : blocks2;
         const bool split = split_override == 2 || (split_override == 0 && ntiles >= 2 && 2 * split_blocks <= num_sms);
-        const bool three = !split && can3 && (ncwg_policy == 2 || blocks3 >= num_sms);
+        const bool three = !split && can3 && (ncwg_policy == 2 || (blocks3 >= num_sms && !causal_two));
         const long long units2 = ((long long)S + (split ? 63 : 127)) / (split ? 64 : 128) * BH;
         const int tiles_per_wg = split ? (ntiles + 1) / 2 : ntiles;
         const bool q2 = FP8 && !three && !wide && !wide256 &&

@@ -253,6 +253,31 @@ __device__ __forceinline__ BlockTile unit_tile_kv(int i, const TilePlan& plan, c
 // two-warpgroup kernel: 0.70 at (2,16,2048,128), 0.72 at (1,16,8192,128)).
 constexpr double kBlockCost[4] = {0, 0.58, 0.82, 1};
 
+// Makespan of a causal grid (select_config: two or three consumer warpgroups for the fp8 tier's causal cases at head
+// dim 64), in the time of one K/V tile of a full two-warpgroup block: BH heads x ceil(Sq / bm) units of bm = 64 ncwg
+// rows, heaviest first (block_tile), in the persistent blocks' snake rounds (unit_index) on min(units, num_sms)
+// blocks; a unit costs its K/V tiles up to its last row's diagonal (unit_kv_tiles) times kCausalTileCost[ncwg], a
+// partial unit the share of its warpgroups (kBlockCost[nc] / kBlockCost[ncwg]).  kCausalTileCost[3]: a full
+// three-warpgroup tile took 1.27x a two-warpgroup one without the mask at (4,32,4096,64) (893.9 us for 128 x 21.58 x 32
+// tiles against 1046.2 for 128 x 32 x 32, cold, 1x H200, experiments/2026-11-29-sdpa-fp8-causal-d64-warpgroups call 2).
+// With no other parameter the model orders the two kernels as measured at all 9 causal cases of that experiment
+// (calls 2-3: two 12-17% faster at S 512 and 1024, three 4-19% faster at 768, 1280, 1536, 2048, 3072, 4096).
+constexpr double kCausalTileCost[4] = {0, 0, 1.0, 1.27};
+inline double causal_makespan(int BH, int Sq, int Skv, int ncwg, int bn, int num_sms) {
+    const int bm = 64 * ncwg, full = (Sq + bm - 1) / bm;
+    const long long units = (long long)full * BH;
+    const long long grid = std::max(1LL, std::min(units, (long long)std::max(num_sms, 1)));
+    std::vector<double> busy((size_t)grid, 0.0);
+    for (long long i = 0; i < units; ++i) {
+        const int m0 = (full - 1 - (int)(i / BH)) * bm, rows = std::min(bm, Sq - m0);
+        const long long nt = ((long long)m0 + rows + Skv - Sq + bn - 1) / bn;
+        const long long r = i / grid, b = i - r * grid;
+        busy[(size_t)((r & 1) ? grid - 1 - b : b)] +=
+            (double)nt * kCausalTileCost[ncwg] * kBlockCost[(rows + 63) / 64] / kBlockCost[ncwg];
+    }
+    return *std::max_element(busy.begin(), busy.end());
+}
+
 // Makespan of `plan` (units of bm rows, bm - 64 in short tiles) in units of a full block.  persistent:
 // min(units, num_sms) blocks, unit j on block j % blocks; else one block per unit, blocks taken in
 // index order by the first free SM (one block per SM at a time: the kernel fills an SM's registers).
