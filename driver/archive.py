@@ -38,6 +38,10 @@ RESULTS_FILE = "results.json.gz"
 # The build metadata of the run's executables, gzip-compressed since 2026-11-29 (about 130 KB of JSON a run, the
 # largest file of most; every tracked file travels with each GPU call, 64 MiB at most): `zcat` reads it.
 BUILD_META_FILE = "build_meta.json.gz"
+# The thresholds the run was gated with, gzip-compressed since 2026-11-29 (37 KB of TOML a run, 12 KB compressed; the
+# 196 copies archived before were compressed in place): `zcat` reads it, and so does `thresholds_text`.
+THRESHOLDS_FILE = "thresholds.toml.gz"
+LEGACY_THRESHOLDS_FILE = "thresholds.toml"
 LEGACY_RESULTS_FILE = "results.json"
 RESULTS_HINT = "make it a writable folder, or point BENCH_RESULTS_DIR at one"
 # What an OSError while writing says about the request (ConfigError, exit 2: a folder the user named that is no
@@ -175,9 +179,18 @@ def fill_claim(root: Path, final: Path, write: Callable[[Path], None]) -> None:
 FileMap = dict[str, bytes]
 
 
+def thresholds_text(folder: Path) -> str:
+    """The thresholds a run folder was gated with (thresholds.toml.gz, or a plain thresholds.toml); OSError if it
+    has neither."""
+    gz = folder / THRESHOLDS_FILE
+    if gz.is_file():
+        return gzip.decompress(gz.read_bytes()).decode()
+    return (folder / LEGACY_THRESHOLDS_FILE).read_text()
+
+
 def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
               files: FileMap | Callable[[RunArchive], FileMap] | None = None) -> Path:
-    """results.json.gz, build_meta.json.gz, the thresholds used and `files` (name -> bytes, or a function of the
+    """results.json.gz, build_meta.json.gz, thresholds.toml.gz (the thresholds used) and `files` (name -> bytes, or a function of the
     run that renders them), as one folder named by the run id it claimed, which its records carry.
 
     The name is claimed first (an empty folder, `_claim`), so two runs archived at once never share a name or a
@@ -193,7 +206,7 @@ def write_run(run: RunArchive, meta: BuildMeta, thresholds_text: str,
     def write(tmp: Path) -> None:
         own = {RESULTS_FILE: gzip.compress(run.model_dump_json(indent=1).encode(), mtime=0),
                BUILD_META_FILE: gzip.compress(meta.model_dump_json(indent=1).encode(), mtime=0),
-               "thresholds.toml": thresholds_text.encode()}
+               THRESHOLDS_FILE: gzip.compress(thresholds_text.encode(), mtime=0)}
         rendered = files(run) if callable(files) else files
         for name, data in itertools.chain(own.items(), ({} if rendered is None else rendered).items()):
             with paths.naming(tmp / name):  # a full disk's OSError names no file

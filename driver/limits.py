@@ -115,9 +115,9 @@ class GateState(Record):
 def _noise(folder: Path, default: float) -> float:
     """The noise band the run was gated with (its own thresholds.toml), else the current one."""
     try:
-        data = tomllib.loads((folder / "thresholds.toml").read_text())
+        data = tomllib.loads(archive.thresholds_text(folder))
         return float(data["noise"]["min_rel_noise"])
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError):
+    except (OSError, EOFError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError):
         return default
 
 

@@ -473,7 +473,7 @@ def index_markdown(root: Path, runs: list[tuple[Path, RunArchive | archive.Unrea
     is linked by its folder's name, and one that does not read as a run is listed with the reason."""
     rows = [generated("driver/report.py (`python -m driver index`)", "the run folders"),
             "# bench_results", "", "Archived runs, newest first. Each folder holds results.json.gz (`zcat`; schema in schema/),",
-            "build_meta.json.gz (`zcat`), the thresholds used and COMPARE.md.", "",
+            "build_meta.json.gz (`zcat`), thresholds.toml.gz (`zcat`: the thresholds used) and COMPARE.md.", "",
             "| run | device | git | headline |", "|---|---|---|---|"]
     for folder, run in reversed(archive.read_runs(root) if runs is None else runs):
         if isinstance(run, archive.Unreadable):

@@ -44,7 +44,8 @@ def test_write_run_is_whole_and_indexed(results_dir):
     run, meta = _run(), _meta()
     folder = report.publish(run, meta, "version = 1\n", {"plot.png": b"\x89PNG"})
     assert sorted(p.name for p in folder.iterdir()) == [
-        "COMPARE.md", "build_meta.json.gz", "plot.png", "results.json.gz", "thresholds.toml"]
+        "COMPARE.md", "build_meta.json.gz", "plot.png", "results.json.gz", "thresholds.toml.gz"]
+    assert archive.thresholds_text(folder) == "version = 1\n"
     assert archive.load_run(folder) == run
     assert BuildMeta.model_validate_json(gzip.decompress((folder / archive.BUILD_META_FILE).read_bytes())) == meta
     assert run.run_id in (results_dir / "README.md").read_text()

@@ -1,6 +1,7 @@
 """Known limits: the newest archived gate states, split per gate, and the table they write (docs/LIMITS.md)."""
 
 import functools
+import gzip
 import os
 import shutil
 import subprocess
@@ -66,6 +67,18 @@ def test_the_noise_band_of_the_run_decides_inconclusive():
                     "inconclusive")
     assert [s.status for s in limits.gate_states(run, noise=0.02)] == ["inconclusive"]
     assert [s.status for s in limits.gate_states(run, noise=0.01)] == ["fail"]
+
+
+def test_the_noise_band_is_read_from_the_runs_own_thresholds_compressed_or_not(tmp_path):
+    """A run archived since 2026-11-29 keeps thresholds.toml.gz, an older one thresholds.toml; a folder with neither,
+    or a damaged one, takes the default."""
+    plain, packed, damaged, none = (tmp_path / n for n in ("plain", "packed", "damaged", "none"))
+    for folder in (plain, packed, damaged, none):
+        folder.mkdir()
+    (plain / "thresholds.toml").write_text("[noise]\nmin_rel_noise = 0.03\n")
+    (packed / archive.THRESHOLDS_FILE).write_bytes(gzip.compress(b"[noise]\nmin_rel_noise = 0.04\n"))
+    (damaged / archive.THRESHOLDS_FILE).write_bytes(gzip.compress(b"[noise]\nmin_rel_noise = 0.04\n")[:12])
+    assert [limits._noise(f, 0.02) for f in (plain, packed, damaged, none)] == [0.03, 0.04, 0.02, 0.02]
 
 
 def test_newest_run_wins_per_gate_and_unmeasured_peers_are_kept(tmp_path):
