@@ -325,18 +325,12 @@ __device__ __forceinline__ void decode_block(const Params& p) {
     if (single) return;
 
     // ---------------------------------------------------------------- the chunks merged by the last block
-    // One thread fences and counts, as CUTLASS's semaphores do: the barrier orders every thread's partial stores
-    // before thread 0's fence, which releases them with its own (a fence is cumulative); the last block's thread 0
-    // fences again after its count (acquire), and the barrier after passes that on to the block's loads.
+    __threadfence();  // this thread's partial is visible device-wide before the block is counted
     __syncthreads();
-    if (tid == 0) {
-        __threadfence();
-        const bool last = atomicAdd(p.counters + grp_idx, 1) == (int)p.nsplit - 1;
-        if (last) __threadfence();
-        s_last = last;
-    }
+    if (tid == 0) s_last = atomicAdd(p.counters + grp_idx, 1) == (int)p.nsplit - 1;
     __syncthreads();
     if (!s_last) return;
+    __threadfence();
     const int ns = (int)p.nsplit;
     float* fm = reinterpret_cast<float*>(smem);  // [ns][MB]: m, then the chunk's weight
     float* fl = fm + ns * MB;                    // [ns][MB]: l
