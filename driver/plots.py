@@ -15,10 +15,26 @@ MODE_STYLE = {"cold": "-", "hot": "--"}
 MODE_NOTE = "cold: each launch alone; hot: back to back, hatched / dashed"
 
 
-def _figure_bytes(fig) -> bytes:
+def _png(fig, **savefig_kw) -> bytes:
+    """The figure as a PNG of an adaptive palette of 256 colours, undithered: the same picture to the eye at about a
+    third of the bytes (103 KB against 39 KB for an SDPA suite's plot), since every archived run's plot travels with
+    each GPU call (64 MiB at most). Pillow, which matplotlib itself requires, makes the palette; where it does not load,
+    matplotlib's own PNG."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    return buf.getvalue()
+    fig.savefig(buf, format="png", **savefig_kw)
+    try:
+        from PIL import Image
+    except ImportError:
+        return buf.getvalue()
+    out = io.BytesIO()
+    # method 0: median cut, dither 0: none (the same numbers in every Pillow version)
+    Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(colors=256, method=0, dither=0).save(
+        out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def _figure_bytes(fig) -> bytes:
+    return _png(fig, dpi=120, bbox_inches="tight")
 
 
 def timed(run: RunArchive, suite: str) -> list[ArchivedRecord]:
@@ -145,7 +161,6 @@ def history(title: str, commits: list[str], lines: list[HistoryLine]) -> bytes |
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.subplots_adjust(left=0.07, right=0.78, top=0.92, bottom=0.2)  # fixed: a tight box draws the figure twice
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    png = _png(fig, dpi=100)
     plt.close(fig)
-    return buf.getvalue()
+    return png
