@@ -92,6 +92,41 @@ def code_inputs(folder: pathlib.Path, q_shape, kv_shape, *, seed: int = 0, scale
     return f
 
 
+def e4m3_values(codes) -> np.ndarray:
+    """E4M3 codes (uint8 array) as the float64 values they stand for (finite codes: code_inputs makes no NaN)."""
+    c = codes.astype(np.int64)
+    s = np.where(c & 0x80, -1.0, 1.0)
+    e = (c >> 3) & 0xF
+    m = c & 7
+    return s * np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7.0))
+
+
+def reference(files: dict, causal: bool) -> np.ndarray:
+    """The float64 attention of code_inputs' files: Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] (codes times the
+    scales of scales.npy), the query heads of a K/V head together, the bottom-right causal mask (row i of Sq sees keys
+    j <= i + Skv - Sq)."""
+    sc = np.load(files["scales"]).astype(np.float64)
+    q = np.load(files["q"]).astype(np.float64)
+    k, v = e4m3_values(np.load(files["k"])) * sc[0], e4m3_values(np.load(files["v"])) * sc[1]
+    B, Hq, Sq, D = q.shape
+    Hkv, Skv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    o = np.empty_like(q)
+    for b in range(B):
+        for h in range(Hkv):
+            qq = q[b, h * G:(h + 1) * G].reshape(G * Sq, D)
+            s = qq @ k[b, h].T / np.sqrt(D)
+            if causal:
+                i = np.tile(np.arange(Sq), G)[:, None]
+                j = np.arange(Skv)[None, :]
+                s = np.where(j <= i + Skv - Sq, s, -np.inf)
+            s -= s.max(1, keepdims=True)
+            pr = np.exp(s)
+            pr /= pr.sum(1, keepdims=True)
+            o[b, h * G:(h + 1) * G] = (pr @ v[b, h]).reshape(G, Sq, D)
+    return o
+
+
 def launch(exe, files: dict, causal: bool, args, out, timeout: float = 60, pre=()) -> dict:
     """One runner launch: {"rc", "line" (its JSON line), "stdout", "stderr"} (tails), or {"rc": "timeout"}."""
     cmd = [*pre, str(exe), *[a for n in ("q", "k", "v", "scales") for a in (f"--{n}", str(files[n]))], "--out",

@@ -1,19 +1,38 @@
-"""Call 5: one thread fences and counts each block (fe: thread 0's fence after the block's barrier releases the block's
-partials, the last block's thread 0 fences again after its count, CUTLASS's semaphore pattern) where every thread
-fenced before (twice in the last block), against e034b35 (mg). Outputs byte for byte against mg's (the cpasync
-variant; auto and forced chunk counts, up to 264 chunks), error against float64, compute-sanitizer, a 4-stream soak, then
-cold and hot p50 under --kernel auto (2 rounds, the runners alternating); no timeline.
-Runners in $BIN (xz): mg1 fe1 (cpasync).
-  python3 ab5.py     (results under $OUT/ab5.jsonl)"""
-import pathlib, shutil, sys
+"""Calls 2-5: a rewrite of the decode kernel's tail (NEW) against e034b35 (mg), one call each:
+  2  fin  the final merge's weights a warp per row, its loads 32 chunks at a time (fin.patch.gz)
+  3  wt   the weights with every row at once on a group of lanes (wt.patch.gz)
+  4  pf   each thread's first 16 chunks of partial O loaded beside the m, l loads (pf.patch.gz)
+  5  fe   one fence per block, thread 0's (69b89cc); the cpasync variant only, no timeline
+Outputs byte for byte against mg's (auto and forced chunk counts, up to 264 chunks), error against float64,
+compute-sanitizer, a 4-stream soak, the timeline of NEW's kernel (timeline.jsonl: `timeline`, built with
+trace.patch), then cold and hot p50 under --kernel auto (2 rounds, the runners alternating, until $AB_BUDGET_S).
+Runners in $BIN (xz): mg1 NEW1, and mg0 NEW0 where the call has the baseline variant.
+  python3 ab_tail.py CALL     (results under $OUT/abCALL.jsonl)
+(Calls 2-5 ran as ab2.py .. ab5.py, four copies of this script with the table's values; folded into it since.)"""
+import pathlib
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import ab_kit  # noqa: E402
 
-lab = ab_kit.Lab("tl5", 420, "ab5.jsonl")
-RUNNERS = ("mg1", "fe1")  # (the cpasync variant only: the call carries the bundle too, 64 MiB at most)
+# call: (NEW, with the baseline variant, sanitizer cases per runner, timeline)
+CALLS = {
+    2: ("fin", True, {"fin1": ("san_decode_split", "san_decode_rows32", "hkv1_g2_40k_d64_causal"),
+                      "fin0": ("san_decode_split",)}, True),
+    3: ("wt", True, {"wt1": ("san_decode_split", "san_decode_rows32", "hkv1_g2_40k_d64_causal", "rows64_d64_causal"),
+                     "wt0": ("san_decode_split",)}, True),
+    4: ("pf", True, {"pf1": ("san_decode_split", "rows64_d64_causal"), "pf0": ("hkv1_g2_40k_d64_causal",)}, True),
+    5: ("fe", False, {"fe1": ("san_decode_split", "rows64_d64_causal")}, False),
+}
+call = int(sys.argv[1])
+new, both, san_cases, with_timeline = CALLS[call]
+lab = ab_kit.Lab(f"tl{call}", 420, f"ab{call}.jsonl")
+RUNNERS = ("mg1", "mg0", f"{new}1", f"{new}0") if both else ("mg1", f"{new}1")
+PAIRS = ((f"{new}1", "mg1"), (f"{new}0", "mg0"), (f"{new}0", f"{new}1"), ("mg0", "mg1")) if both else ((f"{new}1", "mg1"),)
 D = ab_kit.DECODE_CASES
 # name: (q_shape, kv_shape, causal, --split (0: the plan's))
 SAME = {
@@ -28,49 +47,29 @@ SAME = {
     "decode_b8_32k_mqa": (*D["decode_b8_32k_mqa"], 0),
     "decode_b1_32k": (*D["decode_b1_32k"], 0),
     "decode_b1_128k": (*D["decode_b1_128k"], 0),
-    "rows64_d64_causal": ((1, 8, 16, 64), (1, 2, 1000, 64), True, 2),
-    "g4_sq8_32k_causal": ((8, 32, 8, 128), (8, 8, 32768, 128), True, 0),
 }
+if call >= 3:
+    SAME["rows64_d64_causal"] = ((1, 8, 16, 64), (1, 2, 1000, 64), True, 2)
+    SAME["g4_sq8_32k_causal"] = ((8, 32, 8, 128), (8, 8, 32768, 128), True, 0)
 ACCURACY = ("mqa_2k", "san_decode_split", "hkv1_g4_128k", "hkv1_g2_40k_d64_causal", "g4_sq8_d64_causal")
 TIMED = {n: D[n] for n in ("decode_b1_128k", "decode_b1_32k", "decode_b8_32k_mqa", "decode_b1_4k", "decode_b8_4k",
-                           "decode_b8_32k", "decode_b8_32k_hq64")}
-TIMED["b8_32k_g4_sq8"] = ((8, 32, 8, 128), (8, 8, 32768, 128), True)
+                           "decode_b8_32k")}
+if call >= 3:
+    TIMED["decode_b8_32k_hq64"] = D["decode_b8_32k_hq64"]
+    TIMED["b8_32k_g4_sq8"] = ((8, 32, 8, 128), (8, 8, 32768, 128), True)
 TIMELINE = {
     "decode_b8_32k_mqa": "8,32,1,1,32768,128,0",
     "decode_b1_32k": "1,32,8,1,32768,128,0",
     "decode_b1_128k": "1,32,8,1,131072,128,0",
     "decode_b8_32k": "8,32,8,1,32768,128,0",
 }
-SCALES = (1 / 64, 1 / 64)
-
-
-def e4m3(codes):
-    c = codes.astype(np.int64)
-    s = np.where(c & 0x80, -1.0, 1.0); e = (c >> 3) & 0xF; m = c & 7
-    return s * np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7.0))
-
-
-def reference(f, causal):
-    q = np.load(f["q"]).astype(np.float64); k = e4m3(np.load(f["k"])) * SCALES[0]; v = e4m3(np.load(f["v"])) * SCALES[1]
-    B, Hq, Sq, Dh = q.shape; Hkv, Skv = k.shape[1], k.shape[2]; G = Hq // Hkv
-    o = np.empty_like(q)
-    for b in range(B):
-        for h in range(Hkv):
-            qq = q[b, h * G:(h + 1) * G].reshape(G * Sq, Dh)
-            s = qq @ k[b, h].T / np.sqrt(Dh)
-            if causal:
-                i = np.tile(np.arange(Sq), G)[:, None]; j = np.arange(Skv)[None, :]
-                s = np.where(j <= i + Skv - Sq, s, -np.inf)
-            s -= s.max(1, keepdims=True); p = np.exp(s); p /= p.sum(1, keepdims=True)
-            o[b, h * G:(h + 1) * G] = (p @ v[b, h]).reshape(G, Sq, Dh)
-    return o
 
 
 def files_of(name, qs, kvs):
     folder = lab.tmp / name
     if (folder / "scales.npy").exists():
         return {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    return ab_kit.code_inputs(folder, qs, kvs, scales=SCALES)
+    return ab_kit.code_inputs(folder, qs, kvs)
 
 
 def run(exe, f, causal, kernel, extra, out, timeout=60, pre=()):
@@ -89,11 +88,10 @@ for name, (qs, kvs, causal, split) in SAME.items():
                  "stderr": r.get("stderr", "")[-200:]})
     ok = {k: v is not None for k, v in outs.items()}
     eq = lambda a, b: ok[a] and ok[b] and np.array_equal(outs[a].view(np.uint16), outs[b].view(np.uint16))
-    lab.log({"step": "same", "case": name, "split": split, **{f"{a}_vs_{b}": eq(a, b) for a, b in
-             (("fe1", "mg1"),)}})
+    lab.log({"step": "same", "case": name, "split": split, **{f"{a}_vs_{b}": eq(a, b) for a, b in PAIRS}})
     if name in ACCURACY:
-        ref = reference(f, causal)
-        for k in ("mg1", "fe1"):
+        ref = ab_kit.reference(f, causal)
+        for k in ("mg1", f"{new}1"):
             if outs[k] is None:
                 continue
             o = outs[k].astype(np.float64)
@@ -103,8 +101,7 @@ for name, (qs, kvs, causal, split) in SAME.items():
     if name.startswith("decode_"):
         shutil.rmtree(lab.tmp / name)
 san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
-SAN = {"fe1": ("san_decode_split", "rows64_d64_causal")}
-for k, cases in SAN.items():
+for k, cases in san_cases.items():
     for name in cases:
         qs, kvs, causal, _ = SAME[name]
         for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
@@ -113,16 +110,22 @@ for k, cases in SAN.items():
             lab.log({"step": "sanitizer", "case": name, "tool": tool, "runner": k, "rc": r["rc"],
                      "tail": r.get("stdout", "")[-90:]})
 f = files_of("mqa_2k", *SAME["mqa_2k"][:2])
-r = run(exes["fe1"], f, False, "decode_sm89", [*one, "--soak", "300", "--streams", "4"], lab.tmp / "o_s.npy", timeout=120)
-lab.log({"step": "soak", "case": "mqa_2k", "runner": "fe1", "rc": r["rc"],
+r = run(exes[f"{new}1"], f, False, "decode_sm89", [*one, "--soak", "300", "--streams", "4"], lab.tmp / "o_s.npy", timeout=120)
+lab.log({"step": "soak", "case": "mqa_2k", "runner": f"{new}1", "rc": r["rc"],
          "mismatched": r.get("line", {}).get("soak_mismatched_elements"), "stderr": r.get("stderr", "")[-200:]})
 
+if with_timeline:
+    tl = lab.unpack("timeline")
+    with open(lab.out / "timeline.jsonl", "w") as fh:
+        p = subprocess.run([str(tl), "30", *[f"{n}:{s}" for n, s in TIMELINE.items()]], stdout=fh, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    lab.log({"step": "timeline", "rc": p.returncode, "stderr": p.stderr[-300:]})
 
 for name, (qs, kvs, causal) in TIMED.items():
     f = files_of(name, qs, kvs)
     for rnd in range(2):
         for mode in ("cold", "hot"):
-            for k in ab_kit.in_turn(["mg1", "fe1"], rnd):
+            for k in ab_kit.in_turn(["mg1", f"{new}1"], rnd):
                 if lab.over_budget():
                     lab.log({"step": "time", "skipped": "budget"}); lab.close(); raise SystemExit(0)
                 r = run(exes[k], f, causal, "auto", ["--iters", "40", "--warmup", "10", "--timing", mode], lab.tmp / "o_t.npy")
