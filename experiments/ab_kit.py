@@ -7,6 +7,7 @@ import json
 import lzma
 import os
 import pathlib
+import shutil
 import subprocess
 import time
 
@@ -148,3 +149,82 @@ def p50_us(result: dict) -> float:
 def in_turn(names: list[str], rnd: int) -> list[str]:
     """The runners in round rnd's order: as given in even rounds, reversed in odd ones."""
     return list(names) if rnd % 2 == 0 else list(names)[::-1]
+
+
+# ---- the steps of a decode-kernel A/B (since 2026-11-29: experiments/2026-11-29-sdpa-decode-block-timeline's scripts),
+# each logged to the lab as one line per launch and one per result.  Runners take the fp16 tier.
+SANITIZERS = ("memcheck", "racecheck", "synccheck", "initcheck")
+ONE = ["--iters", "1", "--warmup", "0"]
+
+
+def decode_files(lab: Lab, name: str, q_shape, kv_shape) -> dict:
+    """code_inputs' files for a case, made once in the lab's scratch folder."""
+    folder = lab.tmp / name
+    if (folder / "scales.npy").exists():
+        return {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
+    return code_inputs(folder, q_shape, kv_shape)
+
+
+def fp16_launch(exe, files: dict, causal: bool, kernel: str, extra, out, timeout: float = 60, pre=()) -> dict:
+    return launch(exe, files, causal, ["--precision", "fp16", "--kernel", kernel, *extra], out, timeout, pre)
+
+
+def same_outputs(lab: Lab, exes: dict, name: str, files: dict, causal: bool, split: int, pairs) -> dict:
+    """Every runner once on the decode kernel with --split split; logs each launch and whether each pair's outputs are
+    equal bit for bit; returns the outputs (None where a runner failed)."""
+    outs = {}
+    for k, exe in exes.items():
+        r = fp16_launch(exe, files, causal, "decode_sm89", [*ONE, "--split", str(split)], lab.tmp / f"o_{k}.npy")
+        outs[k] = np.load(lab.tmp / f"o_{k}.npy") if r["rc"] == 0 else None
+        lab.log({"step": "run", "case": name, "runner": k, "rc": r["rc"], "split": r["line"].get("split"),
+                 "stderr": r.get("stderr", "")[-200:]})
+
+    def eq(a, b):
+        return outs[a] is not None and outs[b] is not None and np.array_equal(outs[a].view(np.uint16), outs[b].view(np.uint16))
+
+    lab.log({"step": "same", "case": name, "split": split, **{f"{a}_vs_{b}": eq(a, b) for a, b in pairs}})
+    return outs
+
+
+def sanitize(lab: Lab, runner: str, exe, name: str, files: dict, causal: bool) -> None:
+    """The four compute-sanitizer tools on one case (hot timing, one launch per sample)."""
+    san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    for tool in SANITIZERS:
+        r = fp16_launch(exe, files, causal, "decode_sm89", [*ONE, "--timing", "hot"], lab.tmp / "o_san.npy",
+                        timeout=150, pre=(san, "--tool", tool, "--error-exitcode", "3"))
+        lab.log({"step": "sanitizer", "case": name, "tool": tool, "runner": runner, "rc": r["rc"],
+                 "tail": r.get("stdout", "")[-90:]})
+
+
+def soak(lab: Lab, runner: str, exe, name: str, files: dict) -> None:
+    """300 launches on 4 streams, each output compared with the first."""
+    r = fp16_launch(exe, files, False, "decode_sm89", [*ONE, "--soak", "300", "--streams", "4"], lab.tmp / "o_s.npy",
+                    timeout=120)
+    lab.log({"step": "soak", "case": name, "runner": runner, "rc": r["rc"],
+             "mismatched": r.get("line", {}).get("soak_mismatched_elements"), "stderr": r.get("stderr", "")[-200:]})
+
+
+def timeline(lab: Lab, cases: dict) -> None:
+    """The lab's `timeline` runner (its kernel built with the trace patch), 30 cold launches per case, into
+    $OUT/timeline.jsonl.  cases: name -> "B,Hq,Hkv,Sq,Skv,D,causal"."""
+    tl = lab.unpack("timeline")
+    with open(lab.out / "timeline.jsonl", "w") as fh:
+        p = subprocess.run([str(tl), "30", *[f"{n}:{c}" for n, c in cases.items()]], stdout=fh, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    lab.log({"step": "timeline", "rc": p.returncode, "stderr": p.stderr[-300:]})
+
+
+def time_in_turn(lab: Lab, exes: dict, runners, name: str, files: dict, causal: bool) -> bool:
+    """Cold and hot p50 under --kernel auto (--iters 40), 2 rounds, the runners in turn; False once over budget."""
+    for rnd in range(2):
+        for mode in ("cold", "hot"):
+            for k in in_turn(runners, rnd):
+                if lab.over_budget():
+                    lab.log({"step": "time", "skipped": "budget"})
+                    return False
+                r = fp16_launch(exes[k], files, causal, "auto", ["--iters", "40", "--warmup", "10", "--timing", mode],
+                                lab.tmp / "o_t.npy")
+                lab.log({"step": "time", "round": rnd, "case": name, "mode": mode, "runner": k, "rc": r["rc"],
+                         "kernel": r.get("line", {}).get("kernel"), "split": r.get("line", {}).get("split"),
+                         "p50_us": p50_us(r)})
+    return True

@@ -11,7 +11,6 @@ Runners in $BIN (xz): mg1 NEW1, and mg0 NEW0 where the call has the baseline var
 (Calls 2-5 ran as ab2.py .. ab5.py, four copies of this script with the table's values; folded into it since.)"""
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -65,30 +64,10 @@ TIMELINE = {
 }
 
 
-def files_of(name, qs, kvs):
-    folder = lab.tmp / name
-    if (folder / "scales.npy").exists():
-        return {n: folder / f"{n}.npy" for n in ("q", "k", "v", "scales")}
-    return ab_kit.code_inputs(folder, qs, kvs)
-
-
-def run(exe, f, causal, kernel, extra, out, timeout=60, pre=()):
-    return ab_kit.launch(exe, f, causal, ["--precision", "fp16", "--kernel", kernel, *extra], out, timeout, pre)
-
-
 exes = {k: lab.unpack(k) for k in RUNNERS}
-one = ["--iters", "1", "--warmup", "0"]
 for name, (qs, kvs, causal, split) in SAME.items():
-    f = files_of(name, qs, kvs)
-    outs = {}
-    for k, exe in exes.items():
-        r = run(exe, f, causal, "decode_sm89", [*one, "--split", str(split)], lab.tmp / f"o_{k}.npy")
-        outs[k] = np.load(lab.tmp / f"o_{k}.npy") if r["rc"] == 0 else None
-        lab.log({"step": "run", "case": name, "runner": k, "rc": r["rc"], "split": r["line"].get("split"),
-                 "stderr": r.get("stderr", "")[-200:]})
-    ok = {k: v is not None for k, v in outs.items()}
-    eq = lambda a, b: ok[a] and ok[b] and np.array_equal(outs[a].view(np.uint16), outs[b].view(np.uint16))
-    lab.log({"step": "same", "case": name, "split": split, **{f"{a}_vs_{b}": eq(a, b) for a, b in PAIRS}})
+    f = ab_kit.decode_files(lab, name, qs, kvs)
+    outs = ab_kit.same_outputs(lab, exes, name, f, causal, split, PAIRS)
     if name in ACCURACY:
         ref = ab_kit.reference(f, causal)
         for k in ("mg1", f"{new}1"):
@@ -100,37 +79,15 @@ for name, (qs, kvs, causal, split) in SAME.items():
                      "max_abs_over_max_ref": float(np.abs(o - ref).max() / np.abs(ref).max())})
     if name.startswith("decode_"):
         shutil.rmtree(lab.tmp / name)
-san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
 for k, cases in san_cases.items():
     for name in cases:
         qs, kvs, causal, _ = SAME[name]
-        for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
-            r = run(exes[k], files_of(name, qs, kvs), causal, "decode_sm89", [*one, "--timing", "hot"], lab.tmp / "o_san.npy",
-                    timeout=150, pre=(san, "--tool", tool, "--error-exitcode", "3"))
-            lab.log({"step": "sanitizer", "case": name, "tool": tool, "runner": k, "rc": r["rc"],
-                     "tail": r.get("stdout", "")[-90:]})
-f = files_of("mqa_2k", *SAME["mqa_2k"][:2])
-r = run(exes[f"{new}1"], f, False, "decode_sm89", [*one, "--soak", "300", "--streams", "4"], lab.tmp / "o_s.npy", timeout=120)
-lab.log({"step": "soak", "case": "mqa_2k", "runner": f"{new}1", "rc": r["rc"],
-         "mismatched": r.get("line", {}).get("soak_mismatched_elements"), "stderr": r.get("stderr", "")[-200:]})
-
+        ab_kit.sanitize(lab, k, exes[k], name, ab_kit.decode_files(lab, name, qs, kvs), causal)
+ab_kit.soak(lab, f"{new}1", exes[f"{new}1"], "mqa_2k", ab_kit.decode_files(lab, "mqa_2k", *SAME["mqa_2k"][:2]))
 if with_timeline:
-    tl = lab.unpack("timeline")
-    with open(lab.out / "timeline.jsonl", "w") as fh:
-        p = subprocess.run([str(tl), "30", *[f"{n}:{s}" for n, s in TIMELINE.items()]], stdout=fh, stderr=subprocess.PIPE,
-                           text=True, timeout=120)
-    lab.log({"step": "timeline", "rc": p.returncode, "stderr": p.stderr[-300:]})
-
+    ab_kit.timeline(lab, TIMELINE)
 for name, (qs, kvs, causal) in TIMED.items():
-    f = files_of(name, qs, kvs)
-    for rnd in range(2):
-        for mode in ("cold", "hot"):
-            for k in ab_kit.in_turn(["mg1", f"{new}1"], rnd):
-                if lab.over_budget():
-                    lab.log({"step": "time", "skipped": "budget"}); lab.close(); raise SystemExit(0)
-                r = run(exes[k], f, causal, "auto", ["--iters", "40", "--warmup", "10", "--timing", mode], lab.tmp / "o_t.npy")
-                lab.log({"step": "time", "round": rnd, "case": name, "mode": mode, "runner": k, "rc": r["rc"],
-                         "kernel": r.get("line", {}).get("kernel"), "split": r.get("line", {}).get("split"),
-                         "p50_us": ab_kit.p50_us(r)})
+    if not ab_kit.time_in_turn(lab, exes, ["mg1", f"{new}1"], name, ab_kit.decode_files(lab, name, qs, kvs), causal):
+        break
     shutil.rmtree(lab.tmp / name)
 lab.close()
