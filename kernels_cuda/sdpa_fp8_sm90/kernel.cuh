@@ -409,12 +409,9 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
     // With the causal mask, policy 1 takes two consumer warpgroups where their makespan model is the shorter
     // (tile_plan.cuh causal_makespan; grids of more than kMaxPlanWaves waves keep three, whose tiles cost less per row).
-    using Causal2 = CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false>, true>;
-    using Causal3 = CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>, true>;
-    const bool causal_two =
-        can3 && a.causal && ncwg_policy == 1 && blocks3 <= (long long)kMaxPlanWaves * num_sms &&
-        causal_makespan<Causal2>(with_case(make_tile_plan((int)(blocks2 / BH), 0, BH), a), num_sms) <
-            causal_makespan<Causal3>(with_case(make_tile_plan((int)(blocks3 / BH), 0, BH), a), num_sms);
+    const bool causal_two = can3 && a.causal && ncwg_policy == 1 && blocks3 <= (long long)kMaxPlanWaves * num_sms &&
+                            causal_makespan(BH, S, Skv, 2, KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN, num_sms) <
+                                causal_makespan(BH, S, Skv, 3, KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::BN, num_sms);
     // Keys per K/V tile: head dim 128 in the FP8 tier by Skv, else the traits' own.  Policy 0: 128 or 192 by bn_d128,
     // then 256 where prefers_bn256 says and that launch is unsplit with Q in one term (fp8_traits.cuh); policy 128,
     // 192 or 256: that width.  The 256-key kernel runs unsplit and without ablation: a launch that would split on its
