@@ -3,6 +3,9 @@
   3  wt   the weights with every row at once on a group of lanes (wt.patch.gz)
   4  pf   each thread's first 16 chunks of partial O loaded beside the m, l loads (pf.patch.gz)
   5  fe   one fence per block, thread 0's (69b89cc); the cpasync variant only, no timeline
+  6  cl   (branch decluster; slower, not adopted) the chunks of a cluster of up to 8 blocks merged through distributed shared
+          memory (sm_90), then the clusters' partials by the last block: other sums than mg's, so checked against
+          float64 at every case; nocl1 (the same build with SDPA_DECODE_CLUSTER=0) against mg1 bit for bit
 Outputs byte for byte against mg's (auto and forced chunk counts, up to 264 chunks), error against float64,
 compute-sanitizer, a 4-stream soak, the timeline of NEW's kernel (timeline.jsonl: `timeline`, built with
 trace.patch), then cold and hot p50 under --kernel auto (2 rounds, the runners alternating, until $AB_BUDGET_S).
@@ -26,12 +29,17 @@ CALLS = {
                      "wt0": ("san_decode_split",)}, True),
     4: ("pf", True, {"pf1": ("san_decode_split", "rows64_d64_causal"), "pf0": ("hkv1_g2_40k_d64_causal",)}, True),
     5: ("fe", False, {"fe1": ("san_decode_split", "rows64_d64_causal")}, False),
+    6: ("cl", True, {"cl1": ("san_decode_split", "san_decode_rows32", "hkv1_g2_40k_d64_causal", "rows64_d64_causal"),
+                     "cl0": ("san_decode_split",)}, False),
 }
 call = int(sys.argv[1])
 new, both, san_cases, with_timeline = CALLS[call]
 lab = ab_kit.Lab(f"tl{call}", 420, f"ab{call}.jsonl")
 RUNNERS = ("mg1", "mg0", f"{new}1", f"{new}0") if both else ("mg1", f"{new}1")
 PAIRS = ((f"{new}1", "mg1"), (f"{new}0", "mg0"), (f"{new}0", f"{new}1"), ("mg0", "mg1")) if both else ((f"{new}1", "mg1"),)
+if call == 6:  # other sums than mg's: the variants against each other, the build without clusters against mg
+    RUNNERS = ("mg1", "cl1", "cl0", "nocl1")
+    PAIRS = (("cl0", "cl1"), ("nocl1", "mg1"))
 D = ab_kit.DECODE_CASES
 # name: (q_shape, kv_shape, causal, --split (0: the plan's))
 SAME = {
@@ -51,6 +59,8 @@ if call >= 3:
     SAME["rows64_d64_causal"] = ((1, 8, 16, 64), (1, 2, 1000, 64), True, 2)
     SAME["g4_sq8_32k_causal"] = ((8, 32, 8, 128), (8, 8, 32768, 128), True, 0)
 ACCURACY = ("mqa_2k", "san_decode_split", "hkv1_g4_128k", "hkv1_g2_40k_d64_causal", "g4_sq8_d64_causal")
+if call == 6:
+    ACCURACY = tuple(SAME)
 TIMED = {n: D[n] for n in ("decode_b1_128k", "decode_b1_32k", "decode_b8_32k_mqa", "decode_b1_4k", "decode_b8_4k",
                            "decode_b8_32k")}
 if call >= 3:
