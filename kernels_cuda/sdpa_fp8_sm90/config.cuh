@@ -164,6 +164,9 @@ static_assert(SDPA_SM90_TILE_PLAN >= 0 && SDPA_SM90_TILE_PLAN <= 2, "SDPA_SM90_T
 #define SDPA_SM90_VT_LDSM 0
 #endif
 static_assert(SDPA_SM90_VT_LDSM == 0 || SDPA_SM90_VT_LDSM == 1, "SDPA_SM90_VT_LDSM: 0 or 1");
+#ifndef SDPA_SM90_PRODUCER24
+#define SDPA_SM90_PRODUCER24 0
+#endif
 #ifndef SDPA_SM90_VT_LDSM_BATCH
 #define SDPA_SM90_VT_LDSM_BATCH 2
 #endif
@@ -223,6 +226,11 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 #define SDPA_SM90_BN256_LOOP 0
 #endif
 static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90_BN256_LOOP: 0 or 1");
+// Probe (branch ncwg3d128, off by default): the fp8 tier at head dim 128 with three consumer warpgroups (192 rows per
+// block), 128-key tiles and the 256-key kernel's loop (S and P never live together, Q's E4M3 codes in shared memory).
+#ifndef SDPA_SM90_NCWG3_D128
+#define SDPA_SM90_NCWG3_D128 0
+#endif
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
 #define SDPA_SM90_BN256_PRODUCER_REGS 24
 #endif

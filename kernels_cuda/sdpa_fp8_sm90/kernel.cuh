@@ -454,7 +454,17 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate, false, c);
         else *li = info_for<FP8, 64, false>(BH, S, ablate, q2, c);
     } else {
-        if (wide256) {
+        bool three128 = false;
+        if constexpr (FP8 && SDPA_SM90_NCWG3_D128 != 0) {
+            // (probe) three consumer warpgroups, 128-key tiles, unsplit, no ablation, Q in one term
+            if (!split && ablate == kAblNone) {
+                *li = c ? info_for<FP8, 128, kAblNone, false, 3, 128, false, true>(BH, S)
+                        : info_for<FP8, 128, kAblNone, false, 3, 128, false, false>(BH, S);
+                three128 = true;
+            }
+        }
+        if (three128) {
+        } else if (wide256) {
             if constexpr (FP8)
                 *li = c ? info_for<FP8, 128, kAblNone, false, 2, 256, false, true>(BH, S)
                         : info_for<FP8, 128, kAblNone, false, 2, 256, false, false>(BH, S);
@@ -529,7 +539,7 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
                                                         : CU_TENSOR_MAP_SWIZZLE_128B;
     // SDPA_SM90_VT_LDSM: V of head dim 128 with the 128-byte swizzle too, for the producer's ldmatrix (fp8_load.cuh).
     const CUtensorMapSwizzle v_swizzle =
-        fp8 && li.D == 128 && (SDPA_SM90_VT_LDSM != 0 || li.bn == 256) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+        fp8 && li.D == 128 && (SDPA_SM90_VT_LDSM != 0 || li.bn == 256 || (SDPA_SM90_PRODUCER24 != 0 && li.ncwg == 2 && li.ablate == kAblNone) || (SDPA_SM90_NCWG3_D128 != 0 && li.ncwg == 3 && kAsync)) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     for (int i = 0; i < 2; ++i) {
         if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                    const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
