@@ -45,26 +45,13 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
                  : "memory");
 }
 
-// SDPA_SM90_MBAR_SUSPEND_NS (experiment; default 0 = none): try_wait's suspend-time hint, the longest a waiting thread
-// sleeps in the instruction before it returns false (without it the hardware's own limit applies).
-#ifndef SDPA_SM90_MBAR_SUSPEND_NS
-#define SDPA_SM90_MBAR_SUSPEND_NS 0
-#endif
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
-    if constexpr (SDPA_SM90_MBAR_SUSPEND_NS > 0) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity), "n"(SDPA_SM90_MBAR_SUSPEND_NS)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    }
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
     return done != 0;
 }
 
