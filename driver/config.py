@@ -267,6 +267,10 @@ SANITIZER_CASES: dict[str, AttnCase] = {
     # tiles with a tail, that unsplit_d128 reached before.
     "san_bn256_causal_d128": AttnCase((1, 68, 128, 128), (1, 4, 8292, 128), causal=True),
     "unsplit128_d128": AttnCase((1, 14, 600, 128), (1, 14, 600, 128)),
+    # Since 2026-11-29 the fp8 tier at head dim 128 runs three consumer warpgroups on 128-key tiles where a makespan
+    # model finds them faster than the 256-key kernel (kernels_cuda/sdpa_fp8_sm90 SDPA_SM90_NCWG3_D128): here 128 units
+    # on 132 SMs against the 256-key kernel's 160, each head's last unit one warpgroup's 64 rows.
+    "san_ncwg3_d128": AttnCase((1, 32, 640, 128), (1, 8, 768, 128)),
 }
 # SDPA shapes run under every sanitizer: small, mission and tail run the split-KV configs the
 # heuristic picks for them (head dim 64); unsplit3_d64, unsplit_d128 and unsplit_wide_d128 the Hopper

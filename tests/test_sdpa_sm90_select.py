@@ -35,13 +35,14 @@ def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def _compile(tmp_path_factory, name: str, *defines: str):
+def _compile(tmp_path_factory, name: str, *defines: str, cp_async: bool = True):
     try:
         nvcc = toolchain.find_nvcc().path
     except ToolchainMissing as e:
         pytest.skip(f"no nvcc here ({e}): the select_config check compiles kernel.cuh's host code")
     exe = tmp_path_factory.mktemp("sdpa_sm90_select") / name
-    cmd = [nvcc, "-std=c++17", "-gencode", "arch=compute_80,code=compute_80", "-DSDPA_SM90A=1", "-DUSE_CP_ASYNC=1",
+    cmd = [nvcc, "-std=c++17", "-gencode", "arch=compute_80,code=compute_80", "-DSDPA_SM90A=1",
+           f"-DUSE_CP_ASYNC={int(cp_async)}",
            *(f"-D{d}" for d in defines), str(SRC), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
@@ -70,7 +71,15 @@ def _case(shape: tuple) -> tuple:
 
 @pytest.fixture(scope="module")
 def fp8(tmp_path_factory):
-    return _compile(tmp_path_factory, "fp8")
+    """The build whose choices the rules below restate: the default policies but SDPA_SM90_NCWG3_D128's, which is 0 here
+    (the head-dim-128 three-warpgroup kernel never); the default build, which takes it where a makespan model says,
+    is checked against this one (test_head_dim_128_three_warpgroups_*)."""
+    return _compile(tmp_path_factory, "fp8", "SDPA_SM90_NCWG3_D128=0")
+
+
+@pytest.fixture(scope="module")
+def fp8_default(tmp_path_factory):
+    return _compile(tmp_path_factory, "fp8_default")
 
 
 def expected_bn(s: int, d: int, fp8: bool = True, bn_policy: int = 0) -> int:
@@ -757,3 +766,65 @@ def test_sanitizer_cases_reach_the_key_chunk_kernels(fp8):
             (r,) = fp8([((b, hq, hkv, sq, skv, d, int(c.causal)), 132, 0, 1)], fp8=tier)
             assert r["kv_auto"] == auto[tier], (name, tier, r)
             assert r["kv_chunks"] == chunks and r["causal_kernel"] == causal and r["cover"], (name, tier, r)
+
+
+# ------------------------------------------------------------------ head dim 128, three consumer warpgroups
+# (SDPA_SM90_NCWG3_D128, config.cuh; tile_plan.cuh prefers_ncwg3_d128): measured on 1x H200, cold p50, the 256-key
+# kernel's time over the three-warpgroup kernel's (experiments/2026-11-29-sdpa-fp8-d128-three-warpgroups call 1).
+NCWG3_D128_MEASURED = {(1, 16, 16384, 0): 1.032, (2, 32, 4096, 0): 1.028, (4, 16, 4096, 0): 1.029,
+                       (1, 16, 8192, 1): 1.029, (1, 16, 8192, 0): 0.980, (2, 16, 2048, 0): 0.992, (1, 32, 1024, 0): 0.916}
+_NCWG3_D128 = {"block": 512, "bm": 192, "bn": 128, "split": 1, "ncwg": 3, "q_terms": 1}
+
+
+def _d128_sweep() -> list:
+    shapes = [(b, h, s, 128) for (b, h) in ((1, 1), (1, 8), (2, 10), (1, 16), (1, 33), (3, 22), (4, 32))
+              for s in (256, 512, 768, 1000, 1024, 2048, 4096, 8192)]
+    shapes += [(1, 32, 8, 640, 768, 128, 0), (2, 16, 4, 1536, 2048, 128, 0), (1, 16, 16, 16384, 16384, 128, 1),
+               (1, 32, 8, 4096, 8192, 128, 1), (2, 16, 16, 8192, 8192, 128, 1), (1, 16, 16, 1000, 8192, 128, 1)]
+    return [(shape, sms, split, -1) for shape in shapes for sms in (132, 114, 66) for split in (0, 1, 2)]
+
+
+def test_head_dim_128_three_warpgroups_replace_only_the_256_key_kernel(fp8, fp8_default, tmp_path_factory):
+    """Policy 1 (the default) and 2 change the fp8 tier's choice only where policy 0 takes the 256-key kernel, and
+    there to the three-warpgroup kernel (192 rows, 128-key tiles, Q in one term), whose units cover every row once and
+    read the tiles their rows see; policy 2 everywhere there, policy 1 at some shapes and not others; the fp16 tier
+    and the baseline (no cp.async: its producer needs 64 registers, at which the consumers spill) never."""
+    cases = _d128_sweep()
+    before, after = fp8(cases), fp8_default(cases)
+    always = _compile(tmp_path_factory, "fp8_ncwg3_d128_2", "SDPA_SM90_NCWG3_D128=2")(cases)
+    took = 0
+    for c, b, a, w in zip(cases, before, after, always):
+        if b.get("bn") != 256:
+            assert a == b and w == b, c
+            continue
+        assert {k: w[k] for k in _NCWG3_D128} == _NCWG3_D128 and w["cover"] and w["causal_kernel"] == b["causal_kernel"], c
+        if a["ncwg"] == 3:
+            took += 1
+            assert {k: a[k] for k in _NCWG3_D128} == _NCWG3_D128 and a["cover"], c
+        else:
+            assert a == b, c
+    assert 0 < took < sum(r.get("bn") == 256 for r in before)
+    assert {r["ncwg"] for r in fp8_default(cases, fp8=False) if "error" not in r} == {2}
+    base = _compile(tmp_path_factory, "fp8_baseline", cp_async=False)
+    assert all(r.get("ncwg") != 3 or r["bm"] != 192 or r["bn"] != 128 for r in base(cases))
+
+
+def test_head_dim_128_three_warpgroups_where_measured_faster(fp8_default):
+    """At every case timed, the default build runs the kernel that was faster there."""
+    cases = list(NCWG3_D128_MEASURED)
+    got = fp8_default([((b, h, h, s, s, 128, c), 132, 0, -1) for b, h, s, c in cases])
+    for case, r in zip(cases, got):
+        assert (r["ncwg"] == 3) == (NCWG3_D128_MEASURED[case] > 1), (case, r)
+        assert r["bn"] == (128 if r["ncwg"] == 3 else 256) and r["cover"], (case, r)
+
+
+def test_sanitizer_case_reaches_the_head_dim_128_three_warpgroup_kernel(fp8_default):
+    """san_ncwg3_d128 (stress): the three-warpgroup kernel on 132 SMs (grouped heads, Sq 640 against Skv 768), its
+    units of three warpgroups and each head's last of one (64 rows)."""
+    from driver.config import SANITIZED_SHAPES, SDPA_CASES
+    assert "san_ncwg3_d128" in SANITIZED_SHAPES
+    c = SDPA_CASES["san_ncwg3_d128"]
+    (r,) = fp8_default([((c.q_shape[0], c.q_shape[1], c.kv_shape[1], c.q_shape[2], c.kv_shape[2], c.q_shape[3],
+                          int(c.causal)), 132, 0, -1)])
+    assert {k: r[k] for k in _NCWG3_D128} == _NCWG3_D128 and r["cover"]
+    assert r["nc"] == [32, 0, 96]

@@ -223,6 +223,19 @@ static_assert(SDPA_SM90_BN_D128 == 0 || SDPA_SM90_BN_D128 == 128 || SDPA_SM90_BN
 #define SDPA_SM90_BN256_LOOP 0
 #endif
 static_assert(SDPA_SM90_BN256_LOOP == 0 || SDPA_SM90_BN256_LOOP == 1, "SDPA_SM90_BN256_LOOP: 0 or 1");
+// SDPA_SM90_NCWG3_D128 (default 1): the fp8 tier at head dim 128 with three consumer warpgroups (192 rows per block),
+// 128-key tiles, the 256-key kernel's loop (S and P never live together, Q's E4M3 codes in shared memory) and its
+// 24-register producer, so that the consumers get 160 registers (fp8_traits.cuh LEAN3; cpasync builds only: the
+// baseline producer loads from global memory and needs 64, and at 144 the consumers spill).  It runs where
+// select_config would run the 256-key kernel: 0 = never; 1 = where its makespan model is the shorter
+// (tile_plan.cuh prefers_ncwg3_d128); 2 = always there.  1x H200, cold p50 against the 256-key kernel
+// (experiments/2026-11-29-sdpa-fp8-d128-three-warpgroups call 1): 3.2% faster at (1,16,16384,128), 2.8% at
+// (2,32,4096,128) and (4,16,4096,128), 2.9% at (1,16,8192,128) causal; 2.0% slower at (1,16,8192,128), 0.8% at
+// (2,16,2048,128), 8.4% at (1,32,1024,128), where its units fill the last wave less (the model takes 256 there).
+#ifndef SDPA_SM90_NCWG3_D128
+#define SDPA_SM90_NCWG3_D128 1
+#endif
+static_assert(SDPA_SM90_NCWG3_D128 >= 0 && SDPA_SM90_NCWG3_D128 <= 2, "SDPA_SM90_NCWG3_D128: 0, 1 or 2");
 #ifndef SDPA_SM90_BN256_PRODUCER_REGS
 #define SDPA_SM90_BN256_PRODUCER_REGS 24
 #endif

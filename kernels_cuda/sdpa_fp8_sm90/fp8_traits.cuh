@@ -54,7 +54,8 @@ __host__ __device__ constexpr bool fp8_q2_short(long long units, int tiles_per_w
 // tile, 192 only at head dim 128.  The kernels are instantiated on the two thin names below.
 template <int D_, bool ASYNC_, int ABL_, bool SPLIT_, int NCWG_, int BN_, bool Q2_ = false>
 struct Fp8TraitsN {
-    static_assert(NCWG_ == 2 || (NCWG_ == 3 && D_ == 64 && !SPLIT_), "three consumer warpgroups: unsplit, head dim 64");
+    static_assert(NCWG_ == 2 || (NCWG_ == 3 && (D_ == 64 || (D_ == 128 && BN_ == 128)) && !SPLIT_),
+                  "three consumer warpgroups: unsplit, head dim 64 (or 128 with 128-key tiles: SDPA_SM90_NCWG3_D128)");
     static_assert(BN_ == 128 || (BN_ == 192 && D_ == 128 && NCWG_ == 2) || (BN_ == 256 && D_ == 128 && NCWG_ == 2 && !SPLIT_ && ABL_ == kAblNone),
                   "keys per tile: 128, or 192 at head dim 128, or 256 at head dim 128 unsplit without ablation");
     static constexpr bool FP8 = true;   // E4M3 operands (wgmma_fp8_sm90)
@@ -78,7 +79,9 @@ struct Fp8TraitsN {
     // 256-key tiles (SDPA_SM90_BN_D128=256): the consumer loop of mainloop.cuh that never holds P of one tile and S
     // of the next at once; one Q buffer, the row sums' ones rows once per block (ONES_SEP), no scratch (shared memory).
     static constexpr bool LEAN = BN_ == 256;
-    static constexpr int NQ = PERSIST && !LEAN ? 2 : 1;  // Q buffers
+    // Three consumer warpgroups at head dim 128 (SDPA_SM90_NCWG3_D128): the 256-key kernel's loop at 128 keys.
+    static constexpr bool LEAN3 = NCWG_ == 3 && D_ == 128;
+    static constexpr int NQ = PERSIST && !LEAN && !LEAN3 ? 2 : 1;  // Q buffers
     // setmaxnreg moves registers within what the block got at launch: 65536 / THREADS per thread,
     // rounded down to 8 (168 with 384 threads, 128 with 512).  BN 192: the cpasync producer keeps 72
     // (its transpose of three items), the consumers 216; the baseline producer (K in batches of four
@@ -90,10 +93,12 @@ struct Fp8TraitsN {
     // P V runs).
     // (the baseline variant's producer loads K and V^T from global memory itself: at 24 it spilled 140 bytes; 56 as
     // before.  Its consumers then take 224: the same arithmetic, so the same outputs bit for bit.)
-    static constexpr int PRODUCER_REGS = LEAN ? (ASYNC ? SDPA_SM90_BN256_PRODUCER_REGS : 56)
-                                         : NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
-    static constexpr int CONSUMER_REGS = LEAN ? (LAUNCH_REGS * 3 - PRODUCER_REGS) / 2 / 8 * 8
-                                         : NCWG == 3 ? 152 : BN == 192 && !ASYNC ? 224 : 216;
+    // (probe) the 3-consumer-warpgroup head-dim-128 kernel takes the 256-key kernel's 24-register producer (cpasync)
+    static constexpr bool P24 = LEAN || (LEAN3 && ASYNC);
+    static constexpr int PRODUCER_REGS = LEAN ? (ASYNC ? SDPA_SM90_BN256_PRODUCER_REGS : 56) : P24 ? 24
+                                         : LEAN3 ? 64 : NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
+    static constexpr int CONSUMER_REGS = LEAN || P24 ? (LAUNCH_REGS * (1 + NCWG) - PRODUCER_REGS) / NCWG / 8 * 8
+                                         : LEAN3 ? 144 : NCWG == 3 ? 152 : BN == 192 && !ASYNC ? 224 : 216;
     static_assert(PRODUCER_REGS + NCWG * CONSUMER_REGS <= LAUNCH_REGS * (1 + NCWG), "register budget");
 
     // K/V stages (E4M3 as in global memory; cpasync: the copy engine fills K and V, baseline: the
@@ -108,8 +113,8 @@ struct Fp8TraitsN {
     static_assert(!SPLIT_ || NS % 2 == 0, "split: an even count of K stages (one warpgroup per stage)");
     // BN 192: Q K^T takes Q's E4M3 codes from shared memory (each consumer warpgroup writes its 64
     // rows over its own 8 KiB of the fp16 Q tile once it has read them), not from 16 registers.
-    static constexpr bool Q_SMEM = BN == 192 || LEAN;
-    static_assert(!Q_SMEM || (D == 128 && NCWG == 2), "Q in shared memory as E4M3: head dim 128, two consumer warpgroups");
+    static constexpr bool Q_SMEM = BN == 192 || LEAN || LEAN3;
+    static_assert(!Q_SMEM || (D == 128 && (NCWG == 2 || LEAN3)), "Q in shared memory as E4M3: head dim 128");
     static constexpr int NVT = 2;             // transposed V buffers [D][BN]
     // The names the shared main loop reads (traits.cuh has the fp16 tier's): the consumers' K ring is the
     // stages themselves, their V ring the V^T buffers; P is one E4M3 fragment per 32 keys.
@@ -166,7 +171,7 @@ struct Fp8TraitsN {
     static constexpr int NBARS = BAR_VEMPTY + NVT;
     // BN 256: the producer's unit cursor (producer.cuh: i, t, kv_cur, kv_next, nt_cur), kept by its issuing thread in shared memory so
     // that the other 127 carry nothing but the tile index (SDPA_SM90_BN256_PRODUCER_REGS down to 24).
-    static constexpr int OFF_CURSOR = OFF_BAR + NBARS * 8, CURSOR_BYTES = LEAN ? 24 : 0;
+    static constexpr int OFF_CURSOR = OFF_BAR + NBARS * 8, CURSOR_BYTES = P24 ? 24 : 0;
     // The causal kernels' 8 more bytes (tile_plan.cuh CaseTraits: the producer's issuing thread notes the next work
     // unit's K/V head and tile count there, producer.cuh) start here; the kernels without the mask end here.
     static constexpr int OFF_NEXT = OFF_CURSOR + CURSOR_BYTES;

@@ -16,8 +16,8 @@ from pathlib import Path
 
 SS_N = (64, 96, 128, 160, 176, 192)
 RS_N = (8, 64, 128)  # 8: P 1, the fp16 tier's row sums (SDPA_SM90_FP16_ROWSUM_MMA)
-SS_E4M3_N = (192, 256)  # 256: the 256-key tiles' Q K^T (SDPA_SM90_BN_D128=256)
-SS_E4M3_ZERO_N = (256,)  # its first k-step, D write-only
+SS_E4M3_N = (128, 192, 256)  # 256: the 256-key tiles' Q K^T (SDPA_SM90_BN_D128=256); 128: SDPA_SM90_NCWG3_D128
+SS_E4M3_ZERO_N = (128, 256)  # its first k-step, D write-only
 RS_E4M3_N = (8, 64, 128)  # 8: P 1, the row sums (SDPA_SM90_ROWSUM_MMA); 192-key tiles take Q from shared memory (SS_E4M3_N)
 
 

@@ -291,6 +291,9 @@ inline LaunchInfo info_for(int BH, int S, int ablate, bool q2, bool causal) {
 // for a short launch (fp8_q2_short: less than one wave of work units, at most 8 K/V tiles per consumer
 // warpgroup at head dim 64, 4 at 128) where the kernel has them (two consumer warpgroups, 128-key tiles, no
 // ablation); 2 = two wherever the kernel has them.
+// FP8 tier, head dim 128, where the 256-key kernel would run: three consumer warpgroups on 128-key tiles instead by
+// ncwg128_policy (SDPA_SM90_NCWG3_D128, config.cuh): 0 = never; 1 = where tile_plan.cuh prefers_ncwg3_d128's makespan
+// model finds them faster; 2 = always (cpasync builds; the baseline keeps the 256-key kernel).
 // Returns false (reason in *err) for an unsupported head dim, override or policy, or a grid too large.
 // The attention case (attn_shape.h): units are (query head, rows of Sq), so BH = B * Hq and S = Sq count the rows
 // and units; K/V tiles count Skv (the split rule, the 192-key choice, the short-launch rule take ceil(Skv / BN), the
@@ -356,7 +359,8 @@ inline void kv_plan(const AttnShape& a, int num_sms, int* chunks, int* chunk_til
 
 template <bool FP8>
 inline bool select_config_tier(const AttnShape& a, int num_sms, int split_override, int ablate, LaunchInfo* li,
-                               const char** err, int ncwg_policy, int plan_policy, int bn_policy, int q2_policy) {
+                               const char** err, int ncwg_policy, int plan_policy, int bn_policy, int q2_policy,
+                               int ncwg128_policy) {
     if (ablate < kAblNone || ablate > kAblNoLoads) { *err = "bad ablation mode"; return false; }
     const int D = (int)a.D;
     if (D != 64 && D != 128) { *err = "unsupported head dim (supported: 64, 128)"; return false; }
@@ -392,6 +396,7 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         return true;
     }
     if (q2_policy < 0 || q2_policy > 2) { *err = "SDPA_SM90_FP8_Q2 must be 0, 1 or 2"; return false; }
+    if (ncwg128_policy < 0 || ncwg128_policy > 2) { *err = "SDPA_SM90_NCWG3_D128 must be 0, 1 or 2"; return false; }
     if (plan_policy < 0 || plan_policy > 2) { *err = "SDPA_SM90_TILE_PLAN must be 0, 1 or 2"; return false; }
     if (bn_policy != 0 && bn_policy != 128 && bn_policy != 192 && bn_policy != 256) {
         *err = "SDPA_SM90_BN_D128 must be 0, 128, 192 or 256";
@@ -454,7 +459,21 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         else if (three) *li = info_for<FP8, 64, false, 3>(BH, S, ablate, false, c);
         else *li = info_for<FP8, 64, false>(BH, S, ablate, q2, c);
     } else {
-        if (wide256) {
+        // SDPA_SM90_NCWG3_D128 (config.cuh): the three-warpgroup kernel where the 256-key kernel would run
+        // (unsplit, Q in one term, no ablation), by tile_plan.cuh prefers_ncwg3_d128 under policy 1 (cpasync builds).
+        bool three128 = false;
+        if constexpr (FP8 && kAsync) {
+            if (wide256 && ncwg128_policy != 0 &&
+                (ncwg128_policy == 2 ||
+                 prefers_ncwg3_d128(BH, S, Skv, c, num_sms, KernelTraits<FP8, 128, kAsync, kAblNone, false, 3, 128>::PERSIST,
+                                    plan_policy))) {
+                *li = c ? info_for<FP8, 128, kAblNone, false, 3, 128, false, true>(BH, S)
+                        : info_for<FP8, 128, kAblNone, false, 3, 128, false, false>(BH, S);
+                three128 = true;
+            }
+        }
+        if (three128) {
+        } else if (wide256) {
             if constexpr (FP8)
                 *li = c ? info_for<FP8, 128, kAblNone, false, 2, 256, false, true>(BH, S)
                         : info_for<FP8, 128, kAblNone, false, 2, 256, false, false>(BH, S);
@@ -476,12 +495,12 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
 inline bool select_config(Precision precision, const AttnShape& a, int num_sms, int split_override, int ablate,
                           LaunchInfo* li, const char** err, int ncwg_policy = SDPA_SM90_NCWG3_D64,
                           int plan_policy = SDPA_SM90_TILE_PLAN, int bn_policy = SDPA_SM90_BN_D128,
-                          int q2_policy = SDPA_SM90_FP8_Q2) {
+                          int q2_policy = SDPA_SM90_FP8_Q2, int ncwg128_policy = SDPA_SM90_NCWG3_D128) {
     return precision == Precision::kFp8
                ? select_config_tier<true>(a, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
-                                          bn_policy, q2_policy)
+                                          bn_policy, q2_policy, ncwg128_policy)
                : select_config_tier<false>(a, num_sms, split_override, ablate, li, err, ncwg_policy, plan_policy,
-                                           bn_policy, q2_policy);
+                                           bn_policy, q2_policy, ncwg128_policy);
 }
 
 // Tensor maps for the copy engine: Q fp16 {D, Sq, B Hq} in boxes {64, BM, 1} with the 128-byte
@@ -527,9 +546,10 @@ inline cudaError_t make_maps(TileMaps* maps, const LaunchInfo& li, const __half*
     const CUtensorMapSwizzle k_swizzle = !fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE
                                          : li.D == 64   ? CU_TENSOR_MAP_SWIZZLE_64B
                                                         : CU_TENSOR_MAP_SWIZZLE_128B;
-    // SDPA_SM90_VT_LDSM: V of head dim 128 with the 128-byte swizzle too, for the producer's ldmatrix (fp8_load.cuh).
+    // SDPA_SM90_VT_LDSM: V of head dim 128 with the 128-byte swizzle too, for the producer's ldmatrix (fp8_load.cuh);
+    // always for the 256-key kernel and the three-warpgroup one (ncwg 3 at head dim 128: fp8_traits.cuh P24).
     const CUtensorMapSwizzle v_swizzle =
-        fp8 && li.D == 128 && (SDPA_SM90_VT_LDSM != 0 || li.bn == 256) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
+        fp8 && li.D == 128 && (SDPA_SM90_VT_LDSM != 0 || li.bn == 256 || (li.ncwg == 3 && kAsync)) ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
     for (int i = 0; i < 2; ++i) {
         if (encode(i == 0 ? &maps->k : &maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
                    const_cast<uint8_t*>(i == 0 ? k : v), dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,

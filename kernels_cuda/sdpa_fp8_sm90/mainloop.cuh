@@ -130,7 +130,7 @@ struct Ring {
 // softmax step, the same row sums from the tensor core, the same O rescale and packing, in the same order.  No
 // ablations (select_config runs them on the 128- and 192-key kernels).
 template <class T>
-constexpr bool kLeanLoop = T::FP8 && T::BN == 256;
+constexpr bool kLeanLoop = T::FP8 && (T::BN == 256 || T::LEAN3);
 
 template <class T, int NC, class NextTakesTurns>
 __device__ __forceinline__ void consumer_loop256(ConsumerState<T>& st, uint8_t* smem, uint32_t bars, int cw, int lim0,

@@ -72,12 +72,12 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         uint8_t* vraw = smem + T::OFF_VRAW;
         // SDPA_SM90_VT_LDSM: every head-dim-128 fp8 kernel's V stages are 128-byte swizzled (make_maps), so all
         // of them transpose by ldmatrix / stmatrix; the 256-key kernel's always are.
-        constexpr bool kVtLdsm = T::FP8 && T::D == 128 && (SDPA_SM90_VT_LDSM != 0 || T::LEAN);
+        constexpr bool kVtLdsm = T::FP8 && T::D == 128 && (SDPA_SM90_VT_LDSM != 0 || T::P24);
         constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0 && !kVtLdsm;
         VtFastAddr vfa{};
         if constexpr (kVtFast) vfa = vt_fast_addr<T>(ptid);
         [[maybe_unused]] VtLdsmAddr vla{};
-        if constexpr (kVtLdsm && !T::LEAN) vla = vt_ldsm_addr<T>(smem_u32(vraw), ptid);
+        if constexpr (kVtLdsm && !T::P24) vla = vt_ldsm_addr<T>(smem_u32(vraw), ptid);
         // Where tile g + d lies (d >= 0) when g is tile t of unit i, so that an issue divides by nothing unless a
         // unit has fewer tiles than the ring is deep (the issuing thread is on the ring's critical path: two
         // divisions per issue made the head-dim-128 kernel 3-6% slower).  Without the mask every thread keeps
@@ -88,7 +88,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         // of each unit made (8,8,1024,64) 9% slower, 1x H200, experiments/2026-11-28-sdpa-sm90-inference-cases).
         // BN 256 (T::LEAN): the cursor lives in shared memory and only ptid 0 keeps it, so that the other threads carry
         // the tile index alone through the transpose (the producer at 24 registers: in registers the cursor spilled).
-        constexpr bool kCurSmem = T::LEAN;
+        constexpr bool kCurSmem = T::P24;
         const bool keeper = !kCurSmem || ptid == 0;  // the threads that keep the cursor
         int i_r = 0, t_r = 0;  // the cursor in registers (every kernel but BN 256)
         int kv_cur_r, nt_cur_r;
@@ -210,7 +210,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
                 const int s = g % T::NS, b = g % T::NVT;
                 mbar_wait(bar(T::BAR_VRAW + s), (uint32_t)(g / T::NS) & 1u);
                 if (g >= T::NVT) mbar_wait(bar(T::BAR_VEMPTY + b), (uint32_t)(g / T::NVT - 1) & 1u);
-                if constexpr (kVtLdsm && T::LEAN)  // the addresses made again per tile (24 registers: none to keep them)
+                if constexpr (kVtLdsm && T::P24)  // the addresses made again per tile (24 registers: none to keep them)
                     transpose_v_tile_ldsm<T>((uint32_t)(s * T::V_TILE), smem_u32(vt + b * T::VT_BYTES),
                                              vt_ldsm_addr<T>(smem_u32(vraw), tid_x_here()));
                 else if constexpr (kVtLdsm)

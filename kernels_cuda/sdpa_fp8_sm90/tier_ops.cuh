@@ -209,10 +209,16 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
 // call (with "+f" they would stay live from the last softmax, beside P).
 template <class T>
 __device__ __forceinline__ void issue_qk256(float (&s)[T::BN / 2], uint64_t qd, uint64_t kd) {
-    static_assert(T::LEAN && T::BN == 256, "256-key tiles");
-    wgmma::ss_e4m3_m64n256k32_zero(s, qd, kd);
+    static_assert((T::LEAN && T::BN == 256) || (T::LEAN3 && T::BN == 128), "256-key tiles, or 128 with three warpgroups");
+    if constexpr (T::BN == 256) {
+        wgmma::ss_e4m3_m64n256k32_zero(s, qd, kd);
 #pragma unroll
-    for (int kk = 1; kk < T::D / 32; ++kk) wgmma::ss_e4m3_m64n256k32(s, qd + 2u * kk, kd + 2u * kk, 1);
+        for (int kk = 1; kk < T::D / 32; ++kk) wgmma::ss_e4m3_m64n256k32(s, qd + 2u * kk, kd + 2u * kk, 1);
+    } else {
+        wgmma::ss_e4m3_m64n128k32_zero(s, qd, kd);
+#pragma unroll
+        for (int kk = 1; kk < T::D / 32; ++kk) wgmma::ss_e4m3_m64n128k32(s, qd + 2u * kk, kd + 2u * kk, 1);
+    }
 }
 
 // Descriptor of k-step kk of a V^T buffer (32 keys) at row `row` (0: V^T; D: the ones rows), a

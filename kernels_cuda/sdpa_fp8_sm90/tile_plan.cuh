@@ -354,4 +354,25 @@ inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, b
     return best;
 }
 
+// Head dim 128, fp8 tier (select_config, SDPA_SM90_NCWG3_D128 = 1): the three-warpgroup kernel (192 rows, 128-key
+// tiles) in place of the two-warpgroup 256-key kernel where its makespan is the shorter, both in the time of one
+// 128-row unit of the 256-key kernel.  kNcwg3D128Unit: a full 192-row unit of it takes 1.435x such a unit over the same
+// keys, a short one (two warpgroups) kBlockCost[2] of that; 1.431-1.448 at (1,16,8192), (1,16,16384), (2,32,4096),
+// (4,16,4096) and (2,16,2048,128) (cold p50 over each launch's simulated makespan, 1x H200,
+// experiments/2026-11-29-sdpa-fp8-d128-three-warpgroups call 1), so 4.3% less time per row where both fill their last
+// wave alike.  Without the mask: the persistent blocks' makespans (simulate_tile_plan; the three-warpgroup plan by
+// choose_tile_plan).  With it: causal_makespan's, a 192-row, 128-key tile costing kNcwg3D128Unit / 2 of a 128-row,
+// 256-key one.
+constexpr double kNcwg3D128Unit = 1.435;
+inline bool prefers_ncwg3_d128(int BH, int Sq, int Skv, bool causal, int num_sms, bool persistent, int plan_policy) {
+    if (num_sms < 1) return false;
+    if (causal)
+        return causal_makespan(BH, Sq, Skv, 3, 128, num_sms) / kCausalTileCost[3] * (kNcwg3D128Unit / 2) <
+               causal_makespan(BH, Sq, Skv, 2, 256, num_sms) / kCausalTileCost[2];
+    const TilePlan p3 = choose_tile_plan(BH, Sq, 192, 3, num_sms, persistent, plan_policy, false);
+    const TilePlan p2 = choose_tile_plan(BH, Sq, 128, 2, num_sms, persistent, plan_policy, false);
+    return simulate_tile_plan(p3, BH, Sq, 192, num_sms, persistent) * kNcwg3D128Unit <
+           simulate_tile_plan(p2, BH, Sq, 128, num_sms, persistent) / kBlockCost[2];
+}
+
 }  // namespace sdpa_sm90

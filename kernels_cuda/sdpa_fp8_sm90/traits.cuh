@@ -64,6 +64,8 @@ struct Fp16Traits {
     static constexpr bool PERSIST = SDPA_SM90_PERSISTENT != 0 && !SPLIT && ABL_ == kAblNone;
     static constexpr int NQ = PERSIST && D == 64 ? 2 : 1;  // Q buffers (head dim 128: shared memory, above)
     static constexpr bool LEAN = false;  // (the fp8 tier's 256-key kernel: fp8_traits.cuh)
+    static constexpr bool LEAN3 = false;
+    static constexpr bool P24 = false;   // (the fp8 tier's 24-register producer: fp8_traits.cuh)
     static constexpr int OFF_CURSOR = 0;  // (unused: the producer's cursor in shared memory is LEAN's)
     static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8;
     // Q K^T with A = Q's fp16 fragments from registers (config.cuh SDPA_SM90_FP16_Q_REGS).  Head dim 128: its

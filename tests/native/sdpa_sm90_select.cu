@@ -141,7 +141,9 @@ static void cover_case(const sdpa_sm90::LaunchInfo& li, const AttnShape& a, Cove
     if (D == 64 && li.split == 2) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, true>, C>>(li, a, cv);
     else if (D == 64 && li.ncwg == 3) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>, C>>(li, a, cv);
     else if (D == 64) cover<CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false>, C>>(li, a, cv);
-    else if (li.split == 2 && li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>, C>>(li, a, cv);
+    else if (li.ncwg == 3) {
+        if constexpr (FP8) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 3, 128>, C>>(li, a, cv);
+    } else if (li.split == 2 && li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true, 2, 192>, C>>(li, a, cv);
     else if (li.split == 2) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, true>, C>>(li, a, cv);
     else if (li.bn == 192) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 192>, C>>(li, a, cv);
     else if (li.bn == 256) cover<CaseTraits<KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 256>, C>>(li, a, cv);
