@@ -414,9 +414,12 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
     const bool can3 = kHasNcwg3<FP8> && D == 64 && ncwg_policy != 0;
     // With the causal mask, policy 1 takes two consumer warpgroups where their makespan model is the shorter
     // (tile_plan.cuh causal_makespan; grids of more than kMaxPlanWaves waves keep three, whose tiles cost less per row).
-    const bool causal_two = can3 && a.causal && ncwg_policy == 1 && blocks3 <= (long long)kMaxPlanWaves * num_sms &&
-                            causal_makespan(BH, S, Skv, 2, KernelTraits<FP8, 64, kAsync, kAblNone, false>::BN, num_sms) <
-                                causal_makespan(BH, S, Skv, 3, KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>::BN, num_sms);
+    using Causal2 = CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false>, true>;
+    using Causal3 = CaseTraits<KernelTraits<FP8, 64, kAsync, kAblNone, false, 3>, true>;
+    const bool causal_two =
+        can3 && a.causal && ncwg_policy == 1 && blocks3 <= (long long)kMaxPlanWaves * num_sms &&
+        causal_makespan<Causal2>(with_case(make_tile_plan((int)(blocks2 / BH), 0, BH), a), num_sms) <
+            causal_makespan<Causal3>(with_case(make_tile_plan((int)(blocks3 / BH), 0, BH), a), num_sms);
     // Keys per K/V tile: head dim 128 in the FP8 tier by Skv, else the traits' own.  Policy 0: 128 or 192 by bn_d128,
     // then 256 where prefers_bn256 says and that launch is unsplit with Q in one term (fp8_traits.cuh); policy 128,
     // 192 or 256: that width.  The 256-key kernel runs unsplit and without ablation: a launch that would split on its
@@ -463,10 +466,12 @@ inline bool select_config_tier(const AttnShape& a, int num_sms, int split_overri
         // (unsplit, Q in one term, no ablation), by tile_plan.cuh prefers_ncwg3_d128 under policy 1 (cpasync builds).
         bool three128 = false;
         if constexpr (FP8 && kAsync) {
+            using Three = KernelTraits<FP8, 128, kAsync, kAblNone, false, 3, 128>;
+            using Wide = KernelTraits<FP8, 128, kAsync, kAblNone, false, 2, 256>;
             if (wide256 && ncwg128_policy != 0 &&
                 (ncwg128_policy == 2 ||
-                 prefers_ncwg3_d128(BH, S, Skv, c, num_sms, KernelTraits<FP8, 128, kAsync, kAblNone, false, 3, 128>::PERSIST,
-                                    plan_policy))) {
+                 prefers_ncwg3_d128<CaseTraits<Three, true>, CaseTraits<Wide, true>>(a, num_sms, Three::PERSIST,
+                                                                                     plan_policy))) {
                 *li = c ? info_for<FP8, 128, kAblNone, false, 3, 128, false, true>(BH, S)
                         : info_for<FP8, 128, kAblNone, false, 3, 128, false, false>(BH, S);
                 three128 = true;

@@ -254,28 +254,32 @@ __device__ __forceinline__ BlockTile unit_tile_kv(int i, const TilePlan& plan, c
 constexpr double kBlockCost[4] = {0, 0.58, 0.82, 1};
 
 // Makespan of a causal grid (select_config: two or three consumer warpgroups for the fp8 tier's causal cases at head
-// dim 64), in the time of one K/V tile of a full two-warpgroup block: BH heads x ceil(Sq / bm) units of bm = 64 ncwg
-// rows, heaviest first (block_tile), in the persistent blocks' snake rounds (unit_index) on min(units, num_sms)
-// blocks; a unit costs its K/V tiles up to its last row's diagonal (unit_kv_tiles) times kCausalTileCost[ncwg], a
-// partial unit the share of its warpgroups (kBlockCost[nc] / kBlockCost[ncwg]).  kCausalTileCost[3]: a full
-// three-warpgroup tile took 1.27x a two-warpgroup one without the mask at (4,32,4096,64) (893.9 us for 128 x 21.58 x 32
-// tiles against 1046.2 for 128 x 32 x 32, cold, 1x H200, experiments/2026-11-29-sdpa-fp8-causal-d64-warpgroups call 2).
-// With no other parameter the model orders the two kernels as measured at all 11 causal cases of that experiment
-// (calls 2-3: two 6-17% faster at S 512 and 1024, three 4-21% faster at 768, 1280, 1536, 2048, 3072, 4096).
+// dim 64), in the time of one K/V tile of a full two-warpgroup block: the units of `plan` (full tiles), on
+// min(units, num_sms) persistent blocks in the kernel's own order (unit_index: heaviest first, snake rounds) with the
+// kernel's own K/V tiles (block_tile: up to the unit's last row's diagonal); a unit costs its tiles times
+// kCausalTileCost[T::NCWG], a partial unit the share of its warpgroups (kBlockCost[nc] / kBlockCost[T::NCWG]).
+// T: CaseTraits with the mask.  kCausalTileCost[3]: a full three-warpgroup tile took 1.27x a two-warpgroup one
+// without the mask at (4,32,4096,64) (893.9 us for 128 x 21.58 x 32 tiles against 1046.2 for 128 x 32 x 32, cold,
+// 1x H200, experiments/2026-11-29-sdpa-fp8-causal-d64-warpgroups call 2).  With no other parameter the model orders
+// the two kernels as measured at all 11 causal cases of that experiment (calls 2-3: two 6-17% faster at S 512 and
+// 1024, three 4-21% faster at 768, 1280, 1536, 2048, 3072, 4096).  (prefers_ncwg3_d128 below divides its head-dim-128
+// kernels' kCausalTileCost back out and weighs their tiles itself.)
 constexpr double kCausalTileCost[4] = {0, 0, 1.0, 1.27};
-inline double causal_makespan(int BH, int Sq, int Skv, int ncwg, int bn, int num_sms) {
-    const int bm = 64 * ncwg, full = (Sq + bm - 1) / bm;
-    const long long units = (long long)full * BH;
-    const long long grid = std::max(1LL, std::min(units, (long long)std::max(num_sms, 1)));
-    std::vector<double> busy((size_t)grid, 0.0);
-    for (long long i = 0; i < units; ++i) {
-        const int m0 = (full - 1 - (int)(i / BH)) * bm, rows = std::min(bm, Sq - m0);
-        const long long nt = ((long long)m0 + rows + Skv - Sq + bn - 1) / bn;
-        const long long r = i / grid, b = i - r * grid;
-        busy[(size_t)((r & 1) ? grid - 1 - b : b)] +=
-            (double)nt * kCausalTileCost[ncwg] * kBlockCost[(rows + 63) / 64] / kBlockCost[ncwg];
+template <class T>
+inline double causal_makespan(const TilePlan& plan, int num_sms) {
+    static_assert(T::CAUSAL, "the causal order");
+    const int grid = std::max(1, std::min(plan.units, num_sms));
+    double worst = 0.0;
+    for (int blk = 0; blk < grid; ++blk) {
+        double busy = 0.0;
+        for (int i = 0, u; (u = unit_index(blk, grid, i, 1)) < plan.units; ++i) {
+            const BlockTile t = block_tile<T>(u, plan);
+            const int rows = std::min(T::BM, plan.sq - t.m0);
+            busy += (double)t.nt * kCausalTileCost[T::NCWG] * kBlockCost[(rows + 63) / 64] / kBlockCost[T::NCWG];
+        }
+        worst = std::max(worst, busy);
     }
-    return *std::max_element(busy.begin(), busy.end());
+    return worst;
 }
 
 // Makespan of `plan` (units of bm rows, bm - 64 in short tiles) in units of a full block.  persistent:
@@ -364,15 +368,22 @@ inline TilePlan choose_tile_plan(int BH, int S, int bm, int ncwg, int num_sms, b
 // choose_tile_plan).  With it: causal_makespan's, a 192-row, 128-key tile costing kNcwg3D128Unit / 2 of a 128-row,
 // 256-key one.
 constexpr double kNcwg3D128Unit = 1.435;
-inline bool prefers_ncwg3_d128(int BH, int Sq, int Skv, bool causal, int num_sms, bool persistent, int plan_policy) {
+// C3, C2: the three-warpgroup and the 256-key kernels' traits with the mask (CaseTraits), whose own schedules
+// causal_makespan walks.
+template <class C3, class C2>
+inline bool prefers_ncwg3_d128(const AttnShape& a, int num_sms, bool persistent, int plan_policy) {
+    static_assert(C3::NCWG == 3 && C3::BN == 128 && C2::NCWG == 2 && C2::BN == 256, "the two head-dim-128 kernels");
+    const int BH = (int)(a.B * a.Hq), Sq = (int)a.Sq;
     if (num_sms < 1) return false;
-    if (causal)
-        return causal_makespan(BH, Sq, Skv, 3, 128, num_sms) / kCausalTileCost[3] * (kNcwg3D128Unit / 2) <
-               causal_makespan(BH, Sq, Skv, 2, 256, num_sms) / kCausalTileCost[2];
-    const TilePlan p3 = choose_tile_plan(BH, Sq, 192, 3, num_sms, persistent, plan_policy, false);
-    const TilePlan p2 = choose_tile_plan(BH, Sq, 128, 2, num_sms, persistent, plan_policy, false);
-    return simulate_tile_plan(p3, BH, Sq, 192, num_sms, persistent) * kNcwg3D128Unit <
-           simulate_tile_plan(p2, BH, Sq, 128, num_sms, persistent) / kBlockCost[2];
+    if (a.causal)
+        return causal_makespan<C3>(with_case(make_tile_plan((Sq + C3::BM - 1) / C3::BM, 0, BH), a), num_sms) /
+                   kCausalTileCost[3] * (kNcwg3D128Unit / 2) <
+               causal_makespan<C2>(with_case(make_tile_plan((Sq + C2::BM - 1) / C2::BM, 0, BH), a), num_sms) /
+                   kCausalTileCost[2];
+    const TilePlan p3 = choose_tile_plan(BH, Sq, C3::BM, 3, num_sms, persistent, plan_policy, false);
+    const TilePlan p2 = choose_tile_plan(BH, Sq, C2::BM, 2, num_sms, persistent, plan_policy, false);
+    return simulate_tile_plan(p3, BH, Sq, C3::BM, num_sms, persistent) * kNcwg3D128Unit <
+           simulate_tile_plan(p2, BH, Sq, C2::BM, num_sms, persistent) / kBlockCost[2];
 }
 
 }  // namespace sdpa_sm90
