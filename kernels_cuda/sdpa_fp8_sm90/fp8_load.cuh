@@ -195,7 +195,7 @@ __device__ __forceinline__ void vt_ldsm_panel(uint32_t ld, uint32_t vt, uint32_t
 template <class T>
 __device__ __forceinline__ void transpose_v_tile_ldsm(uint32_t vstage_off, uint32_t vt, const VtLdsmAddr& a) {
     constexpr int NG0 = T::BN < 128 ? T::BN / 16 : 8, NG1 = T::BN / 16 - NG0;  // groups in panel 0, 1
-    constexpr int NB = T::P24 ? 1 : SDPA_SM90_VT_LDSM_BATCH;  // (the 256-key producer at 24 registers: one unit)
+    constexpr int NB = T::P24 ? 1 : SDPA_SM90_VT_LDSM_BATCH;  // (the 24-register producer, T::P24: one unit)
     vt_ldsm_panel<NG0, NB>(a.ld + vstage_off, vt, a.st0, a.sel_lo);
     if constexpr (NG1 > 0)  // keys 128 ..: 128-byte rows at BN 256, 64-byte rows (64-byte swizzle) at BN 192
         vt_ldsm_panel<NG1, NB>(a.ld + vstage_off + 8 * 16 * 128, vt + (uint32_t)T::VT_P1_OFF,

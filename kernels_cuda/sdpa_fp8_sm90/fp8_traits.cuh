@@ -93,7 +93,8 @@ struct Fp8TraitsN {
     // P V runs).
     // (the baseline variant's producer loads K and V^T from global memory itself: at 24 it spilled 140 bytes; 56 as
     // before.  Its consumers then take 224: the same arithmetic, so the same outputs bit for bit.)
-    // (probe) the 3-consumer-warpgroup head-dim-128 kernel takes the 256-key kernel's 24-register producer (cpasync)
+    // P24: the 256-key kernel and, in cpasync builds, the three-warpgroup head-dim-128 one (LEAN3) have the
+    // 24-register producer.
     static constexpr bool P24 = LEAN || (LEAN3 && ASYNC);
     static constexpr int PRODUCER_REGS = LEAN ? (ASYNC ? SDPA_SM90_BN256_PRODUCER_REGS : 56) : P24 ? 24
                                          : LEAN3 ? 64 : NCWG == 3 || (BN == 192 && !ASYNC) ? 56 : BN == 192 ? 72 : 64;
@@ -169,8 +170,8 @@ struct Fp8TraitsN {
     static constexpr int BAR_VFULL = BAR_KEMPTY + NS;   // [NVT] V^T written (128 producer threads)
     static constexpr int BAR_VEMPTY = BAR_VFULL + NVT;  // [NVT] consumers done with V^T
     static constexpr int NBARS = BAR_VEMPTY + NVT;
-    // BN 256: the producer's unit cursor (producer.cuh: i, t, kv_cur, kv_next, nt_cur), kept by its issuing thread in shared memory so
-    // that the other 127 carry nothing but the tile index (SDPA_SM90_BN256_PRODUCER_REGS down to 24).
+    // P24: the producer's unit cursor (producer.cuh: i, t, kv_cur, kv_next, nt_cur), kept by its issuing thread in
+    // shared memory so that the other 127 carry nothing but the tile index (SDPA_SM90_BN256_PRODUCER_REGS down to 24).
     static constexpr int OFF_CURSOR = OFF_BAR + NBARS * 8, CURSOR_BYTES = P24 ? 24 : 0;
     // The causal kernels' 8 more bytes (tile_plan.cuh CaseTraits: the producer's issuing thread notes the next work
     // unit's K/V head and tile count there, producer.cuh) start here; the kernels without the mask end here.

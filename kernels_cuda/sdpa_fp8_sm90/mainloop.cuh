@@ -128,7 +128,8 @@ struct Ring {
 // (Issuing the first half of S_t, m64n128, behind P V and its second half once P V is done made ptxas serialize
 // every wgmma of the kernel: C7512, at 224 and at 240 registers.)  The arithmetic per tile is the loop above's: the same
 // softmax step, the same row sums from the tensor core, the same O rescale and packing, in the same order.  No
-// ablations (select_config runs them on the 128- and 192-key kernels).
+// ablations (select_config runs them on the 128- and 192-key kernels).  LEAN3 (three warpgroups at head dim 128)
+// runs it at 128 keys.
 template <class T>
 constexpr bool kLeanLoop = T::FP8 && (T::BN == 256 || T::LEAN3);
 

@@ -71,7 +71,7 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         uint8_t* kraw = smem + T::OFF_KRAW;  // fp8: the K stages the consumers read (kst)
         uint8_t* vraw = smem + T::OFF_VRAW;
         // SDPA_SM90_VT_LDSM: every head-dim-128 fp8 kernel's V stages are 128-byte swizzled (make_maps), so all
-        // of them transpose by ldmatrix / stmatrix; the 256-key kernel's always are.
+        // of them transpose by ldmatrix / stmatrix; the 24-register producer's (T::P24) always are.
         constexpr bool kVtLdsm = T::FP8 && T::D == 128 && (SDPA_SM90_VT_LDSM != 0 || T::P24);
         constexpr bool kVtFast = T::FP8 && T::D == 128 && SDPA_SM90_VT_FAST != 0 && !kVtLdsm;
         VtFastAddr vfa{};
@@ -86,11 +86,12 @@ __device__ __forceinline__ void producer(uint8_t* smem, uint32_t bars, const Til
         // registers and those of unit i + 1 in shared memory (OFF_NEXT: in registers they spilled the producer,
         // 56 registers at head dim 128 in the fp16 tier; taking unit i + 1 by its divisions in the last NS issues
         // of each unit made (8,8,1024,64) 9% slower, 1x H200, experiments/2026-11-28-sdpa-sm90-inference-cases).
-        // BN 256 (T::LEAN): the cursor lives in shared memory and only ptid 0 keeps it, so that the other threads carry
-        // the tile index alone through the transpose (the producer at 24 registers: in registers the cursor spilled).
+        // T::P24 (the 256-key and three-warpgroup head-dim-128 kernels): the cursor lives in shared memory and only
+        // ptid 0 keeps it, so that the other threads carry the tile index alone through the transpose (the producer at
+        // 24 registers: in registers the cursor spilled).
         constexpr bool kCurSmem = T::P24;
         const bool keeper = !kCurSmem || ptid == 0;  // the threads that keep the cursor
-        int i_r = 0, t_r = 0;  // the cursor in registers (every kernel but BN 256)
+        int i_r = 0, t_r = 0;  // the cursor in registers (every kernel but P24's)
         int kv_cur_r, nt_cur_r;
         int kv_next_r = 0;
         int* const cur = reinterpret_cast<int*>(smem + T::OFF_CURSOR);  // BN 256: {i, t, kv_cur, kv_next, nt_cur}

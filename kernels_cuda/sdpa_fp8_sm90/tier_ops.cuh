@@ -204,9 +204,9 @@ __device__ __forceinline__ void issue_qk_fp8(float (&s)[T::BN / 2], const uint32
     }
 }
 
-// BN 256 (T::LEAN): S = Q K^T, D/32 k-steps of m64n256k32, A = Q's E4M3 codes in shared memory (qd), B the K stage.
-// The first k-step writes S without reading it (ss_e4m3_m64n256k32_zero), so that S's registers are free until the
-// call (with "+f" they would stay live from the last softmax, beside P).
+// BN 256 (T::LEAN), and 128 in LEAN3: S = Q K^T, D/32 k-steps of m64nBNk32, A = Q's E4M3 codes in shared memory
+// (qd), B the K stage.  The first k-step writes S without reading it (ss_e4m3_m64nBNk32_zero), so that S's
+// registers are free until the call (with "+f" they would stay live from the last softmax, beside P).
 template <class T>
 __device__ __forceinline__ void issue_qk256(float (&s)[T::BN / 2], uint64_t qd, uint64_t kd) {
     static_assert((T::LEAN && T::BN == 256) || (T::LEAN3 && T::BN == 128), "256-key tiles, or 128 with three warpgroups");
