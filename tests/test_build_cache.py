@@ -351,7 +351,11 @@ if [ "$1" = "--version" ]; then echo "Mojo 1.2.0 (fake)"; exit 0; fi
 out=""; prev=""
 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
 echo "$$ $out" >> "$FAKE_MOJO_LOG"
-case "$out" in *""" + PAIR[1] + r"""*) echo "error: fake failure" >&2; exit 1;; esac
+case "$out" in *""" + PAIR[1] + r"""*)
+  # fail once the slow compile has started (its line is in the log), so that there is a compiler to stop
+  i=0; while [ $i -lt 100 ] && ! grep -q '""" + PAIR[0] + r"""' "$FAKE_MOJO_LOG"; do sleep 0.1; i=$((i + 1)); done
+  echo "error: fake failure" >&2; exit 1;;
+esac
 sleep 30
 echo "fake executable" > "$out"
 """)
